@@ -1,0 +1,82 @@
+"""What every environment offers: run one request, close.
+
+An environment is the place a tool's work happens (`@shell`, `@docker`, `@wasm`). It knows
+nothing of permissions: by the time a request reaches it, the dispatcher has decided.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from runtime.ceiling import EnvironmentTag
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRequest:
+    """A command to run: either `argv` (executed directly, no shell) or `script` (run by bash).
+
+    Exactly one of the two is set. `writable` says whether the call may change the workspace
+    (sandboxed environments mount it read-only otherwise).
+    """
+
+    cwd: Path
+    argv: tuple[str, ...] | None = None
+    script: str | None = None
+    timeout: float = 120.0
+    max_output: int = 64 * 1024
+    env: dict[str, str] | None = None
+    stdin: bytes = b""
+    writable: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.argv is None) == (self.script is None):
+            raise ValueError("a CommandRequest has exactly one of argv and script")
+        if self.argv is not None and not self.argv:
+            raise ValueError("argv must not be empty")
+
+
+@dataclass(slots=True)
+class CommandResult:
+    """How a command ended. Output is text (decoded with replacement), capped head and tail."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+    truncated: bool = False
+    timed_out: bool = False
+    killed_by: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+RequestT = TypeVar("RequestT")
+ResultT = TypeVar("ResultT")
+
+
+class Environment(abc.ABC, Generic[RequestT, ResultT]):
+    """One backend. `run()` executes a request; `close()` releases what it holds.
+
+    Command environments (@shell, @docker) take a `CommandRequest` and return a
+    `CommandResult`; @wasm has its own request type (a module, argv, preopened directories).
+    """
+
+    tag: EnvironmentTag
+
+    @abc.abstractmethod
+    def run(self, request: RequestT) -> ResultT:
+        """Run the request to completion (or to its timeout) and report how it ended."""
+
+    def close(self) -> None:  # noqa: B027 - most environments hold nothing
+        """Release containers, processes, caches held for this environment."""
+
+    def __enter__(self) -> Environment[RequestT, ResultT]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+CommandEnvironment = Environment[CommandRequest, CommandResult]

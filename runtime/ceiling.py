@@ -1,0 +1,77 @@
+"""The ceiling rule, in one place: which grant scopes each environment may receive.
+
+Permanent trust (AlwaysThisProject) goes only to tools whose environment contains them. A tool
+running on the host (@shell) can be trusted at most for the session that granted it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Scope(enum.IntEnum):
+    """How long a grant lasts; the order means something (a wider scope is larger)."""
+
+    ONCE = 1
+    SESSION = 2
+    PROJECT = 3
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+    @classmethod
+    def from_label(cls, label: str) -> Scope:
+        for scope, name in _LABELS.items():
+            if name == label:
+                return scope
+        raise ValueError(f"unknown scope {label!r}")
+
+
+_LABELS = {
+    Scope.ONCE: "Once",
+    Scope.SESSION: "AlwaysThisSession",
+    Scope.PROJECT: "AlwaysThisProject",
+}
+
+
+class EnvironmentTag(enum.StrEnum):
+    """Where a tool runs. The ceiling of each is defined here and nowhere else."""
+
+    SHELL = "@shell"
+    DOCKER = "@docker"
+    WASM = "@wasm"
+    RUNTIME = "@runtime"
+
+    @property
+    def ceiling(self) -> Scope:
+        return _CEILINGS[self]
+
+    @property
+    def containment(self) -> str:
+        return _CONTAINMENT[self]
+
+    def allows(self, scope: Scope) -> bool:
+        return scope <= self.ceiling
+
+    def refusal(self, key: str) -> str:
+        """Why `key` cannot be granted for the project, in words a user can act on."""
+        return (
+            f"{key} runs in {self.value} ({self.containment}), whose ceiling is "
+            f"{self.ceiling.label}: permanent trust goes only to sandboxed tools"
+        )
+
+
+_CEILINGS = {
+    EnvironmentTag.SHELL: Scope.SESSION,
+    EnvironmentTag.DOCKER: Scope.PROJECT,
+    EnvironmentTag.WASM: Scope.PROJECT,
+    EnvironmentTag.RUNTIME: Scope.PROJECT,
+}
+
+_CONTAINMENT = {
+    EnvironmentTag.SHELL: "host processes, not sandboxed",
+    EnvironmentTag.DOCKER: "a hardened container",
+    EnvironmentTag.WASM: "a WASI sandbox",
+    EnvironmentTag.RUNTIME: "in-process, no external code",
+}
