@@ -1,0 +1,59 @@
+"""What the permission check returns: a small value that explains itself.
+
+The audit log, the CLI, the prompt and the MCP server all print from a `Decision`; none of them
+recomputes why a call was allowed or refused.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.ceiling import EnvironmentTag
+
+
+class Source(enum.StrEnum):
+    """Where a decision came from (SPEC §7: none / deny / project / session / once / denied)."""
+
+    NONE = "none"  # Permission.none(): nothing to decide
+    DENY = "deny"  # a deny rule of codecoder.json
+    PROJECT = "project"  # codecoder.json's allowlist, or the human's AlwaysThisProject
+    SESSION = "session"  # the session allowlist, or the human's AlwaysThisSession
+    ONCE = "once"  # the human allowed this one call
+    DENIED = "denied"  # the human said no, or nobody could be asked
+
+
+class Answer(enum.StrEnum):
+    """The human's choices at the prompt."""
+
+    ONCE = "once"
+    SESSION = "session"
+    PROJECT = "project"
+    DENY = "deny"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    source: Source
+    tool: str
+    environment: EnvironmentTag
+    key: str | None = None
+    matched: str | None = None  # the allowlist entry or deny rule that decided
+    answer: Answer | None = None  # set when the human was asked
+    reason: str = ""
+    violations: tuple[str, ...] = field(default=())  # CeilingViolations met on the way
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision": "allow" if self.allowed else "deny",
+            "source": self.source.value,
+            "key": self.key,
+            "tool": self.tool,
+            "environment": self.environment.value,
+            "matched": self.matched,
+            "answer": self.answer.value if self.answer else None,
+            "reason": self.reason,
+            "violations": list(self.violations),
+        }

@@ -1,0 +1,164 @@
+"""The permission lookup chain (SPEC §4), in one function.
+
+    None                    → allow                      (source none)
+    deny rule matches       → refuse, never ask          (source deny)
+    project entry matches   → ceiling ok → allow         (source project)
+                              ceiling too low → report CeilingViolation, fall through
+    session entry matches   → not expired → allow        (source session)
+                              expired → drop it, fall through
+    ask the human           → Once                       (source once)
+                              AlwaysThisSession → record (source session)
+                              AlwaysThisProject → ceiling ok → write codecoder.json (project)
+                                                  ceiling too low → CeilingViolation, refused
+                              Deny                       (source denied)
+
+Keys for protected paths (codecoder.json, .codecoder/, .git/) skip both allowlists and can be
+allowed only once: a standing grant there would let a tool grant itself trust or plant a hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from runtime.allowlist import Grant, ProjectAllowlist, SessionAllowlist
+from runtime.ceiling import EnvironmentTag, Scope
+from runtime.decision import Answer, Decision, Source
+from runtime.errors import CeilingViolation, ConfigError, DeniedByRule, DeniedByUser
+from runtime.patterns import KeyPattern
+from runtime.projectfile import add_allow_entry
+from runtime.prompt import Asker, AskRequest, non_interactive
+from runtime.tool import Permission
+
+PROTECTED_NOTE = "a protected path (codecoder.json, .codecoder/, .git/) can be allowed only once"
+
+
+class PermissionEngine:
+    def __init__(
+        self,
+        project: Callable[[], ProjectAllowlist],
+        session: SessionAllowlist,
+        asker: Asker,
+        project_file: Path,
+    ) -> None:
+        self._project = project
+        self.session = session
+        self.asker = asker
+        self._project_file = project_file
+
+    def decide(self, tool: str, environment: EnvironmentTag, permission: Permission) -> Decision:
+        """Decide one call. Raises a PermissionDenied subclass, carrying the Decision, on refusal."""
+        key = permission.key
+        if key is None:
+            return Decision(True, Source.NONE, tool, environment, reason="needs no permission")
+        project = self._project()
+        deny = project.denied_by(key)
+        if deny is not None:
+            decision = Decision(
+                False, Source.DENY, tool, environment, key.raw, deny.pattern.raw,
+                reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+            )
+            raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
+
+        violations: list[str] = []
+        notes: list[str] = []
+        if not key.protected:
+            for grant in project.granted_by(key):
+                if environment.allows(Scope.PROJECT):
+                    return Decision(
+                        True, Source.PROJECT, tool, environment, key.raw, grant.pattern.raw,
+                        reason="codecoder.json allowlist",
+                    )
+                violations.append(self._violation(grant, key.raw, environment))
+            session_entry = self.session.lookup(key)
+            if session_entry is not None:
+                valid, _ = session_entry
+                if valid:
+                    return Decision(
+                        True, Source.SESSION, tool, environment, key.raw, key.raw,
+                        reason="session allowlist", violations=tuple(violations),
+                    )
+                notes.append("the session grant for this key has expired")
+        else:
+            notes.append(PROTECTED_NOTE)
+        notes.extend(violations)
+        return self._ask(tool, environment, permission, violations, "; ".join(notes))
+
+    def _ask(
+        self, tool: str, environment: EnvironmentTag, permission: Permission,
+        violations: list[str], note: str,
+    ) -> Decision:
+        key = permission.key
+        assert key is not None
+        if key.protected:
+            choices: tuple[Answer, ...] = (Answer.ONCE, Answer.DENY)
+            why_not = PROTECTED_NOTE
+        elif environment.allows(Scope.PROJECT):
+            choices = (Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.DENY)
+            why_not = ""
+        else:
+            choices = (Answer.ONCE, Answer.SESSION, Answer.DENY)
+            why_not = environment.refusal(key.raw)
+        request = AskRequest(
+            tool=tool, environment=environment, key=key.raw, subject=key.subject,
+            choices=choices, why_not_project=why_not, note=note,
+        )
+        answer = self.asker(request)
+        done = tuple(violations)
+
+        def allow(source: Source, reason: str) -> Decision:
+            return Decision(
+                True, source, tool, environment, key.raw, None, answer, reason, done
+            )
+
+        if answer is Answer.DENY:
+            decision = Decision(
+                False, Source.DENIED, tool, environment, key.raw, None, answer,
+                "non-interactive: nothing granted this key"
+                if self.asker is non_interactive
+                else "denied at the prompt",
+                done,
+            )
+            raise DeniedByUser(f"{key.raw} was not allowed ({decision.reason})", decision)
+        if answer is Answer.ONCE:
+            return allow(Source.ONCE, "allowed once")
+        def refuse(error: CeilingViolation) -> NoReturn:
+            error.decision = Decision(
+                False, Source.DENIED, tool, environment, key.raw, None, answer,
+                error.reason, (*done, error.reason),
+            )
+            raise error
+
+        if key.protected:
+            refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
+        if answer is Answer.SESSION:
+            self.session.grant(key)
+            return allow(Source.SESSION, "allowed for this session")
+        # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
+        if not environment.allows(Scope.PROJECT):
+            refuse(CeilingViolation(
+                key.raw, environment.value, environment.ceiling.label,
+                environment.refusal(key.raw),
+            ))
+        try:
+            add_allow_entry(self._project_file, key.raw)
+        except ConfigError as exc:
+            decision = Decision(
+                False, Source.DENIED, tool, environment, key.raw, None, answer,
+                f"cannot record the grant: {exc}", done,
+            )
+            raise DeniedByUser(
+                f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
+                f"is ({exc})", decision,
+            ) from exc
+        self._project().add_grant(Grant(KeyPattern.parse(key.raw)))
+        return allow(Source.PROJECT, "allowed for the project (written to codecoder.json)")
+
+    @staticmethod
+    def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:
+        where = f" (codecoder.json line {grant.line})" if grant.line else ""
+        return f"CeilingViolation: entry {grant.pattern.raw!r}{where} grants nothing: " + (
+            environment.refusal(key)
+        )
+

@@ -1,0 +1,156 @@
+"""A project's configuration as the runtime uses it: codecoder.json checked against the tools.
+
+`runtime.projectfile` knows the file (syntax, schema, positions, writes); this module knows what
+the entries mean: which tool each names, which environment that tool is bound to, and whether
+that environment's ceiling admits a project grant. Problems become diagnostics with the line and
+column of the entry; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.allowlist import NEVER, Grant, ProjectAllowlist
+from runtime.ceiling import EnvironmentTag, Scope
+from runtime.patterns import KeyPattern, PatternError
+from runtime.projectfile import Diagnostic, ProjectFile, load_project_file
+from runtime.tool import KeyStyle, ShellSettings, Tool
+
+PROJECT_FILE = "codecoder.json"
+PROTECTED_HEADS = (PROJECT_FILE, ".codecoder", ".git")
+
+
+@dataclass(slots=True)
+class ProjectConfig:
+    root: Path
+    file: ProjectFile
+    allowlist: ProjectAllowlist
+    bindings: dict[str, EnvironmentTag] = field(default_factory=dict)
+    limits: ShellSettings = field(default_factory=ShellSettings)
+    session_ttl: float = NEVER
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.severity == "error" for d in self.diagnostics)
+
+
+def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
+    pf = load_project_file(root / PROJECT_FILE)
+    diagnostics = list(pf.diagnostics)
+
+    def style_of(tool: str) -> KeyStyle:
+        known = tools.get(tool)
+        return known.key_style if known else KeyStyle.NAME
+
+    bindings: dict[str, EnvironmentTag] = {}
+    for binding in pf.bindings:
+        tool = tools.get(binding.tool)
+        where = {"line": binding.line, "column": binding.column}
+        if tool is None:
+            diagnostics.append(Diagnostic(
+                "error", "unknown_tool", f"no tool named {binding.tool!r} to bind",
+                key=binding.tool, **where,
+            ))
+            continue
+        tag = EnvironmentTag(binding.environment)
+        if tag not in tool.bindable:
+            allowed = ", ".join(sorted(t.value for t in tool.bindable)) or "nothing else"
+            diagnostics.append(Diagnostic(
+                "error", "invalid_binding",
+                f"{binding.tool} cannot run in {tag.value}; it can be bound to: {allowed}",
+                key=binding.tool, **where,
+            ))
+            continue
+        bindings[binding.tool] = tag
+
+    def environment_of(tool: str) -> EnvironmentTag:
+        return bindings.get(tool) or tools[tool].environment
+
+    grants: list[Grant] = []
+    for entry in pf.allowlist:
+        where = {"line": entry.line, "column": entry.column}
+        pattern = _checked_pattern(entry.pattern, tools, diagnostics, where)
+        if pattern is None or not entry.grants:
+            continue
+        environment = environment_of(pattern.tool)
+        if not environment.allows(Scope.PROJECT):
+            diagnostics.append(Diagnostic(
+                "error", "ceiling_violation",
+                f"{entry.pattern} is AlwaysThisProject, but {environment.refusal(entry.pattern)}."
+                f" The entry grants nothing; remove it, or grant it per session"
+                + (" or bind the tool to a sandbox in \"environments\""
+                   if len(tools[pattern.tool].bindable) > 1 else ""),
+                key=entry.pattern, **where,
+            ))
+        if tools[pattern.tool].key_style is KeyStyle.PATH and _only_protected(pattern):
+            diagnostics.append(Diagnostic(
+                "warning", "protected_path",
+                f"{entry.pattern} covers only protected paths (codecoder.json, .codecoder/, "
+                ".git/), which are never granted beyond Once: the entry grants nothing",
+                key=entry.pattern, **where,
+            ))
+        # Kept even when it violates the ceiling: the engine reports it at every lookup it meets.
+        grants.append(Grant(pattern, entry.line, entry.column, entry.digest))
+
+    denies: list[Grant] = []
+    for deny in pf.deny:
+        where = {"line": deny.line, "column": deny.column}
+        pattern = _checked_pattern(deny.pattern, tools, diagnostics, where)
+        if pattern is not None:
+            denies.append(Grant(pattern, deny.line, deny.column))
+
+    default = ShellSettings()
+    limits = ShellSettings(
+        timeout=pf.timeout if pf.timeout is not None else default.timeout,
+        max_output=pf.max_output if pf.max_output is not None else default.max_output,
+    )
+    return ProjectConfig(
+        root=root,
+        file=pf,
+        allowlist=ProjectAllowlist.build(grants if pf.usable else [], denies, style_of),
+        bindings=bindings,
+        limits=limits,
+        session_ttl=pf.session_ttl,
+        diagnostics=tuple(diagnostics),
+    )
+
+
+def _checked_pattern(
+    raw: str, tools: Mapping[str, Tool[Any]], diagnostics: list[Diagnostic],
+    where: dict[str, int | None],
+) -> KeyPattern | None:
+    try:
+        pattern = KeyPattern.parse(raw)
+    except PatternError as exc:
+        diagnostics.append(Diagnostic("error", "invalid_pattern", str(exc), key=raw, **where))
+        return None
+    tool = tools.get(pattern.tool)
+    if tool is None:
+        diagnostics.append(Diagnostic(
+            "error", "unknown_tool",
+            f"{raw}: there is no tool named {pattern.tool!r}; known tools: "
+            + ", ".join(sorted(tools)),
+            key=raw, **where,
+        ))
+        return None
+    try:
+        pattern.check(tool.key_style)
+    except PatternError as exc:
+        diagnostics.append(Diagnostic("error", "invalid_pattern", str(exc), key=raw, **where))
+        return None
+    if not pattern.action and tool.asks and tool.key_style is not KeyStyle.NAME:
+        diagnostics.append(Diagnostic(
+            "warning", "matches_nothing",
+            f"{raw} names the tool alone, which matches no call; did you mean {raw}:* ?",
+            key=raw, **where,
+        ))
+    return pattern
+
+
+def _only_protected(pattern: KeyPattern) -> bool:
+    head = pattern.action.split("/", 1)[0]
+    return head in PROTECTED_HEADS and pattern.action != head + "*"

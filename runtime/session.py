@@ -1,0 +1,163 @@
+"""The Python API: a `Runtime` for a project directory, and its sessions.
+
+    runtime = Runtime("path/to/project")
+    with runtime.session() as session:
+        outcome = session.call("run_command", {"command": "git status"})
+        print(outcome.unwrap().output)
+
+A runtime reads codecoder.json once; edits are applied by `reload()` (never automatically),
+which returns the diagnostics of the file as it now is. Session grants live in the session and
+are dropped with it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from environments.base import Environment
+from runtime.allowlist import ProjectAllowlist, SessionAllowlist
+from runtime.audit import AuditLog
+from runtime.ceiling import EnvironmentTag
+from runtime.dispatcher import CallOutcome, Dispatcher
+from runtime.engine import PermissionEngine
+from runtime.errors import SandboxUnavailable
+from runtime.project import PROJECT_FILE, ProjectConfig, load_project
+from runtime.projectfile import Diagnostic
+from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.tool import Tool, ToolDefinition
+from runtime.tools import builtin_tools
+
+_DEFAULT_AUDIT = object()
+
+
+class Runtime:
+    """One project: its tools, its configuration, its environments."""
+
+    def __init__(
+        self,
+        project_dir: str | os.PathLike[str],
+        *,
+        asker: Asker | None = None,
+        environments: Mapping[EnvironmentTag, Environment[Any, Any]] | None = None,
+        audit_log: Path | None | object = _DEFAULT_AUDIT,
+        tools: Mapping[str, Tool[Any]] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.project_dir = Path(project_dir).resolve()
+        if not self.project_dir.is_dir():
+            raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
+        self.tools: dict[str, Tool[Any]] = dict(tools if tools is not None else builtin_tools())
+        self.asker: Asker = asker or default_asker()
+        self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
+        self._owned: set[EnvironmentTag] = set()
+        if audit_log is _DEFAULT_AUDIT:
+            audit_log = self.project_dir / ".codecoder" / "audit.jsonl"
+        assert audit_log is None or isinstance(audit_log, Path)
+        self.audit = AuditLog(audit_log)
+        self.clock = clock
+        self.config: ProjectConfig = load_project(self.project_dir, self.tools)
+
+    @property
+    def project_file(self) -> Path:
+        return self.project_dir / PROJECT_FILE
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return self.config.diagnostics
+
+    def reload(self) -> list[Diagnostic]:
+        """Apply the current codecoder.json and return its diagnostics."""
+        self.config = load_project(self.project_dir, self.tools)
+        return list(self.config.diagnostics)
+
+    def environment_of(self, tool: str) -> EnvironmentTag:
+        return self.config.bindings.get(tool) or self.tools[tool].environment
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [tool.definition(self.environment_of(name)) for name, tool in self.tools.items()]
+
+    def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]:
+        """The environment for `tag`, started on first use and kept for the runtime's life."""
+        env = self._environments.get(tag)
+        if env is None:
+            env = self._start(tag)
+            self._environments[tag] = env
+            self._owned.add(tag)
+        return env
+
+    def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
+        if tag is EnvironmentTag.SHELL:
+            from environments.shell import ShellEnvironment
+
+            return ShellEnvironment()
+        if tag is EnvironmentTag.WASM:
+            from environments.wasm import WasmEnvironment
+
+            return WasmEnvironment()
+        if tag is EnvironmentTag.DOCKER:
+            from environments.docker import DockerEnvironment
+
+            return DockerEnvironment(self.project_dir)
+        if tag is EnvironmentTag.RUNTIME:
+            from environments.inprocess import InProcessEnvironment
+
+            return InProcessEnvironment()
+        raise SandboxUnavailable(f"no environment {tag.value} is available to run tools in")
+
+    def session(self, *, asker: Asker | None = None, session_id: str | None = None) -> Session:
+        return Session(self, asker or self.asker, session_id or uuid.uuid4().hex[:12])
+
+    def close(self) -> None:
+        for tag in list(self._owned):
+            self._environments.pop(tag).close()
+        self._owned.clear()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """One conversation with the runtime: its session allowlist lives as long as it does."""
+
+    def __init__(self, runtime: Runtime, asker: Asker, session_id: str) -> None:
+        self.runtime = runtime
+        self.id = session_id
+        self.allowlist = SessionAllowlist(runtime.config.session_ttl, runtime.clock)
+        self.engine = PermissionEngine(
+            project=self._project_allowlist,
+            session=self.allowlist,
+            asker=asker,
+            project_file=runtime.project_file,
+        )
+        self._dispatcher = Dispatcher(runtime, self.engine, runtime.audit, session_id)
+
+    def _project_allowlist(self) -> ProjectAllowlist:
+        return self.runtime.config.allowlist
+
+    def call(self, tool: str, args: Any) -> CallOutcome:
+        """Run one call through the whole chain. Never raises for the call's own failures:
+        the outcome carries them (use `outcome.unwrap()` to raise)."""
+        return self._dispatcher.call(tool, args)
+
+    def close(self) -> None:
+        self.allowlist.clear()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def default_asker() -> Asker:
+    """The terminal prompt where a person can answer; otherwise (CI, no terminal) deny."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return non_interactive
+    return TerminalPrompt() if TerminalPrompt.available() else non_interactive
