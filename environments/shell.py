@@ -1,0 +1,130 @@
+"""@shell: commands as host processes. Nothing contains them, which is why its ceiling is the
+session (runtime.ceiling).
+
+Each command runs in a new session (process group) with the workspace as its cwd and no stdin.
+At its deadline, and when it ends, the whole group is killed: a command cannot leave a
+background job behind to hold the pipes open or outlive the call.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from environments.base import CommandRequest, CommandResult, Environment
+from environments.output import CappedBuffer
+from runtime.ceiling import EnvironmentTag
+from runtime.errors import ExecutionFailed, ExecutionTimeout
+
+_DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
+
+
+class ShellEnvironment(Environment[CommandRequest, CommandResult]):
+    tag = EnvironmentTag.SHELL
+
+    def __init__(self, bash: str = "/bin/bash") -> None:
+        self._bash = bash
+
+    def run(self, request: CommandRequest) -> CommandResult:
+        if request.argv is not None:
+            argv = list(request.argv)
+        else:
+            assert request.script is not None
+            argv = [self._bash, "--noprofile", "--norc", "-c", request.script]
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=request.cwd,
+                env=request.env,
+                stdin=subprocess.PIPE if request.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            if not Path(request.cwd).is_dir():
+                raise ExecutionFailed(f"working directory {request.cwd} does not exist") from None
+            return CommandResult(
+                127, "", f"codecoder: {argv[0]}: command not found\n", time.monotonic() - started
+            )
+        except PermissionError:
+            return CommandResult(
+                126, "", f"codecoder: {argv[0]}: permission denied\n", time.monotonic() - started
+            )
+        except OSError as exc:
+            raise ExecutionFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
+        return self._collect(proc, request, started)
+
+    def _collect(
+        self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float
+    ) -> CommandResult:
+        out, err = CappedBuffer(request.max_output), CappedBuffer(request.max_output)
+        deadline = started + request.timeout
+        timed_out = False
+        assert proc.stdout is not None and proc.stderr is not None
+        if proc.stdin is not None:
+            try:
+                proc.stdin.write(request.stdin)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, out)
+            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            exited_at: float | None = None
+            while sel.get_map():
+                now = time.monotonic()
+                if exited_at is None and proc.poll() is not None:
+                    # The command is done; anything left in its group is a stray background
+                    # job that would otherwise keep the pipes open until the deadline.
+                    _kill_group(proc.pid)
+                    exited_at = now
+                if exited_at is not None and now - exited_at > _DRAIN_AFTER_EXIT:
+                    break
+                if now >= deadline:
+                    timed_out = True
+                    _kill_group(proc.pid)
+                    break
+                wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_AFTER_EXIT)
+                for selkey, _ in sel.select(timeout=max(wait, 0.0)):
+                    chunk = os.read(selkey.fd, 65536)
+                    if chunk:
+                        selkey.data.write(chunk)
+                    else:
+                        sel.unregister(selkey.fileobj)
+        _kill_group(proc.pid)
+        code = proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        duration = time.monotonic() - started
+        if timed_out:
+            tail = (out.text() + err.text())[-2000:]
+            raise ExecutionTimeout(
+                f"command killed after {request.timeout:g}s (its whole process group)"
+                + (f"; last output:\n{tail}" if tail else "")
+            )
+        killed_by = None
+        if code < 0:
+            killed_by = signal.Signals(-code).name
+            code = 128 - code
+        return CommandResult(
+            exit_code=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            duration=duration,
+            truncated=out.truncated or err.truncated,
+            killed_by=killed_by,
+        )
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

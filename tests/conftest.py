@@ -1,0 +1,61 @@
+"""Fixtures shared by the tests: a project directory, a runtime on mock environments, askers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from environments.base import CommandRequest, CommandResult
+from environments.mock import MockEnvironment
+from runtime.ceiling import EnvironmentTag
+from runtime.decision import Answer
+from runtime.prompt import AskRequest
+from runtime.session import Runtime
+
+
+class RecordingAsker:
+    """Answers prompts from a list (then Deny) and keeps every request it was shown."""
+
+    def __init__(self, *answers: Answer) -> None:
+        self.answers = list(answers)
+        self.requests: list[AskRequest] = []
+
+    def __call__(self, request: AskRequest) -> Answer:
+        self.requests.append(request)
+        return self.answers.pop(0) if self.answers else Answer.DENY
+
+
+def echo_handler(request: CommandRequest) -> CommandResult:
+    shown = " ".join(request.argv) if request.argv is not None else f"bash: {request.script}"
+    return CommandResult(exit_code=0, stdout=shown + "\n", stderr="", duration=0.001)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+def write_config(root: Path, config: dict[str, Any] | str) -> Path:
+    path = root / "codecoder.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config, indent=2) + "\n")
+    return path
+
+
+@pytest.fixture
+def make_runtime(project: Path) -> Callable[..., Runtime]:
+    """A runtime whose @shell and @docker are mock environments that echo what they would run."""
+
+    def make(asker: Any = None, **kw: Any) -> Runtime:
+        environments = kw.pop("environments", None) or {
+            EnvironmentTag.SHELL: MockEnvironment(echo_handler, EnvironmentTag.SHELL),
+            EnvironmentTag.DOCKER: MockEnvironment(echo_handler, EnvironmentTag.DOCKER),
+        }
+        return Runtime(project, asker=asker or RecordingAsker(), environments=environments, **kw)
+
+    return make

@@ -1,0 +1,90 @@
+"""@shell: real host processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from environments.base import CommandRequest
+from environments.shell import ShellEnvironment
+from runtime.errors import ExecutionTimeout
+
+
+@pytest.fixture
+def shell() -> ShellEnvironment:
+    return ShellEnvironment()
+
+
+def test_argv_runs_without_a_shell_so_nothing_is_expanded(shell, tmp_path: Path) -> None:
+    result = shell.run(CommandRequest(cwd=tmp_path, argv=("echo", "$HOME", "*", "a;b")))
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "$HOME * a;b\n", "")
+
+
+def test_a_script_runs_in_bash_in_the_workspace(shell, tmp_path: Path) -> None:
+    (tmp_path / "marker").write_text("x")
+    result = shell.run(CommandRequest(cwd=tmp_path, script="ls | tr a-z A-Z; echo $((1+2))"))
+    assert (result.exit_code, result.stdout) == (0, "MARKER\n3\n")
+
+
+def test_the_exit_code_and_stderr_are_reported(shell, tmp_path: Path) -> None:
+    result = shell.run(CommandRequest(cwd=tmp_path, script="echo oops >&2; exit 7"))
+    assert (result.exit_code, result.stdout, result.stderr) == (7, "", "oops\n")
+
+
+def test_a_missing_program_is_exit_code_127(shell, tmp_path: Path) -> None:
+    result = shell.run(CommandRequest(cwd=tmp_path, argv=("no-such-program-xyz",)))
+    assert result.exit_code == 127
+    assert "no-such-program-xyz: command not found" in result.stderr
+
+
+def test_stdin_is_passed_and_otherwise_empty(shell, tmp_path: Path) -> None:
+    given = shell.run(CommandRequest(cwd=tmp_path, argv=("cat",), stdin=b"data"))
+    empty = shell.run(CommandRequest(cwd=tmp_path, argv=("cat",)))
+    assert (given.stdout, empty.stdout) == ("data", "")
+
+
+def test_the_timeout_kills_the_whole_process_group(shell, tmp_path: Path) -> None:
+    script = "sleep 60 & echo $! > bg.pid; sleep 60"
+    started = time.monotonic()
+    with pytest.raises(ExecutionTimeout, match="killed after 0.5s"):
+        shell.run(CommandRequest(cwd=tmp_path, script=script, timeout=0.5))
+    assert time.monotonic() - started < 5
+    background = int((tmp_path / "bg.pid").read_text())
+    time.sleep(0.1)
+    assert not _alive(background)
+
+
+def test_a_background_job_does_not_keep_the_call_open_or_outlive_it(shell, tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = shell.run(CommandRequest(cwd=tmp_path, script="sleep 60 & echo $! > bg.pid; echo done"))
+    assert (result.exit_code, result.stdout) == (0, "done\n")
+    assert time.monotonic() - started < 5
+    time.sleep(0.1)
+    assert not _alive(int((tmp_path / "bg.pid").read_text()))
+
+
+def test_output_is_capped_keeping_head_and_tail(shell, tmp_path: Path) -> None:
+    script = "echo FIRST; head -c 100000 /dev/zero | tr '\\0' x; echo; echo LAST"
+    result = shell.run(CommandRequest(cwd=tmp_path, script=script, max_output=2000))
+    assert result.truncated
+    assert result.stdout.startswith("FIRST\nxxx")
+    assert result.stdout.endswith("xxx\nLAST\n")
+    assert "bytes of output truncated" in result.stdout
+    assert len(result.stdout) < 2100
+
+
+def test_a_signal_death_is_reported(shell, tmp_path: Path) -> None:
+    result = shell.run(CommandRequest(cwd=tmp_path, script="kill -TERM $$"))
+    assert (result.exit_code, result.killed_by) == (143, "SIGTERM")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
