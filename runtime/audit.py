@@ -51,7 +51,7 @@ class AuditLog:
         if agent:
             entry["agent"] = agent
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _ensure_dir(self.path.parent)
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -70,3 +70,12 @@ class AuditLog:
             for line in fh:
                 if line.strip():
                     yield json.loads(line)
+
+
+def _ensure_dir(directory: Path) -> None:
+    if directory.is_dir():
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    if directory.name == ".codecoder":
+        # The runtime's own records are not the project's source: keep them out of commits.
+        (directory / ".gitignore").write_text("audit.jsonl\n*.lock\n")

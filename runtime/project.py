@@ -115,7 +115,9 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         bindings=bindings,
         limits=limits,
         session_ttl=pf.session_ttl,
-        diagnostics=tuple(diagnostics),
+        diagnostics=tuple(
+            sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))
+        ),
     )
 
 
