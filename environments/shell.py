@@ -8,6 +8,7 @@ background job behind to hold the pipes open or outlive the call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -98,6 +99,12 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                         selkey.data.write(chunk)
                     else:
                         sel.unregister(selkey.fileobj)
+        if not timed_out:
+            # The pipes can close a moment before the process exits: wait for it, not kill it.
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                timed_out = True
         _kill_group(proc.pid)
         code = proc.wait()
         proc.stdout.close()
@@ -124,7 +131,5 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

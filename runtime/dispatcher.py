@@ -28,7 +28,7 @@ from runtime.errors import (
 from runtime.tool import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from runtime.session import Runtime
+    from runtime.session import Runtime, Session
 
 
 @dataclass(slots=True)
@@ -69,12 +69,12 @@ class CallOutcome:
 
 class Dispatcher:
     def __init__(
-        self, runtime: Runtime, engine: PermissionEngine, audit: AuditLog, session_id: str
+        self, runtime: Runtime, session: Session, engine: PermissionEngine, audit: AuditLog
     ) -> None:
         self._runtime = runtime
+        self._session = session
         self._engine = engine
         self._audit = audit
-        self.session_id = session_id
 
     def call(self, name: str, args: Any) -> CallOutcome:
         started = time.monotonic()
@@ -89,8 +89,9 @@ class Dispatcher:
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
                 environment_tag=tag,
-                session_id=self.session_id,
+                session_id=self._session.id,
                 limits=runtime.config.limits,
+                session=self._session,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:
@@ -104,15 +105,19 @@ class Dispatcher:
         return self._finish(name, result, None, decision, started)
 
     def _tool(self, name: str) -> Tool[Any]:
-        tools = self._runtime.tools
+        tools = self._session.tools()
         tool = tools.get(name)
         if tool is None:
             raise UnknownTool(name, list(tools))
         return tool
 
     def _finish(
-        self, name: str, result: ToolResult | None, error: CodecoderError | None,
-        decision: Decision | None, started: float,
+        self,
+        name: str,
+        result: ToolResult | None,
+        error: CodecoderError | None,
+        decision: Decision | None,
+        started: float,
     ) -> CallOutcome:
         duration = time.monotonic() - started
         if isinstance(error, PermissionDenied):
@@ -123,9 +128,15 @@ class Dispatcher:
             outcome = "invalid"
         else:
             outcome = "ok" if result is not None and not result.is_error else "failed"
+        session = self._session
         self._audit.record(
-            session=self.session_id, tool=name, decision=decision, outcome=outcome,
-            duration=duration, error=str(error) if error else None,
+            session=session.id,
+            tool=name,
+            decision=decision,
+            outcome=outcome,
+            duration=duration,
+            error=str(error) if error else None,
+            agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
         )
         return CallOutcome(name, result, error, decision, duration)
 

@@ -43,7 +43,7 @@ class Runtime:
         *,
         asker: Asker | None = None,
         environments: Mapping[EnvironmentTag, Environment[Any, Any]] | None = None,
-        audit_log: Path | None | object = _DEFAULT_AUDIT,
+        audit_log: Path | object | None = _DEFAULT_AUDIT,
         tools: Mapping[str, Tool[Any]] | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -124,30 +124,70 @@ class Runtime:
 
 
 class Session:
-    """One conversation with the runtime: its session allowlist lives as long as it does."""
+    """One conversation with the runtime: its session allowlist lives as long as it does.
 
-    def __init__(self, runtime: Runtime, asker: Asker, session_id: str) -> None:
+    A child session (`child()`, for the `agent` tool) shares the parent's engine, allowlist and
+    audit log but sees only its own toolset, and its calls are audited with its id and depth.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        asker: Asker,
+        session_id: str,
+        *,
+        toolset: frozenset[str] | None = None,
+        depth: int = 0,
+        agent_id: str | None = None,
+        engine: PermissionEngine | None = None,
+    ) -> None:
         self.runtime = runtime
         self.id = session_id
-        self.allowlist = SessionAllowlist(runtime.config.session_ttl, runtime.clock)
-        self.engine = PermissionEngine(
-            project=self._project_allowlist,
-            session=self.allowlist,
-            asker=asker,
-            project_file=runtime.project_file,
-        )
-        self._dispatcher = Dispatcher(runtime, self.engine, runtime.audit, session_id)
+        self.toolset = toolset
+        self.depth = depth
+        self.agent_id = agent_id
+        if engine is None:
+            engine = PermissionEngine(
+                project=self._project_allowlist,
+                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock),
+                asker=asker,
+                project_file=runtime.project_file,
+            )
+        self.engine = engine
+        self.allowlist = engine.session
+        self._dispatcher = Dispatcher(runtime, self, engine, runtime.audit)
 
     def _project_allowlist(self) -> ProjectAllowlist:
         return self.runtime.config.allowlist
+
+    def tools(self) -> dict[str, Tool[Any]]:
+        """The tools this session can see and call."""
+        if self.toolset is None:
+            return self.runtime.tools
+        return {n: t for n, t in self.runtime.tools.items() if n in self.toolset}
 
     def call(self, tool: str, args: Any) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise)."""
         return self._dispatcher.call(tool, args)
 
+    def child(self, toolset: frozenset[str], agent_id: str | None = None) -> Session:
+        """A child agent's session: a narrower toolset, one level deeper, same audit log."""
+        if self.toolset is not None:
+            toolset = toolset & self.toolset
+        return Session(
+            self.runtime,
+            self.engine.asker,
+            self.id,
+            toolset=toolset,
+            depth=self.depth + 1,
+            agent_id=agent_id or uuid.uuid4().hex[:8],
+            engine=self.engine,
+        )
+
     def close(self) -> None:
-        self.allowlist.clear()
+        if self.depth == 0:
+            self.allowlist.clear()
 
     def __enter__(self) -> Session:
         return self

@@ -26,6 +26,7 @@ from runtime.ceiling import EnvironmentTag
 
 if TYPE_CHECKING:
     from environments.base import Environment
+    from runtime.session import Session
 
 
 class Category(enum.StrEnum):
@@ -116,6 +117,7 @@ class ToolContext:
     environment_tag: EnvironmentTag
     session_id: str
     limits: ShellSettings = field(default_factory=ShellSettings)
+    session: Session | None = None  # the calling session: lets `agent` start a child session
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
