@@ -69,7 +69,7 @@ class Environment(abc.ABC, Generic[RequestT, ResultT]):
     def run(self, request: RequestT) -> ResultT:
         """Run the request to completion (or to its timeout) and report how it ended."""
 
-    def close(self) -> None:  # noqa: B027 - most environments hold nothing
+    def close(self) -> None:
         """Release containers, processes, caches held for this environment."""
 
     def __enter__(self) -> Environment[RequestT, ResultT]:

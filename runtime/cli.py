@@ -17,7 +17,6 @@ from runtime.commandkey import key_command
 from runtime.decision import Answer
 from runtime.dispatcher import CallOutcome, validate_arguments
 from runtime.errors import (
-    CodecoderError,
     ConfigError,
     InvalidArguments,
     PermissionDenied,
@@ -72,10 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     p = command("call", "run one tool call through the whole permission chain")
     p.add_argument("tool")
     p.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
-    p.add_argument("--answer", choices=[a.value for a in Answer],
-                   help="answer any permission prompt with this (ceilings still apply)")
-    p.add_argument("--non-interactive", action="store_true",
-                   help="never ask: anything not granted is denied")
+    p.add_argument(
+        "--answer",
+        choices=[a.value for a in Answer],
+        help="answer any permission prompt with this (ceilings still apply)",
+    )
+    p.add_argument(
+        "--non-interactive", action="store_true", help="never ask: anything not granted is denied"
+    )
     p.set_defaults(handler=_call)
 
     p = command("replay", "replay a recorded run: one session, one call per JSON line")
@@ -117,8 +120,10 @@ def _tools(args: argparse.Namespace) -> int:
         _out(rows)
     else:
         for row in rows:
-            print(f"{row['name']:<18} {row['category']:<8} {row['environment']:<9} "
-                  f"{row['permission']:<5} {row['description']}")
+            print(
+                f"{row['name']:<18} {row['category']:<8} {row['environment']:<9} "
+                f"{row['permission']:<5} {row['description']}"
+            )
     return EXIT_OK
 
 
@@ -159,8 +164,13 @@ def _check(args: argparse.Namespace) -> int:
     diagnostics = runtime.diagnostics
     ok = not any(d.severity == "error" for d in diagnostics)
     if args.json:
-        _out({"ok": ok, "file": str(runtime.project_file),
-              "diagnostics": [d.to_json() for d in diagnostics]})
+        _out(
+            {
+                "ok": ok,
+                "file": str(runtime.project_file),
+                "diagnostics": [d.to_json() for d in diagnostics],
+            }
+        )
     else:
         for d in diagnostics:
             print(_format_diagnostic(runtime.project_file, d))
@@ -221,8 +231,13 @@ def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
         if not outcome.result.output.endswith("\n"):
             sys.stdout.write("\n")
     if outcome.error is not None:
-        kind = ("permission denied" if isinstance(outcome.error, PermissionDenied)
-                else "tool error" if isinstance(outcome.error, ToolError) else "error")
+        kind = (
+            "permission denied"
+            if isinstance(outcome.error, PermissionDenied)
+            else "tool error"
+            if isinstance(outcome.error, ToolError)
+            else "error"
+        )
         print(f"codecoder: {kind}: {visible(str(outcome.error))}", file=sys.stderr)
 
 
@@ -230,8 +245,9 @@ def _report_config(runtime: Runtime) -> None:
     for d in runtime.diagnostics:
         print(_format_diagnostic(runtime.project_file, d), file=sys.stderr)
     if not runtime.config.file.usable:
-        print("codecoder: codecoder.json is not usable: no grants are taken from it",
-              file=sys.stderr)
+        print(
+            "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
+        )
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -254,8 +270,11 @@ def _replay(args: argparse.Namespace) -> int:
                     tool, call_args, given = _replay_line(line, number)
                 except UsageError as exc:
                     codes.append(EXIT_USAGE)
-                    row = {"line": number, "ok": False,
-                           "error": {"type": type(exc).__name__, "message": str(exc)}}
+                    row = {
+                        "line": number,
+                        "ok": False,
+                        "error": {"type": type(exc).__name__, "message": str(exc)},
+                    }
                     print(json.dumps(row) if args.json else f"line {number}: {exc}")
                     continue
                 if given is not None:
@@ -323,9 +342,9 @@ def _allowlist(args: argparse.Namespace) -> int:
     else:
         for e in entries:
             state = "grants" if e["grants"] else f"grants nothing ({e['problem'] or 'scope'})"
-            print(f"allow  {visible(e['key'])}  {e['scope']}  [{state}]")
+            print(f"allow  {visible(str(e['key']))}  {e['scope']}  [{state}]")
         for d in denies:
-            print(f"deny   {visible(d['key'])}")
+            print(f"deny   {visible(str(d['key']))}")
         if not entries and not denies:
             print("(no entries)")
     return EXIT_OK
@@ -345,4 +364,3 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-

@@ -48,7 +48,7 @@ class PermissionEngine:
         self._project_file = project_file
 
     def decide(self, tool: str, environment: EnvironmentTag, permission: Permission) -> Decision:
-        """Decide one call. Raises a PermissionDenied subclass, carrying the Decision, on refusal."""
+        """Decide one call; a refusal raises PermissionDenied carrying its Decision."""
         key = permission.key
         if key is None:
             return Decision(True, Source.NONE, tool, environment, reason="needs no permission")
@@ -56,7 +56,12 @@ class PermissionEngine:
         deny = project.denied_by(key)
         if deny is not None:
             decision = Decision(
-                False, Source.DENY, tool, environment, key.raw, deny.pattern.raw,
+                False,
+                Source.DENY,
+                tool,
+                environment,
+                key.raw,
+                deny.pattern.raw,
                 reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
             )
             raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
@@ -67,7 +72,12 @@ class PermissionEngine:
             for grant in project.granted_by(key):
                 if environment.allows(Scope.PROJECT):
                     return Decision(
-                        True, Source.PROJECT, tool, environment, key.raw, grant.pattern.raw,
+                        True,
+                        Source.PROJECT,
+                        tool,
+                        environment,
+                        key.raw,
+                        grant.pattern.raw,
                         reason="codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
@@ -76,8 +86,14 @@ class PermissionEngine:
                 valid, _ = session_entry
                 if valid:
                     return Decision(
-                        True, Source.SESSION, tool, environment, key.raw, key.raw,
-                        reason="session allowlist", violations=tuple(violations),
+                        True,
+                        Source.SESSION,
+                        tool,
+                        environment,
+                        key.raw,
+                        key.raw,
+                        reason="session allowlist",
+                        violations=tuple(violations),
                     )
                 notes.append("the session grant for this key has expired")
         else:
@@ -86,8 +102,12 @@ class PermissionEngine:
         return self._ask(tool, environment, permission, violations, "; ".join(notes))
 
     def _ask(
-        self, tool: str, environment: EnvironmentTag, permission: Permission,
-        violations: list[str], note: str,
+        self,
+        tool: str,
+        environment: EnvironmentTag,
+        permission: Permission,
+        violations: list[str],
+        note: str,
     ) -> Decision:
         key = permission.key
         assert key is not None
@@ -101,20 +121,29 @@ class PermissionEngine:
             choices = (Answer.ONCE, Answer.SESSION, Answer.DENY)
             why_not = environment.refusal(key.raw)
         request = AskRequest(
-            tool=tool, environment=environment, key=key.raw, subject=key.subject,
-            choices=choices, why_not_project=why_not, note=note,
+            tool=tool,
+            environment=environment,
+            key=key.raw,
+            subject=key.subject,
+            choices=choices,
+            why_not_project=why_not,
+            note=note,
         )
         answer = self.asker(request)
         done = tuple(violations)
 
         def allow(source: Source, reason: str) -> Decision:
-            return Decision(
-                True, source, tool, environment, key.raw, None, answer, reason, done
-            )
+            return Decision(True, source, tool, environment, key.raw, None, answer, reason, done)
 
         if answer is Answer.DENY:
             decision = Decision(
-                False, Source.DENIED, tool, environment, key.raw, None, answer,
+                False,
+                Source.DENIED,
+                tool,
+                environment,
+                key.raw,
+                None,
+                answer,
                 "non-interactive: nothing granted this key"
                 if self.asker is non_interactive
                 else "denied at the prompt",
@@ -123,10 +152,18 @@ class PermissionEngine:
             raise DeniedByUser(f"{key.raw} was not allowed ({decision.reason})", decision)
         if answer is Answer.ONCE:
             return allow(Source.ONCE, "allowed once")
+
         def refuse(error: CeilingViolation) -> NoReturn:
             error.decision = Decision(
-                False, Source.DENIED, tool, environment, key.raw, None, answer,
-                error.reason, (*done, error.reason),
+                False,
+                Source.DENIED,
+                tool,
+                environment,
+                key.raw,
+                None,
+                answer,
+                error.reason,
+                (*done, error.reason),
             )
             raise error
 
@@ -137,20 +174,32 @@ class PermissionEngine:
             return allow(Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):
-            refuse(CeilingViolation(
-                key.raw, environment.value, environment.ceiling.label,
-                environment.refusal(key.raw),
-            ))
+            refuse(
+                CeilingViolation(
+                    key.raw,
+                    environment.value,
+                    environment.ceiling.label,
+                    environment.refusal(key.raw),
+                )
+            )
         try:
             add_allow_entry(self._project_file, key.raw)
         except ConfigError as exc:
             decision = Decision(
-                False, Source.DENIED, tool, environment, key.raw, None, answer,
-                f"cannot record the grant: {exc}", done,
+                False,
+                Source.DENIED,
+                tool,
+                environment,
+                key.raw,
+                None,
+                answer,
+                f"cannot record the grant: {exc}",
+                done,
             )
             raise DeniedByUser(
                 f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
-                f"is ({exc})", decision,
+                f"is ({exc})",
+                decision,
             ) from exc
         self._project().add_grant(Grant(KeyPattern.parse(key.raw)))
         return allow(Source.PROJECT, "allowed for the project (written to codecoder.json)")
@@ -161,4 +210,3 @@ class PermissionEngine:
         return f"CeilingViolation: entry {grant.pattern.raw!r}{where} grants nothing: " + (
             environment.refusal(key)
         )
-

@@ -91,7 +91,10 @@ class ConfigError(CodecoderError):
     """codecoder.json cannot be used; the message says where and why."""
 
     def __init__(
-        self, message: str, path: Path | None = None, line: int | None = None,
+        self,
+        message: str,
+        path: Path | None = None,
+        line: int | None = None,
         column: int | None = None,
     ) -> None:
         self.path = path

@@ -190,10 +190,7 @@ class PatternIndex(Generic[T]):
                         yield from items
                 yield from self._scan.get(key.tool, ())
             return
-        if key.style is KeyStyle.PATH:
-            head = key.action.split("/", 1)[0]
-        else:
-            head = key.action
+        head = key.action.split("/", 1)[0] if key.style is KeyStyle.PATH else key.action
         yield from self._buckets.get((key.tool, head), ())
         if deny and key.style is KeyStyle.COMMAND:
             yield from self._buckets.get((key.tool, posixpath.basename(key.action)), ())

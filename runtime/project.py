@@ -51,19 +51,28 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         tool = tools.get(binding.tool)
         where = {"line": binding.line, "column": binding.column}
         if tool is None:
-            diagnostics.append(Diagnostic(
-                "error", "unknown_tool", f"no tool named {binding.tool!r} to bind",
-                key=binding.tool, **where,
-            ))
+            diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "unknown_tool",
+                    f"no tool named {binding.tool!r} to bind",
+                    key=binding.tool,
+                    **where,
+                )
+            )
             continue
         tag = EnvironmentTag(binding.environment)
         if tag not in tool.bindable:
             allowed = ", ".join(sorted(t.value for t in tool.bindable)) or "nothing else"
-            diagnostics.append(Diagnostic(
-                "error", "invalid_binding",
-                f"{binding.tool} cannot run in {tag.value}; it can be bound to: {allowed}",
-                key=binding.tool, **where,
-            ))
+            diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "invalid_binding",
+                    f"{binding.tool} cannot run in {tag.value}; it can be bound to: {allowed}",
+                    key=binding.tool,
+                    **where,
+                )
+            )
             continue
         bindings[binding.tool] = tag
 
@@ -78,21 +87,33 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
             continue
         environment = environment_of(pattern.tool)
         if not environment.allows(Scope.PROJECT):
-            diagnostics.append(Diagnostic(
-                "error", "ceiling_violation",
-                f"{entry.pattern} is AlwaysThisProject, but {environment.refusal(entry.pattern)}."
-                f" The entry grants nothing; remove it, or grant it per session"
-                + (" or bind the tool to a sandbox in \"environments\""
-                   if len(tools[pattern.tool].bindable) > 1 else ""),
-                key=entry.pattern, **where,
-            ))
+            diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "ceiling_violation",
+                    f"{entry.pattern} is AlwaysThisProject, but "
+                    f"{environment.refusal(entry.pattern)}."
+                    f" The entry grants nothing; remove it, or grant it per session"
+                    + (
+                        ' or bind the tool to a sandbox in "environments"'
+                        if len(tools[pattern.tool].bindable) > 1
+                        else ""
+                    ),
+                    key=entry.pattern,
+                    **where,
+                )
+            )
         if tools[pattern.tool].key_style is KeyStyle.PATH and _only_protected(pattern):
-            diagnostics.append(Diagnostic(
-                "warning", "protected_path",
-                f"{entry.pattern} covers only protected paths (codecoder.json, .codecoder/, "
-                ".git/), which are never granted beyond Once: the entry grants nothing",
-                key=entry.pattern, **where,
-            ))
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    "protected_path",
+                    f"{entry.pattern} covers only protected paths (codecoder.json, .codecoder/, "
+                    ".git/), which are never granted beyond Once: the entry grants nothing",
+                    key=entry.pattern,
+                    **where,
+                )
+            )
         # Kept even when it violates the ceiling: the engine reports it at every lookup it meets.
         grants.append(Grant(pattern, entry.line, entry.column, entry.digest))
 
@@ -115,14 +136,14 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         bindings=bindings,
         limits=limits,
         session_ttl=pf.session_ttl,
-        diagnostics=tuple(
-            sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))
-        ),
+        diagnostics=tuple(sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))),
     )
 
 
 def _checked_pattern(
-    raw: str, tools: Mapping[str, Tool[Any]], diagnostics: list[Diagnostic],
+    raw: str,
+    tools: Mapping[str, Tool[Any]],
+    diagnostics: list[Diagnostic],
     where: dict[str, int | None],
 ) -> KeyPattern | None:
     try:
@@ -132,12 +153,16 @@ def _checked_pattern(
         return None
     tool = tools.get(pattern.tool)
     if tool is None:
-        diagnostics.append(Diagnostic(
-            "error", "unknown_tool",
-            f"{raw}: there is no tool named {pattern.tool!r}; known tools: "
-            + ", ".join(sorted(tools)),
-            key=raw, **where,
-        ))
+        diagnostics.append(
+            Diagnostic(
+                "error",
+                "unknown_tool",
+                f"{raw}: there is no tool named {pattern.tool!r}; known tools: "
+                + ", ".join(sorted(tools)),
+                key=raw,
+                **where,
+            )
+        )
         return None
     try:
         pattern.check(tool.key_style)
@@ -145,11 +170,15 @@ def _checked_pattern(
         diagnostics.append(Diagnostic("error", "invalid_pattern", str(exc), key=raw, **where))
         return None
     if not pattern.action and tool.asks and tool.key_style is not KeyStyle.NAME:
-        diagnostics.append(Diagnostic(
-            "warning", "matches_nothing",
-            f"{raw} names the tool alone, which matches no call; did you mean {raw}:* ?",
-            key=raw, **where,
-        ))
+        diagnostics.append(
+            Diagnostic(
+                "warning",
+                "matches_nothing",
+                f"{raw} names the tool alone, which matches no call; did you mean {raw}:* ?",
+                key=raw,
+                **where,
+            )
+        )
     return pattern
 
 

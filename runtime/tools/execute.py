@@ -33,7 +33,9 @@ class RunCommandParameters(Parameters):
         max_length=100_000,
     )
     timeout: float | None = Field(
-        default=None, gt=0, le=86_400,
+        default=None,
+        gt=0,
+        le=86_400,
         description="Seconds before the command is killed; the project's limit by default.",
     )
 
@@ -52,8 +54,11 @@ def result_of(res: CommandResult) -> ToolResult:
     if res.stderr:
         parts.append(("\n" if res.stdout and not res.stdout.endswith("\n") else "") + res.stderr)
     text = "".join(parts)
-    status = f"[exit code {res.exit_code}" + (f", killed by {res.killed_by}" if res.killed_by
-                                              else "") + "]"
+    status = (
+        f"[exit code {res.exit_code}"
+        + (f", killed by {res.killed_by}" if res.killed_by else "")
+        + "]"
+    )
     data: dict[str, Any] = {
         "exit_code": res.exit_code,
         "stdout": res.stdout,
@@ -62,8 +67,11 @@ def result_of(res: CommandResult) -> ToolResult:
         "killed_by": res.killed_by,
         "duration_ms": round(res.duration * 1000, 3),
     }
-    return ToolResult(output=f"{text}{status}" if not text or text.endswith("\n")
-                      else f"{text}\n{status}", is_error=res.exit_code != 0, data=data)
+    return ToolResult(
+        output=f"{text}{status}" if not text or text.endswith("\n") else f"{text}\n{status}",
+        is_error=res.exit_code != 0,
+        data=data,
+    )
 
 
 class RunCommand(Tool[RunCommandParameters]):
@@ -143,7 +151,9 @@ class Commit(Tool[CommitParameters]):
         def git(*argv: str) -> CommandResult:
             result: CommandResult = ctx.environment.run(
                 CommandRequest(
-                    cwd=ctx.workspace, argv=("git", *argv), timeout=ctx.limits.timeout,
+                    cwd=ctx.workspace,
+                    argv=("git", *argv),
+                    timeout=ctx.limits.timeout,
                     max_output=ctx.limits.max_output,
                 )
             )

@@ -49,7 +49,7 @@ def test_stdin_is_passed_and_otherwise_empty(shell, tmp_path: Path) -> None:
 def test_the_timeout_kills_the_whole_process_group(shell, tmp_path: Path) -> None:
     script = "sleep 60 & echo $! > bg.pid; sleep 60"
     started = time.monotonic()
-    with pytest.raises(ExecutionTimeout, match="killed after 0.5s"):
+    with pytest.raises(ExecutionTimeout, match=r"killed after 0\.5s"):
         shell.run(CommandRequest(cwd=tmp_path, script=script, timeout=0.5))
     assert time.monotonic() - started < 5
     background = int((tmp_path / "bg.pid").read_text())
@@ -59,7 +59,9 @@ def test_the_timeout_kills_the_whole_process_group(shell, tmp_path: Path) -> Non
 
 def test_a_background_job_does_not_keep_the_call_open_or_outlive_it(shell, tmp_path: Path) -> None:
     started = time.monotonic()
-    result = shell.run(CommandRequest(cwd=tmp_path, script="sleep 60 & echo $! > bg.pid; echo done"))
+    result = shell.run(
+        CommandRequest(cwd=tmp_path, script="sleep 60 & echo $! > bg.pid; echo done")
+    )
     assert (result.exit_code, result.stdout) == (0, "done\n")
     assert time.monotonic() - started < 5
     time.sleep(0.1)

@@ -12,21 +12,26 @@ from typing import Any
 from tests.conftest import write_config
 
 SEED = (
-    '{\n'
+    "{\n"
     '  "allowlist": {\n'
     '    "run_command:git": "AlwaysThisProject",\n'
     '    "run_command:cargo": "AlwaysThisSession",\n'
     '    "write_file:tests/**": "AlwaysThisProject"\n'
-    '  }\n'
-    '}\n'
+    "  }\n"
+    "}\n"
 )
 
 
 def codecoder(*args: str, project: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "runtime", *args], cwd=project, input=stdin,
-        capture_output=True, text=True, timeout=60, env=env,
+        [sys.executable, "-m", "runtime", *args],
+        cwd=project,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
 
 
@@ -39,22 +44,29 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
     assert proc.returncode == 0
     rows = {row["name"]: row for row in as_json(proc)}
     assert rows["run_command"] == {
-        "name": "run_command", "category": "execute", "environment": "@shell",
-        "permission": "ask", "description": rows["run_command"]["description"],
+        "name": "run_command",
+        "category": "execute",
+        "environment": "@shell",
+        "permission": "ask",
+        "description": rows["run_command"]["description"],
     }
-    assert set(rows["commit"]) == {"name", "category", "environment", "permission",
-                                   "description"}
+    assert set(rows["commit"]) == {"name", "category", "environment", "permission", "description"}
 
 
 def test_key_of_a_simple_and_of_a_compound_command(project: Path) -> None:
     simple = as_json(codecoder("key", "--json", "--", "git status -s", project=project))
     assert {k: simple[k] for k in ("tool", "key", "compound", "argv")} == {
-        "tool": "run_command", "key": "run_command:git", "compound": False,
-        "argv": ["git", "status", "-s"]}
-    compound = as_json(codecoder("key", "--json", "--", "git status && git push",
-                                 project=project))
+        "tool": "run_command",
+        "key": "run_command:git",
+        "compound": False,
+        "argv": ["git", "status", "-s"],
+    }
+    compound = as_json(codecoder("key", "--json", "--", "git status && git push", project=project))
     assert {k: compound[k] for k in ("key", "compound", "argv")} == {
-        "key": 'run_command:"git status && git push"', "compound": True, "argv": None}
+        "key": 'run_command:"git status && git push"',
+        "compound": True,
+        "argv": None,
+    }
 
 
 def test_key_for_any_tool_takes_its_arguments_as_json(project: Path) -> None:
@@ -70,8 +82,9 @@ def test_check_reports_the_seed_example_as_a_user_would_expect(project: Path) ->
     proc = codecoder("check", "--json", project=project)
     assert proc.returncode == 1
     report = as_json(proc)
-    found = [(d["severity"], d["code"], d["key"], d["line"], d["column"])
-             for d in report["diagnostics"]]
+    found = [
+        (d["severity"], d["code"], d["key"], d["line"], d["column"]) for d in report["diagnostics"]
+    ]
     assert report["ok"] is False
     assert found == [
         ("error", "ceiling_violation", "run_command:git", 3, 5),
@@ -82,30 +95,56 @@ def test_check_reports_the_seed_example_as_a_user_would_expect(project: Path) ->
 def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
     project: Path,
 ) -> None:
-    write_config(project, {"environments": {"run_command": "@docker"},
-                           "allowlist": {"run_command:git": "AlwaysThisProject"}})
+    write_config(
+        project,
+        {
+            "environments": {"run_command": "@docker"},
+            "allowlist": {"run_command:git": "AlwaysThisProject"},
+        },
+    )
     assert as_json(codecoder("check", "--json", project=project)) == {
-        "ok": True, "file": str(project / "codecoder.json"), "diagnostics": []}
+        "ok": True,
+        "file": str(project / "codecoder.json"),
+        "diagnostics": [],
+    }
     write_config(project, '{\n  "allowlist": {\n    "run_command:git": AlwaysThisProject\n}}\n')
     proc = codecoder("check", "--json", project=project)
     [diagnostic] = as_json(proc)["diagnostics"]
     assert (proc.returncode, diagnostic["code"], diagnostic["line"], diagnostic["column"]) == (
-        1, "syntax", 3, 24)
+        1,
+        "syntax",
+        3,
+        24,
+    )
     human = codecoder("check", project=project)
     assert "codecoder.json:3:24: error: [syntax]" in human.stdout
 
 
 def test_call_runs_through_the_chain_with_exit_codes(project: Path) -> None:
-    ok = codecoder("call", "run_command", '{"command": "echo hello"}', "--answer", "once",
-                   "--json", project=project)
+    ok = codecoder(
+        "call",
+        "run_command",
+        '{"command": "echo hello"}',
+        "--answer",
+        "once",
+        "--json",
+        project=project,
+    )
     result = as_json(ok)
     assert (ok.returncode, result["result"]["data"]["stdout"]) == (0, "hello\n")
     assert result["decision"]["source"] == "once"
-    failed = codecoder("call", "run_command", '{"command": "false"}', "--answer", "once",
-                       project=project)
+    failed = codecoder(
+        "call", "run_command", '{"command": "false"}', "--answer", "once", project=project
+    )
     assert failed.returncode == 1
-    denied = codecoder("call", "run_command", '{"command": "echo hi"}', "--non-interactive",
-                       "--json", project=project)
+    denied = codecoder(
+        "call",
+        "run_command",
+        '{"command": "echo hi"}',
+        "--non-interactive",
+        "--json",
+        project=project,
+    )
     assert (denied.returncode, as_json(denied)["decision"]["source"]) == (3, "denied")
     usage = codecoder("call", "run_command", '{"command": ', project=project)
     assert usage.returncode == 2
@@ -114,8 +153,9 @@ def test_call_runs_through_the_chain_with_exit_codes(project: Path) -> None:
 
 
 def test_call_with_always_this_project_on_a_shell_tool_is_refused(project: Path) -> None:
-    proc = codecoder("call", "run_command", '{"command": "git status"}', "--answer", "project",
-                     project=project)
+    proc = codecoder(
+        "call", "run_command", '{"command": "git status"}', "--answer", "project", project=project
+    )
     assert proc.returncode == 3
     assert "CeilingViolation" in proc.stderr
     assert not (project / "codecoder.json").exists()
@@ -133,20 +173,34 @@ def test_replay_runs_one_session_so_session_grants_carry_over(project: Path) -> 
     proc = codecoder("replay", str(script), "--json", project=project)
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [(r.get("decision") or {}).get("source") for r in rows] == [
-        "session", "session", "denied", "denied", None]
+        "session",
+        "session",
+        "denied",
+        "denied",
+        None,
+    ]
     assert rows[1]["result"]["data"]["stdout"] == "two\n"
     assert rows[4]["error"]["type"] == "UsageError"
     assert proc.returncode == 2
 
 
 def test_allowlist_lists_and_revokes(project: Path) -> None:
-    write_config(project, {"environments": {"run_command": "@docker"},
-                           "allowlist": {"run_command:git": "AlwaysThisProject",
-                                         "run_command:make": "AlwaysThisProject"},
-                           "deny": ["run_command:rm"]})
+    write_config(
+        project,
+        {
+            "environments": {"run_command": "@docker"},
+            "allowlist": {
+                "run_command:git": "AlwaysThisProject",
+                "run_command:make": "AlwaysThisProject",
+            },
+            "deny": ["run_command:rm"],
+        },
+    )
     listed = as_json(codecoder("allowlist", "list", "--json", project=project))
     assert [(e["key"], e["grants"]) for e in listed["allowlist"]] == [
-        ("run_command:git", True), ("run_command:make", True)]
+        ("run_command:git", True),
+        ("run_command:make", True),
+    ]
     assert listed["deny"] == [{"key": "run_command:rm", "line": listed["deny"][0]["line"]}]
     revoked = codecoder("allowlist", "revoke", "run_command:git", project=project)
     assert revoked.returncode == 0
@@ -158,14 +212,26 @@ def test_allowlist_lists_and_revokes(project: Path) -> None:
 
 
 def test_commit_runs_git_through_the_chain(project: Path) -> None:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     (project / "a.txt").write_text("a\n")
     os.environ.update(env)
-    proc = codecoder("call", "commit", '{"message": "add a", "paths": ["a.txt"]}',
-                     "--answer", "once", "--json", project=project)
+    proc = codecoder(
+        "call",
+        "commit",
+        '{"message": "add a", "paths": ["a.txt"]}',
+        "--answer",
+        "once",
+        "--json",
+        project=project,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    log = subprocess.run(["git", "log", "--format=%s"], cwd=project, capture_output=True,
-                         text=True, check=True)
+    log = subprocess.run(
+        ["git", "log", "--format=%s"], cwd=project, capture_output=True, text=True, check=True
+    )
     assert log.stdout == "add a\n"

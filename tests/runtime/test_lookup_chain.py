@@ -121,11 +121,21 @@ def test_an_unknown_tool_is_a_usage_error(make_runtime) -> None:
 
 
 def test_a_deny_rule_refuses_without_asking_even_when_granted(make_runtime, project) -> None:
-    write_config(project, {**DOCKER_BOUND, "allowlist": {"run_command:git": "AlwaysThisProject"},
-                           "deny": ["run_command:git:push"]})
+    write_config(
+        project,
+        {
+            **DOCKER_BOUND,
+            "allowlist": {"run_command:git": "AlwaysThisProject"},
+            "deny": ["run_command:git:push"],
+        },
+    )
     runtime = make_runtime(asker=never_ask)
-    for command in ["git push", "git -C sub push --force", "/usr/bin/git push",
-                    "git status && git push"]:
+    for command in [
+        "git push",
+        "git -C sub push --force",
+        "/usr/bin/git push",
+        "git status && git push",
+    ]:
         outcome = call(runtime, command)
         assert isinstance(outcome.error, DeniedByRule), command
         assert outcome.decision.to_json()["source"] == "deny"
@@ -144,9 +154,13 @@ def test_a_project_grant_for_a_sandboxed_tool_runs_without_asking(make_runtime, 
     assert outcome.ok
     decision = outcome.decision.to_json()
     assert (decision["source"], decision["matched"], decision["environment"]) == (
-        "project", "run_command:cargo", "@docker")
+        "project",
+        "run_command:cargo",
+        "@docker",
+    )
     assert [r.argv for r in ran(runtime, EnvironmentTag.DOCKER)] == [
-        ("cargo", "build", "--release")]
+        ("cargo", "build", "--release")
+    ]
 
 
 def test_a_project_entry_for_a_shell_tool_is_a_reported_ceiling_violation_then_asks(
@@ -244,7 +258,11 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
     docker_asker = RecordingAsker(Answer.DENY)
     call(make_runtime(asker=docker_asker), "ls")
     assert docker_asker.requests[0].choices == (
-        Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.DENY)
+        Answer.ONCE,
+        Answer.SESSION,
+        Answer.PROJECT,
+        Answer.DENY,
+    )
     assert docker_asker.requests[0].environment is EnvironmentTag.DOCKER
 
 
@@ -281,8 +299,9 @@ def test_a_project_grant_is_refused_when_the_file_is_malformed_and_the_file_is_k
 ) -> None:
     broken = '{"allowlist": {"stamp:a": "AlwaysThisProject",}}\n'
     write_config(project, broken)
-    runtime = make_runtime(asker=RecordingAsker(Answer.PROJECT),
-                           tools={**builtin_tools(), "stamp": Stamp()})
+    runtime = make_runtime(
+        asker=RecordingAsker(Answer.PROJECT), tools={**builtin_tools(), "stamp": Stamp()}
+    )
     assert runtime.diagnostics[0].code == "syntax"
     outcome = runtime.session().call("stamp", {"text": "a"})
     assert isinstance(outcome.error, DeniedByUser)
@@ -291,8 +310,11 @@ def test_a_project_grant_is_refused_when_the_file_is_malformed_and_the_file_is_k
 
 
 def test_a_malformed_file_grants_nothing(make_runtime, project) -> None:
-    write_config(project, '{"environments": {"run_command": "@docker"}, "allowlist": '
-                          '{"run_command:ls": "AlwaysThisProject"}, "typo": 1}')
+    write_config(
+        project,
+        '{"environments": {"run_command": "@docker"}, "allowlist": '
+        '{"run_command:ls": "AlwaysThisProject"}, "typo": 1}',
+    )
     runtime = make_runtime(asker=RecordingAsker())
     assert [d.code for d in runtime.diagnostics] == ["schema"]
     assert isinstance(call(runtime, "ls").error, DeniedByUser)
@@ -302,16 +324,30 @@ def test_a_malformed_file_grants_nothing(make_runtime, project) -> None:
 
 
 def test_a_simple_grant_never_covers_a_compound_command(make_runtime, project) -> None:
-    write_config(project, {**DOCKER_BOUND, "allowlist": {
-        "run_command:git": "AlwaysThisProject", "run_command:*": "AlwaysThisProject",
-        "run_command:git:*": "AlwaysThisProject"}})
+    write_config(
+        project,
+        {
+            **DOCKER_BOUND,
+            "allowlist": {
+                "run_command:git": "AlwaysThisProject",
+                "run_command:*": "AlwaysThisProject",
+                "run_command:git:*": "AlwaysThisProject",
+            },
+        },
+    )
     asker = RecordingAsker()
     runtime = make_runtime(asker=asker)
-    for command in ["git status && git push", "git status; rm -rf /", "git log | sh",
-                    "GIT_SSH_COMMAND=evil git fetch", "env git status", "git $(echo push)"]:
+    for command in [
+        "git status && git push",
+        "git status; rm -rf /",
+        "git log | sh",
+        "GIT_SSH_COMMAND=evil git fetch",
+        "env git status",
+        "git $(echo push)",
+    ]:
         outcome = call(runtime, command)
         assert isinstance(outcome.error, DeniedByUser), command
-    assert [r.key for r in asker.requests][0] == 'run_command:"git status && git push"'
+    assert next(r.key for r in asker.requests) == 'run_command:"git status && git push"'
     assert ran(runtime, EnvironmentTag.DOCKER) == []
 
 
@@ -328,8 +364,9 @@ def test_a_compound_command_is_granted_only_by_its_exact_key_and_runs_as_approve
 
 
 def test_a_subcommand_grant_covers_only_that_subcommand(make_runtime, project) -> None:
-    write_config(project, {**DOCKER_BOUND,
-                           "allowlist": {"run_command:git:status": "AlwaysThisProject"}})
+    write_config(
+        project, {**DOCKER_BOUND, "allowlist": {"run_command:git:status": "AlwaysThisProject"}}
+    )
     runtime = make_runtime(asker=RecordingAsker())
     assert call(runtime, "git status -s").decision.source is Source.PROJECT
     assert isinstance(call(runtime, "git push").error, DeniedByUser)
@@ -371,8 +408,14 @@ def test_edits_to_the_file_apply_only_after_reload(make_runtime, project) -> Non
 
 
 def test_every_call_leaves_one_audit_record_with_its_source(make_runtime, project) -> None:
-    write_config(project, {**DOCKER_BOUND, "allowlist": {"run_command:ls": "AlwaysThisProject"},
-                           "deny": ["run_command:rm"]})
+    write_config(
+        project,
+        {
+            **DOCKER_BOUND,
+            "allowlist": {"run_command:ls": "AlwaysThisProject"},
+            "deny": ["run_command:rm"],
+        },
+    )
     runtime = make_runtime(asker=RecordingAsker(Answer.ONCE, Answer.SESSION, Answer.DENY))
     session = runtime.session()
     for command in ["ls", "rm x", "cat a", "pwd", "pwd", "touch b"]:
@@ -388,8 +431,9 @@ def test_every_call_leaves_one_audit_record_with_its_source(make_runtime, projec
         ("run_command:touch", "denied", "denied"),
         (None, None, "invalid"),
     ]
-    assert all(r["session"] == session.id and r["environment"] in ("@docker", None)
-               for r in records)
+    assert all(
+        r["session"] == session.id and r["environment"] in ("@docker", None) for r in records
+    )
     assert runtime.audit.path == project / ".codecoder" / "audit.jsonl"
 
 

@@ -29,8 +29,11 @@ def test_lookalike_letters_are_named() -> None:
 
 def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missing() -> None:
     request = AskRequest(
-        tool="run_command", environment=EnvironmentTag.SHELL, key="run_command:git",
-        subject="git push\x1b[8m --force", choices=(Answer.ONCE, Answer.SESSION, Answer.DENY),
+        tool="run_command",
+        environment=EnvironmentTag.SHELL,
+        key="run_command:git",
+        subject="git push\x1b[8m --force",
+        choices=(Answer.ONCE, Answer.SESSION, Answer.DENY),
         why_not_project="run_command:git runs in @shell",
     )
     assert render(request).splitlines() == [
@@ -50,8 +53,15 @@ def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missin
 def spawn(project: Path, command: str) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = ["-m", "runtime", "call", "run_command", json.dumps({"command": command}), "--json"]
-    return pexpect.spawn(sys.executable, args, cwd=str(project), env=env, encoding="utf-8",
-                         timeout=30, dimensions=(40, 200))
+    return pexpect.spawn(
+        sys.executable,
+        args,
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 200),
+    )
 
 
 def test_a_person_answers_in_a_real_terminal(project: Path) -> None:
