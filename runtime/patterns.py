@@ -174,14 +174,17 @@ class PatternIndex(Generic[T]):
     def find(self, key: PermissionKey, *, deny: bool = False) -> Iterator[tuple[KeyPattern, T]]:
         """Every (pattern, payload) whose pattern matches the key, exact matches first."""
         seen: set[int] = set()
-        for pattern, payload in self._candidates(key, deny):
+        for pattern, payload in self.candidates(key, deny=deny):
             if id(pattern) in seen:
                 continue
             seen.add(id(pattern))
             if pattern.matches(key, deny=deny):
                 yield pattern, payload
 
-    def _candidates(self, key: PermissionKey, deny: bool) -> Iterable[tuple[KeyPattern, T]]:
+    def candidates(
+        self, key: PermissionKey, *, deny: bool = False
+    ) -> Iterable[tuple[KeyPattern, T]]:
+        """The entries worth testing against `key`: a handful, however many there are."""
         yield from self._exact.get(key.raw, ())
         if key.compound:
             if deny:
