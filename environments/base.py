@@ -29,7 +29,7 @@ class CommandRequest:
     max_output: int = 64 * 1024
     env: dict[str, str] | None = None
     stdin: bytes = b""
-    writable: bool = True
+    writable: bool = False
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

@@ -100,6 +100,7 @@ class RunCommand(Tool[RunCommandParameters]):
             script=None if keyed.argv is not None else keyed.command,
             timeout=timeout,
             max_output=ctx.limits.max_output,
+            writable=True,  # builds write the workspace; protected paths stay read-only
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)
