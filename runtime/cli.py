@@ -25,6 +25,7 @@ from runtime.errors import (
 )
 from runtime.projectfile import Diagnostic, remove_allow_entry
 from runtime.prompt import Asker, AskRequest, fixed, non_interactive, visible
+from runtime.schemas import export
 from runtime.session import Runtime, default_asker
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
@@ -89,6 +90,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "revoke"])
     p.add_argument("key", nargs="?", help="the entry to revoke")
     p.set_defaults(handler=_allowlist)
+
+    p = command("serve", "serve the tools over MCP (stdio), asking through elicitation")
+    p.set_defaults(handler=_serve)
+
+    p = command("schema", "export the tool definitions for an LLM API, ready to paste")
+    p.add_argument(
+        "--format", required=True, choices=["openai", "anthropic", "mcp"], help="the API"
+    )
+    p.set_defaults(handler=_schema)
+
+    p = command("session", "an interactive session: call tools, answer prompts, /reload")
+    p.set_defaults(handler=_session)
+
+    p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
+    p.set_defaults(handler=_reload)
     return parser
 
 
@@ -364,3 +380,55 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+# The MCP server and the interactive session are imported when used: the `mcp` SDK takes
+# about a second to import, which every other command would pay for nothing.
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from runtime.mcp_server import serve
+
+    return serve(args.project)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    _out(export(_runtime(args).definitions(), args.format))
+    return EXIT_OK
+
+
+def _session(args: argparse.Namespace) -> int:
+    from runtime.interactive import run_session
+
+    return run_session(args.project)
+
+
+def _reload(args: argparse.Namespace) -> int:
+    from runtime.mcp_server import signal_servers
+
+    runtime = _runtime(args)
+    signalled = signal_servers(runtime.project_dir)
+    diagnostics = runtime.diagnostics
+    ok = not any(d.severity == "error" for d in diagnostics)
+    if args.json:
+        _out(
+            {
+                "ok": ok,
+                "file": str(runtime.project_file),
+                "signalled": signalled,
+                "diagnostics": [d.to_json() for d in diagnostics],
+            }
+        )
+    else:
+        for d in diagnostics:
+            print(_format_diagnostic(runtime.project_file, d))
+        if not runtime.config.file.usable:
+            print("codecoder.json is not usable: no grants are taken from it")
+        pids = ", ".join(str(pid) for pid in signalled)
+        print(
+            f"reloaded {len(signalled)} server(s) of {runtime.project_dir}: {pids}"
+            if signalled
+            else f"no running server of {runtime.project_dir} to reload"
+        )
+        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
+    return EXIT_OK if ok else EXIT_FAILED
