@@ -51,7 +51,7 @@ class AuditLog:
         if agent:
             entry["agent"] = agent
         if self.path is not None:
-            _ensure_dir(self.path.parent)
+            ensure_state_dir(self.path.parent)
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -72,7 +72,7 @@ class AuditLog:
                     yield json.loads(line)
 
 
-def _ensure_dir(directory: Path) -> None:
+def ensure_state_dir(directory: Path) -> None:
     if directory.is_dir():
         return
     directory.mkdir(parents=True, exist_ok=True)

@@ -189,12 +189,12 @@ def _check(args: argparse.Namespace) -> int:
         )
     else:
         for d in diagnostics:
-            print(_format_diagnostic(runtime.project_file, d))
+            print(format_diagnostic(runtime.project_file, d))
         print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _format_diagnostic(path: Path, d: Diagnostic) -> str:
+def format_diagnostic(path: Path, d: Diagnostic) -> str:
     where = f"{path}"
     if d.line is not None:
         where += f":{d.line}" + (f":{d.column}" if d.column is not None else "")
@@ -259,7 +259,7 @@ def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
 
 def _report_config(runtime: Runtime) -> None:
     for d in runtime.diagnostics:
-        print(_format_diagnostic(runtime.project_file, d), file=sys.stderr)
+        print(format_diagnostic(runtime.project_file, d), file=sys.stderr)
     if not runtime.config.file.usable:
         print(
             "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
@@ -421,7 +421,7 @@ def _reload(args: argparse.Namespace) -> int:
         )
     else:
         for d in diagnostics:
-            print(_format_diagnostic(runtime.project_file, d))
+            print(format_diagnostic(runtime.project_file, d))
         if not runtime.config.file.usable:
             print("codecoder.json is not usable: no grants are taken from it")
         pids = ", ".join(str(pid) for pid in signalled)

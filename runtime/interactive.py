@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.allowlist import NEVER
-from runtime.cli import _format_diagnostic
+from runtime.cli import format_diagnostic
 from runtime.dispatcher import CallOutcome
 from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
@@ -231,7 +231,7 @@ class InteractiveSession:
 
     def _report(self, diagnostics: list[Diagnostic], what: str) -> None:
         for d in diagnostics:
-            self._say(_format_diagnostic(self.runtime.project_file, d))
+            self._say(format_diagnostic(self.runtime.project_file, d))
         errors = sum(d.severity == "error" for d in diagnostics)
         state = f"{errors} error(s)" if errors else "ok"
         if not self.runtime.config.file.usable:

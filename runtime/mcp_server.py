@@ -61,8 +61,8 @@ from mcp.server.stdio import stdio_server
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
-from runtime.audit import _ensure_dir
-from runtime.cli import _format_diagnostic
+from runtime.audit import ensure_state_dir
+from runtime.cli import format_diagnostic
 from runtime.decision import Answer, Decision, Source
 from runtime.dispatcher import CallOutcome
 from runtime.errors import DeniedByUser, PermissionDenied, ToolError, UsageError
@@ -392,7 +392,7 @@ def _version() -> str:
 
 def _log_config(runtime: Runtime, diagnostics: list[Diagnostic], log: TextIO, what: str) -> None:
     for d in diagnostics:
-        log.write(f"codecoder serve: {_format_diagnostic(runtime.project_file, d)}\n")
+        log.write(f"codecoder serve: {format_diagnostic(runtime.project_file, d)}\n")
     state = "ok" if not any(d.severity == "error" for d in diagnostics) else "errors found"
     if not runtime.config.file.usable:
         state += ", not usable: no grants are taken from it"
@@ -421,7 +421,7 @@ def _start_time(pid: int) -> str | None:
 @contextlib.contextmanager
 def _pid_file(project_dir: Path) -> Iterator[Path]:
     directory = pid_directory(project_dir)
-    _ensure_dir(directory.parent)
+    ensure_state_dir(directory.parent)
     directory.mkdir(exist_ok=True)
     ignore = directory / ".gitignore"
     if not ignore.exists():
