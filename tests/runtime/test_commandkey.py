@@ -1,0 +1,484 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.commandkey import CommandKey, key_command, mentions_protected_path
+from runtime.tool import KeyStyle, PermissionKey
+
+# (command, compound, raw key of a simple command or None for compound, argv or None)
+CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [
+    # Ordinary simple commands.
+    ("git status", False, "run_command:git", ("git", "status")),
+    ("git log --oneline -n 5", False, "run_command:git", ("git", "log", "--oneline", "-n", "5")),
+    ("ls -la src/", False, "run_command:ls", ("ls", "-la", "src/")),
+    ("python3 -m pytest -q", False, "run_command:python3", ("python3", "-m", "pytest", "-q")),
+    ("cargo build --release", False, "run_command:cargo", ("cargo", "build", "--release")),
+    (
+        "git commit -m 'fix: a b'",
+        False,
+        "run_command:git",
+        ("git", "commit", "-m", "fix: a b"),
+    ),
+    ('grep -r "TODO" src', False, "run_command:grep", ("grep", "-r", "TODO", "src")),
+    ("npm run test:unit", False, "run_command:npm", ("npm", "run", "test:unit")),
+    ("/usr/bin/git status", False, "run_command:/usr/bin/git", ("/usr/bin/git", "status")),
+    ("./build.sh", False, "run_command:./build.sh", ("./build.sh",)),
+    ("echo hello", False, "run_command:echo", ("echo", "hello")),
+    ("  git status  ", False, "run_command:git", ("git", "status")),
+    ("git\tstatus", False, "run_command:git", ("git", "status")),
+    ("git log --format=%H%n%s", False, "run_command:git", ("git", "log", "--format=%H%n%s")),
+    (
+        "git push origin HEAD:refs/heads/main",
+        False,
+        "run_command:git",
+        ("git", "push", "origin", "HEAD:refs/heads/main"),
+    ),
+    ("scp a.txt user@host:/tmp/", False, "run_command:scp", ("scp", "a.txt", "user@host:/tmp/")),
+    ("echo a=b", False, "run_command:echo", ("echo", "a=b")),
+    ("echo ''", False, "run_command:echo", ("echo", "")),
+    ('echo ""', False, "run_command:echo", ("echo", "")),
+    ("echo a''b", False, "run_command:echo", ("echo", "ab")),
+    ("echo a'b c'\"d e\"f", False, "run_command:echo", ("echo", "ab cd ef")),
+    (
+        'git commit -m "#123 done"',
+        False,
+        "run_command:git",
+        ("git", "commit", "-m", "#123 done"),
+    ),
+    ("printf 'a$b\\n'", False, "run_command:printf", ("printf", "a$b\\n")),
+    ('echo "it\'s"', False, "run_command:echo", ("echo", "it's")),
+    ("echo 'say \"hi\"'", False, "run_command:echo", ("echo", 'say "hi"')),
+    ("git commit -m 'café'", False, "run_command:git", ("git", "commit", "-m", "café")),
+    ("test -f setup.py", False, "run_command:test", ("test", "-f", "setup.py")),
+    ("true", False, "run_command:true", ("true",)),
+    ("pwd", False, "run_command:pwd", ("pwd",)),
+    ("kill -9 1234", False, "run_command:kill", ("kill", "-9", "1234")),
+    ("git log -C", False, "run_command:git", ("git", "log", "-C")),
+    ("git grep -C 3 foo", False, "run_command:git", ("git", "grep", "-C", "3", "foo")),
+    ("git --no-pager log", False, "run_command:git", ("git", "--no-pager", "log")),
+    ("git commit -c HEAD", False, "run_command:git", ("git", "commit", "-c", "HEAD")),
+    ("find . -name '*.py'", False, "run_command:find", ("find", ".", "-name", "*.py")),
+    ("python3 -c 'print(1)'", False, "run_command:python3", ("python3", "-c", "print(1)")),
+    ("make -j4 all", False, "run_command:make", ("make", "-j4", "all")),
+    (
+        "pytest tests/test_a.py::test_b",
+        False,
+        "run_command:pytest",
+        ("pytest", "tests/test_a.py::test_b"),
+    ),
+    (
+        "curl -sS 'https://example.com/a?b=c&d=e'",
+        False,
+        "run_command:curl",
+        ("curl", "-sS", "https://example.com/a?b=c&d=e"),
+    ),
+    ("git checkout -- file.txt", False, "run_command:git", ("git", "checkout", "--", "file.txt")),
+    ("npm install @types/node", False, "run_command:npm", ("npm", "install", "@types/node")),
+    ("pip install 'pydantic>=2.7'", False, "run_command:pip", ("pip", "install", "pydantic>=2.7")),
+    ("g++ -O2 -o a a.cc", False, "run_command:g++", ("g++", "-O2", "-o", "a", "a.cc")),
+    ("GIT status", False, "run_command:GIT", ("GIT", "status")),
+    # Pipelines and lists.
+    ("git log | head", True, None, None),
+    ("git log |& head", True, None, None),
+    ("git status; git push", True, None, None),
+    ("ls;rm -rf x", True, None, None),
+    ("git status && git push", True, None, None),
+    ("false || rm -rf /", True, None, None),
+    ("sleep 10 &", True, None, None),
+    ("git status & git push", True, None, None),
+    # Newlines, as separators and trailing.
+    ("git status\ngit push", True, None, None),
+    ("git status\r\ngit push", True, None, None),
+    ("git status\rgit push", True, None, None),
+    ("git status\n", True, None, None),
+    # Command and process substitution.
+    ("echo $(whoami)", True, None, None),
+    ("$(whoami)", True, None, None),
+    ("echo `whoami`", True, None, None),
+    ('echo "$(whoami)"', True, None, None),
+    ('echo "`whoami`"', True, None, None),
+    ("diff <(ls a) <(ls b)", True, None, None),
+    ("ls | tee >(cat)", True, None, None),
+    # Redirections and heredocs.
+    ("ls > out.txt", True, None, None),
+    ("ls >> out.txt", True, None, None),
+    ("ls 2>&1", True, None, None),
+    ("wc -l < in.txt", True, None, None),
+    ("ls &> out.txt", True, None, None),
+    ("ls >| out.txt", True, None, None),
+    ("cat <<< hi", True, None, None),
+    ("cat <<EOF\nhi\nEOF", True, None, None),
+    ("cat <<'EOF'\nhi\nEOF\n", True, None, None),
+    # Subshells and groups.
+    ("(cd /tmp && rm x)", True, None, None),
+    ("{ ls; }", True, None, None),
+    ("{ls,rm}", True, None, None),
+    # Expansions and quoting that is not plain.
+    ("echo $HOME", True, None, None),
+    ("echo ${HOME}", True, None, None),
+    ("echo ${X:-rm}", True, None, None),
+    ('echo "$HOME"', True, None, None),
+    ("echo $'\\x41'", True, None, None),
+    ("echo $'a'", True, None, None),
+    ('echo $"hi"', True, None, None),
+    ("echo $((1+2))", True, None, None),
+    ("[[ -f x ]]", True, None, None),
+    ("(( x = 1 ))", True, None, None),
+    ('echo "a!"', True, None, None),
+    ('echo "a\\b"', True, None, None),
+    ('echo "a\\"b"', True, None, None),
+    # Globs, brace expansion, tilde.
+    ("ls *.py", True, None, None),
+    ("ls ?.py", True, None, None),
+    ("ls [ab].py", True, None, None),
+    ("echo {a,b}", True, None, None),
+    ("ls ~", True, None, None),
+    ("ls ~/x", True, None, None),
+    ("ls a=~/x", True, None, None),
+    # Assignments.
+    ("FOO=1 git", True, None, None),
+    ("FOO=1 git status", True, None, None),
+    ("GIT_SSH_COMMAND='rm -rf /' git fetch", True, None, None),
+    ("'FOO=1' git", True, None, None),
+    ("a=", True, None, None),
+    # Launchers, by name and by path.
+    ("env ls", True, None, None),
+    ("/usr/bin/env ls", True, None, None),
+    ("ENV ls", True, None, None),
+    ("sudo ls", True, None, None),
+    ("doas ls", True, None, None),
+    ("su -c ls", True, None, None),
+    ("runuser -u nobody ls", True, None, None),
+    ("xargs rm", True, None, None),
+    ("timeout 5 ls", True, None, None),
+    ("nice ls", True, None, None),
+    ("ionice ls", True, None, None),
+    ("nohup ls", True, None, None),
+    ("setsid ls", True, None, None),
+    ("stdbuf -o0 ls", True, None, None),
+    ("taskset 1 ls", True, None, None),
+    ("chroot / ls", True, None, None),
+    ("unshare -r ls", True, None, None),
+    ("nsenter -t 1 ls", True, None, None),
+    ("flock /tmp/l ls", True, None, None),
+    ("watch ls", True, None, None),
+    ("time ls", True, None, None),
+    ("/usr/bin/time ls", True, None, None),
+    ("strace ls", True, None, None),
+    ("ltrace ls", True, None, None),
+    ("script -c ls", True, None, None),
+    ("parallel rm ::: a b", True, None, None),
+    ("busybox rm x", True, None, None),
+    ("bash -c 'rm -rf /'", True, None, None),
+    ("bash script.sh", True, None, None),
+    ("/bin/bash script.sh", True, None, None),
+    ("sh -c ls", True, None, None),
+    ("dash -c ls", True, None, None),
+    ("zsh -c ls", True, None, None),
+    ("ksh -c ls", True, None, None),
+    ("fish -c ls", True, None, None),
+    ("csh -c ls", True, None, None),
+    ("tcsh -c ls", True, None, None),
+    ("bash5.2 -c ls", True, None, None),
+    ("exec ls", True, None, None),
+    ("eval ls", True, None, None),
+    ("command ls", True, None, None),
+    ("builtin echo", True, None, None),
+    ("chrt 1 ls", True, None, None),
+    ("cgexec -g cpu:x ls", True, None, None),
+    ("firejail ls", True, None, None),
+    ("systemd-run ls", True, None, None),
+    ("sg wheel ls", True, None, None),
+    ("newgrp wheel", True, None, None),
+    ("expect -c 'spawn ls'", True, None, None),
+    ("catchsegv ls", True, None, None),
+    ("valgrind ls", True, None, None),
+    # Arguments that make a program a launcher.
+    ("find . -exec rm '{}' ';'", True, None, None),
+    ("find . -execdir rm '{}' +", True, None, None),
+    ("find . -ok rm '{}' ';'", True, None, None),
+    ("find . -name x -delete", True, None, None),
+    ("find . -fprint .git/hooks/pre-commit", True, None, None),
+    ("find . -fprintf out %p", True, None, None),
+    ("find . -fls out", True, None, None),
+    ("git -c core.pager=evil log", True, None, None),
+    ("git -ccore.pager=evil log", True, None, None),
+    ("git --config-env=core.pager=X log", True, None, None),
+    ("git -C ../other status", True, None, None),
+    ("git --git-dir=x status", True, None, None),
+    ("git --exec-path=/tmp log", True, None, None),
+    ("git --bare log", True, None, None),
+    ("git --namespace n -c core.pager=evil log", True, None, None),
+    ("/usr/bin/git -c core.pager=evil log", True, None, None),
+    ("git fetch --upload-pack=evil origin", True, None, None),
+    ("git fetch --upload=evil origin", True, None, None),
+    ("git push --receive-pack evil origin", True, None, None),
+    # Comments, continuations, escapes.
+    ("git status # && rm -rf /", True, None, None),
+    ("git status \\\n&& rm -rf /", True, None, None),
+    ("g\\it status", True, None, None),
+    ("git sta\\tus", True, None, None),
+    # Look-alikes, invisible characters, escapes and control characters.
+    ("g\u0456t status", True, None, None),  # Cyrillic і
+    ("\uff47\uff49\uff54 status", True, None, None),  # fullwidth ｇｉｔ
+    ("git status\u200b", True, None, None),
+    ("git\u200b status", True, None, None),
+    ("git commit -m 'a\u200bb'", True, None, None),
+    ("git commit -m 'a\u202eb'", True, None, None),
+    ("git status \u202e", True, None, None),
+    ("git\u00a0status", True, None, None),
+    ("echo \x1b[2K", True, None, None),
+    ("echo '\x1b[2Kok'", True, None, None),
+    ("git status\x00", True, None, None),
+    ("git status\x00; rm x", True, None, None),
+    ("echo '\x07'", True, None, None),
+    ("echo 'tab\there'", True, None, None),
+    ("echo 'a\nb'", True, None, None),
+    ("git\x0bstatus", True, None, None),
+    # Unterminated and odd quoting.
+    ("git commit -m 'unterminated", True, None, None),
+    ('git commit -m "unterminated', True, None, None),
+    ("'' status", True, None, None),
+    ('"" status', True, None, None),
+    ("'git status && rm'", True, None, None),
+    ("'git status'", True, None, None),
+    ("'g\u0456t' status", True, None, None),
+    ("'git' status", False, "run_command:git", ("git", "status")),
+    ('"git" status', False, "run_command:git", ("git", "status")),
+    # Reserved words.
+    ("if true; then ls; fi", True, None, None),
+    ("'if' x", True, None, None),
+    ("! ls", True, None, None),
+    ("while", True, None, None),
+    ("coproc ls", True, None, None),
+    ("function f", True, None, None),
+    ("select x", True, None, None),
+    ("done", True, None, None),
+    # Builtins that change the shell or have no binary.
+    ("cd /tmp", True, None, None),
+    ("export X=1", True, None, None),
+    ("source x.sh", True, None, None),
+    (". x.sh", True, None, None),
+    ("set -e", True, None, None),
+    ("alias ls=rm", True, None, None),
+    ("trap 'rm x' EXIT", True, None, None),
+    ("ulimit -n 10", True, None, None),
+    ("read x", True, None, None),
+    ("'cd' /tmp", True, None, None),
+    # Job specs.
+    ("%1", True, None, None),
+    ("%+", True, None, None),
+]
+
+
+@pytest.mark.parametrize(("command", "compound", "raw", "argv"), CORPUS)
+def test_each_command_of_the_corpus_gets_its_key(
+    command: str, compound: bool, raw: str | None, argv: tuple[str, ...] | None
+) -> None:
+    key = key_command(command)
+    expected_raw = raw if raw is not None else f"run_command:{json.dumps(command)}"
+    program = argv[0] if argv is not None else None
+    assert (key.compound, key.argv, key.program, key.permission_key().raw) == (
+        compound,
+        argv,
+        program,
+        expected_raw,
+    )
+
+
+def test_the_corpus_covers_at_least_a_hundred_distinct_commands() -> None:
+    commands = [row[0] for row in CORPUS]
+    assert len(set(commands)) == len(commands) >= 100
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("git status", "simple"),
+        ("git log | head", "pipeline"),
+        ("git status && git push", "command list"),
+        ("git status; git push", "command list"),
+        ("sleep 1 &", "background job"),
+        ("git status\ngit push", "newline"),
+        ("echo $(whoami)", "command substitution"),
+        ("echo `whoami`", "command substitution"),
+        ("diff <(ls a) b", "process substitution"),
+        ("ls > out", "redirection"),
+        ("ls &> out", "redirection"),
+        ("cat <<EOF\nx\nEOF", "heredoc"),
+        ("cat <<< x", "here-string"),
+        ("(ls)", "subshell"),
+        ("echo ${X}", "parameter expansion"),
+        ("echo $'a'", "ANSI-C quoting"),
+        ("echo $((1))", "arithmetic expansion"),
+        ("ls *.py", "glob"),
+        ("ls ~", "tilde expansion"),
+        ("git status # x", "comment"),
+        ("git status \\\n&& rm", "line continuation"),
+        ("g\\it", "backslash escape"),
+        ("FOO=1 git", "assignment"),
+        ("'FOO=1' git", "assignment"),
+        ("env ls", "launcher 'env'"),
+        ("/usr/bin/env ls", "launcher 'env'"),
+        ("bash x.sh", "launcher 'bash'"),
+        ("find . -exec rm '{}' ';'", "find -exec"),
+        ("git -c core.pager=evil log", "git -c"),
+        ("cd /tmp", "shell builtin 'cd'"),
+        ("'if' x", "reserved word 'if'"),
+        ("%1", "job spec"),
+        ("'' status", "program name ''"),
+        ("g\u0456t", "non-ASCII character U+0456"),
+        ("echo \x1b[2K", "control character U+001B"),
+        ("echo 'a\u202eb'", "invisible character U+202E"),
+        ("echo 'a", "unterminated quote"),
+        ("time ls", "parse error: NotImplementedError: type = {time command}, token = {time}"),
+        ("if x", "parse error: ParsingError: unexpected EOF"),
+        ("then", "parse error: ParsingError: unexpected token 'then'"),
+    ],
+)
+def test_a_compound_command_says_why(command: str, reason: str) -> None:
+    assert key_command(command).reason == reason
+
+
+def test_a_simple_command_has_a_key_for_its_program() -> None:
+    assert key_command("git commit -m 'fix: a b'").permission_key() == PermissionKey(
+        tool="run_command",
+        action="git",
+        raw="run_command:git",
+        style=KeyStyle.COMMAND,
+        compound=False,
+        argv=("git", "commit", "-m", "fix: a b"),
+        protected=False,
+        subject="git commit -m 'fix: a b'",
+    )
+
+
+def test_a_compound_command_has_a_key_for_the_whole_json_quoted_string() -> None:
+    assert key_command("git status && git push").permission_key() == PermissionKey(
+        tool="run_command",
+        action='"git status && git push"',
+        raw='run_command:"git status && git push"',
+        style=KeyStyle.COMMAND,
+        compound=True,
+        argv=None,
+        protected=False,
+        subject="git status && git push",
+    )
+
+
+def test_the_key_is_for_the_tool_it_is_asked_for() -> None:
+    assert key_command("cargo test").permission_key("run_container").raw == "run_container:cargo"
+
+
+def test_a_compound_key_shows_invisible_characters_as_escapes() -> None:
+    assert key_command("git status\u200b\x1b[2K").permission_key().raw == (
+        'run_command:"git status\\u200b\\u001b[2K"'
+    )
+
+
+def test_a_quoted_program_with_spaces_does_not_share_the_key_of_the_command_it_spells() -> None:
+    quoted = key_command("'git status && rm'").permission_key().raw
+    unquoted = key_command("git status && rm").permission_key().raw
+    assert (quoted, unquoted) == (
+        "run_command:\"'git status && rm'\"",
+        'run_command:"git status && rm"',
+    )
+
+
+def test_a_command_key_is_the_whole_value() -> None:
+    assert key_command("ls -la") == CommandKey(
+        command="ls -la",
+        compound=False,
+        argv=("ls", "-la"),
+        program="ls",
+        reason="simple",
+        protected=False,
+    )
+    assert key_command("ls | wc") == CommandKey(
+        command="ls | wc",
+        compound=True,
+        argv=None,
+        program=None,
+        reason="pipeline",
+        protected=False,
+    )
+
+
+# Characters that matter to the key's encoding, so that collisions would be likely if possible.
+_KEY_TEXT = st.text(
+    alphabet=st.sampled_from(list("gits :\"'\\=|&;$ \t\nu\u0456\u200b")), max_size=12
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(first=_KEY_TEXT, second=_KEY_TEXT)
+def test_a_compound_key_is_never_shared_with_another_command(first: str, second: str) -> None:
+    if first == second or not first.strip() or not second.strip():
+        return
+    one, other = key_command(first), key_command(second)
+    if one.compound or other.compound:
+        assert one.permission_key().raw != other.permission_key().raw
+
+
+@pytest.mark.parametrize("command", ["", " ", "\t", "  \n "])
+def test_a_blank_command_is_an_error(command: str) -> None:
+    with pytest.raises(ValueError, match="empty command"):
+        key_command(command)
+
+
+def test_keys_are_cached() -> None:
+    assert key_command("git status --short") is key_command("git status --short")
+
+
+@pytest.mark.parametrize(
+    ("text", "protected"),
+    [
+        ("codecoder.json", True),
+        ("cat codecoder.json", True),
+        ("cp x ./codecoder.json", True),
+        ("--file=codecoder.json", True),
+        ("'codecoder.json'", True),
+        ("CODECODER.JSON", True),
+        (".codecoder", True),
+        ("rm -rf .codecoder/capabilities/x", True),
+        ("sub/.codecoder/x", True),
+        (".git/hooks/pre-commit", True),
+        ("echo x > .git/config", True),
+        ("cp -r evil/. .git", True),
+        ("vendor/lib/.git/hooks/post-checkout", True),
+        (".GIT/hooks/pre-commit", True),
+        ("ls .git*", True),
+        ("mycodecoder.jsonx", False),
+        ("codecoder.json.bak", False),
+        ("xcodecoder.json", False),
+        (".codecoderrc", False),
+        ("my.codecoder", False),
+        (".gitignore", False),
+        (".github/workflows/ci.yml", False),
+        (".gitmodules", False),
+        ("repo.git/config", False),
+        ("git status", False),
+        ("src/codecoder/json.py", False),
+    ],
+)
+def test_protected_paths_are_matched_as_path_components(text: str, protected: bool) -> None:
+    assert mentions_protected_path(text) is protected
+
+
+@pytest.mark.parametrize(
+    ("command", "protected"),
+    [
+        ("cat codecoder.json", True),
+        ("echo x > .git/hooks/pre-commit", True),
+        ("cp x .g'i't/hooks/pre-commit", True),  # the name appears only after quote removal
+        ('cp x ".codecoder"/grants', True),
+        ("git status", False),
+        ("cat .gitignore", False),
+    ],
+)
+def test_a_command_naming_a_protected_path_is_protected(command: str, protected: bool) -> None:
+    assert key_command(command).protected is protected
