@@ -1,0 +1,906 @@
+"""The @wasm environment: WASI modules run by wasmtime, confined to what each call preopens.
+
+A `WasmRequest` names a module (a `.wasm` or `.wat` file, or its bytes), its argv and stdin,
+and the host directories it may see (`Preopen`, read-only unless marked writable). Nothing else
+reaches the module: no environment variables, no inherited stdio, no sockets, no other files.
+Each call gets a fresh `Store` with three limits:
+
+* fuel (instructions, roughly) -> `OutOfFuel` when used up;
+* an epoch deadline (wall-clock timeout, driven by one ticker thread per engine that runs only
+  while a call is in progress) -> `ExecutionTimeout`;
+* a linear-memory limit -> `OutOfMemory`.
+
+`proc_exit(n)` is not an error: it is `WasmResult.exit_code`. Any other trap becomes
+`ExecutionFailed` with the trap's message. No wasmtime exception leaves this module.
+
+Output goes through pipes drained by one thread per environment into capped buffers, so a
+module flooding stdout costs memory up to its cap and no disk. Compiling is the expensive part
+(about 0.1 s for fileops.wasm; a warm call takes under a millisecond), so compiled modules are
+cached twice: in process (digest -> `InstancePre`), and on disk so a new
+process does not recompile. `Module.deserialize` trusts its input completely (it is machine
+code), so the disk cache is used only if its directory is private to this user, and every entry
+carries an HMAC, keyed by a secret kept in that directory, over the entry's cache key and bytes:
+a corrupt, truncated, renamed or foreign entry is deleted and the module recompiled, never
+loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import importlib.metadata
+import itertools
+import logging
+import math
+import os
+import platform
+import selectors
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import wasmtime
+
+from environments.base import Environment
+from runtime.ceiling import EnvironmentTag
+from runtime.errors import (
+    ExecutionFailed,
+    ExecutionTimeout,
+    OutOfFuel,
+    OutOfMemory,
+    SandboxUnavailable,
+)
+
+__all__ = [
+    "DEFAULT_FUEL",
+    "DEFAULT_MAX_OUTPUT",
+    "DEFAULT_MEMORY_LIMIT",
+    "DEFAULT_TIMEOUT",
+    "CacheStats",
+    "Preopen",
+    "WasmEnvironment",
+    "WasmRequest",
+    "WasmResult",
+    "default_cache_dir",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FUEL = 2_000_000_000
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MEMORY_LIMIT = 256 * 1024 * 1024
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+WASM_PAGE = 64 * 1024
+
+_WASMTIME_VERSION = importlib.metadata.version("wasmtime")
+
+
+@dataclass(frozen=True, slots=True)
+class Preopen:
+    """A host directory the module sees at `guest` (an absolute guest path, e.g. /workspace)."""
+
+    host: Path
+    guest: str
+    writable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WasmRequest:
+    """One run of a WASI command module.
+
+    `argv` is the whole argv, program name first (an empty argv passes just a name). `module`
+    is a path (`.wasm` binary or `.wat` text) or the module's bytes. Output beyond `max_output`
+    bytes per stream is dropped from the middle: the head and tail are kept, with a marker.
+    """
+
+    module: Path | bytes
+    argv: tuple[str, ...] = ()
+    stdin: bytes = b""
+    preopens: tuple[Preopen, ...] = ()
+    fuel: int = DEFAULT_FUEL
+    timeout: float = DEFAULT_TIMEOUT
+    memory_limit: int = DEFAULT_MEMORY_LIMIT
+    max_output: int = DEFAULT_MAX_OUTPUT
+
+    def __post_init__(self) -> None:
+        if self.fuel <= 0 or self.timeout <= 0 or self.memory_limit <= 0 or self.max_output < 0:
+            raise ValueError("fuel, timeout and memory_limit must be positive, max_output >= 0")
+        if any("\0" in arg for arg in self.argv):
+            raise ValueError("argv must not contain NUL characters")
+        guests = [p.guest for p in self.preopens]
+        if len(set(guests)) != len(guests) or not all(g.startswith("/") for g in guests):
+            raise ValueError("preopen guest paths must be absolute and distinct")
+
+
+@dataclass(frozen=True, slots=True)
+class WasmResult:
+    """How a module ended. `stdout`/`stderr` are bytes, capped head and tail."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration: float
+    fuel_consumed: int
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", errors="replace")
+
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """What the module caches did since the environment was created (for tests and `doctor`)."""
+
+    compiled: int = 0  # modules compiled from source
+    disk_hits: int = 0  # modules deserialized from a verified disk entry
+    memory_hits: int = 0  # calls served by the in-process cache
+    discarded: int = 0  # disk entries deleted because they failed verification
+    stored: int = 0  # disk entries written
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/codecoder/wasm`, else `~/.cache/codecoder/wasm`."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "codecoder" / "wasm"
+
+
+class _CappedOutput:
+    """Keeps the first and last bytes of what a module writes to one stream, and a count.
+
+    A module that floods its output only burns its own fuel and time: memory here stays
+    bounded by `limit`, and nothing is written to disk.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self._limit - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail += data
+            keep = self._limit // 2
+            if len(self._tail) > 2 * keep + 4096:
+                del self._tail[: len(self._tail) - keep]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self._limit
+
+    def value(self) -> bytes:
+        if not self.truncated:
+            return bytes(self._head)
+        tail_size = self._limit // 2
+        head_size = self._limit - tail_size
+        after_head = bytes(self._head[head_size:]) + bytes(self._tail)
+        tail = after_head[len(after_head) - tail_size :]
+        dropped = self.total - head_size - len(tail)
+        marker = f"\n[... {dropped} bytes truncated ...]\n".encode()
+        return bytes(self._head[:head_size]) + marker + tail
+
+
+class _Pipe:
+    """One stream of one call: the read end of the pipe the module's stdout or stderr goes to.
+
+    wasmtime takes only a path for an output file, so it is given `/dev/fd/N` for the write end
+    (it opens its own descriptor, and ours is closed at once), or, where there is no /dev/fd,
+    a FIFO in the environment's private scratch directory.
+    """
+
+    def __init__(self, scratch: Path, name: str, sink: _CappedOutput) -> None:
+        self.sink = sink
+        self.lock = threading.Lock()
+        self.finished = False
+        self.registered = False
+        self.closed = False
+        self._write_fd: int | None = None
+        self._fifo: Path | None = None
+        if _HAVE_DEV_FD:
+            self.fd, self._write_fd = os.pipe()
+            self.path = f"/dev/fd/{self._write_fd}"
+        else:
+            self._fifo = scratch / name
+            os.mkfifo(self._fifo, 0o600)
+            # Non-blocking, so opening does not wait for a writer.
+            self.fd = os.open(self._fifo, os.O_RDONLY | os.O_NONBLOCK)
+            self.path = os.fspath(self._fifo)
+        os.set_blocking(self.fd, False)
+        if hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux: fewer stalls before the pump drains it
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, 1024 * 1024)
+
+    def release_name(self) -> None:
+        """Once wasmtime has opened its end, ours (or the FIFO's name) can go."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        if self._fifo is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._fifo)
+            self._fifo = None
+
+    def close(self) -> None:
+        """Close the read end once; after that nothing reads it (its number may be reused)."""
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                os.close(self.fd)
+
+    def drain(self) -> bool:
+        """Read what is available into the sink; True at end of file. Call with `lock` held."""
+        if self.closed:
+            return True
+        while True:
+            try:
+                chunk = os.read(self.fd, 1024 * 1024)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                return True
+            self.sink.write(chunk)
+
+
+_HAVE_DEV_FD = os.path.isdir("/dev/fd")
+
+
+class _OutputPump:
+    """Drains the pipes that running modules write their stdout and stderr to.
+
+    Why pipes and a thread rather than wasmtime's output callbacks: wasmtime may call such a
+    callback (or its finalizer) from its own worker threads after the call has returned, and
+    one that lands while the interpreter exits aborts the whole process. Why not plain files:
+    a module flooding its output would fill the disk before its timeout. A pipe costs a
+    flooding module nothing but CPU time, and the sink keeps memory bounded.
+
+    One thread per environment serves every call. While it watches pipes it also polls every
+    few milliseconds for new ones, so a call costs no thread wake-up unless the pump was idle
+    (then it sleeps in `select` until woken).
+    """
+
+    _POLL = 0.005
+
+    def __init__(self, scratch: Path) -> None:
+        self._scratch = scratch
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._added: list[_Pipe] = []
+        self._removed: list[_Pipe] = []
+        self._names = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._idle = True
+        self._closed = False
+
+    def open(self, sink: _CappedOutput) -> _Pipe:
+        """A new pipe whose output goes to `sink`; call `release_name()` once wasmtime has it."""
+        pipe = _Pipe(self._scratch, f"out-{next(self._names)}", sink)
+        with self._lock:
+            if self._closed:
+                pipe.release_name()
+                pipe.close()
+                raise SandboxUnavailable("the wasm environment is closed")
+            self._added.append(pipe)
+            wake = self._idle
+            self._idle = False
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="codecoder-wasm-output", daemon=True
+                )
+                self._thread.start()
+        if wake:
+            self._wake()
+        return pipe
+
+    def finish(self, pipe: _Pipe) -> None:
+        """Collect the rest of a call's output. The call has returned, so every write it made
+        has completed. The pump thread closes the descriptor, so that its number is not reused
+        while it is still registered."""
+        pipe.release_name()
+        with pipe.lock:
+            pipe.finished = True
+            pipe.drain()
+        with self._lock:
+            if self._closed:  # no pump to hand it to any more
+                pipe.close()
+            else:
+                self._removed.append(pipe)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"\0")
+
+    def _loop(self) -> None:
+        watching = 0
+        while True:
+            with self._lock:
+                added, self._added = self._added, []
+                removed, self._removed = self._removed, []
+                closed = self._closed
+            for pipe in added:
+                self._selector.register(pipe.fd, selectors.EVENT_READ, pipe)
+                pipe.registered = True
+                watching += 1
+            for pipe in removed:
+                if pipe.registered:
+                    self._selector.unregister(pipe.fd)
+                    watching -= 1
+                pipe.close()
+            if closed:  # calls still running lose the rest of their output
+                for key in list(self._selector.get_map().values()):
+                    if key.data is not None:
+                        self._selector.unregister(key.fd)
+                        key.data.close()
+                return
+            with self._lock:
+                # Decided under the lock open() takes: a pipe added after this point sees
+                # `_idle` and wakes us; one added before it is in `_added`, so we poll.
+                self._idle = watching == 0 and not self._added and not self._removed
+                timeout = None if self._idle else self._POLL
+            for key, _ in self._selector.select(timeout):
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    continue
+                pipe = key.data
+                with pipe.lock:
+                    at_end = not pipe.finished and pipe.drain()
+                if at_end or pipe.finished:  # nothing more will come: stop watching it
+                    self._selector.unregister(pipe.fd)
+                    pipe.registered = False
+                    watching -= 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wake()
+        if thread is not None:
+            thread.join()
+        for pipe in self._added + self._removed:  # handed over after the pump stopped
+            pipe.close()
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+class _EpochTicker:
+    """Advances the engine's epoch every `interval` seconds while at least one call runs.
+
+    One thread per engine, not per call; it sleeps on a condition when nothing runs, so an
+    idle runtime costs no wake-ups.
+    """
+
+    def __init__(self, engine: wasmtime.Engine, interval: float) -> None:
+        self._engine = engine
+        self.interval = interval
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._cond:
+            if self._closed:
+                raise SandboxUnavailable("the wasm environment is closed")
+            self._active += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="codecoder-wasm-epoch", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._active == 0 and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._cond.wait(self.interval)
+                if self._closed:
+                    return
+            self._engine.increment_epoch()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+_MAGIC = b"CCWASM\x01\n"
+_MAC_SIZE = 32
+_HEADER_SIZE = len(_MAGIC) + _MAC_SIZE + 8
+_SECRET_NAME = "hmac.key"
+
+
+def _private_dir_problem(st: os.stat_result) -> str | None:
+    """Why a directory cannot hold machine code we will execute, or None if it can."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory (or is a symlink)"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.filemode(st.st_mode)})"
+    return None
+
+
+def _private_file_problem(st: os.stat_result) -> str | None:
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "is writable by group or others"
+    return None
+
+
+class _DiskCache:
+    """Serialized modules in a private directory, each entry authenticated with an HMAC."""
+
+    def __init__(self, directory: Path, stats: CacheStats) -> None:
+        self.directory = directory
+        self._stats = stats
+        self._secret = self._open()
+
+    @property
+    def usable(self) -> bool:
+        return self._secret is not None
+
+    def _open(self) -> bytes | None:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            problem = _private_dir_problem(os.lstat(self.directory))
+            if problem is None:
+                return self._secret_key()
+        except OSError as exc:
+            problem = f"cannot be used ({exc.strerror or exc})"
+        log.warning("not using the wasm module cache %s: it %s", self.directory, problem)
+        return None
+
+    def _secret_key(self) -> bytes | None:
+        path = self.directory / _SECRET_NAME
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                self._create_secret(path)
+                continue
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                problem = _private_file_problem(st)
+                if problem is None and st.st_mode & 0o077:
+                    problem = "is readable by group or others"
+                secret = f.read(64)
+            if problem is None and len(secret) == 32:
+                return secret
+            log.warning("wasm cache key %s %s", path, problem or "has the wrong size")
+            return None
+        return None
+
+    def _create_secret(self, path: Path) -> None:
+        # Written to a temporary name and linked into place, so that a concurrent process
+        # either sees no key or the whole key, and exactly one key wins.
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".key-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+
+    def _entry(self, key: str) -> Path:
+        return self.directory / f"{key}.cwasm"
+
+    def _mac(self, key: str, payload: bytes) -> bytes:
+        assert self._secret is not None
+        mac = hmac.new(self._secret, key.encode() + b"\0", hashlib.sha256)
+        mac.update(payload)
+        return mac.digest()
+
+    def load(self, key: str) -> bytes | None:
+        """The verified payload of the entry for `key`, or None (a bad entry is deleted)."""
+        if self._secret is None:
+            return None
+        path = self._entry(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            self._discard(path, "cannot be opened (a symlink?)")
+            return None
+        with os.fdopen(fd, "rb") as f:
+            problem = _private_file_problem(os.fstat(f.fileno()))
+            blob = f.read() if problem is None else b""
+        if problem is not None:
+            self._discard(path, problem)
+            return None
+        header, payload = blob[:_HEADER_SIZE], blob[_HEADER_SIZE:]
+        if (
+            len(header) != _HEADER_SIZE
+            or not header.startswith(_MAGIC)
+            or int.from_bytes(header[-8:], "big") != len(payload)
+            or not hmac.compare_digest(header[len(_MAGIC) : -8], self._mac(key, payload))
+        ):
+            self._discard(path, "failed verification")
+            return None
+        return payload
+
+    def store(self, key: str, payload: bytes) -> None:
+        if self._secret is None:
+            return
+        header = _MAGIC + self._mac(key, payload) + len(payload).to_bytes(8, "big")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cwasm")
+        except OSError as exc:
+            log.debug("cannot write to the wasm cache: %s", exc)
+            return
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(header)
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._entry(key))
+            self._stats.stored += 1
+        except OSError as exc:
+            log.debug("cannot write to the wasm cache: %s", exc)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def discard(self, key: str, reason: str) -> None:
+        self._discard(self._entry(key), reason)
+
+    def _discard(self, path: Path, reason: str) -> None:
+        log.warning("discarding wasm cache entry %s: it %s", path.name, reason)
+        self._stats.discarded += 1
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+# The engine settings that change generated code. They are applied from this one table and
+# hashed into every cache key, so a change here can never load code compiled differently.
+_ENGINE_SETTINGS: dict[str, object] = {
+    "consume_fuel": True,
+    "epoch_interruption": True,
+    "cranelift_opt_level": "speed",
+}
+
+
+def _engine_fingerprint() -> str:
+    described = ";".join(f"{k}={v}" for k, v in sorted(_ENGINE_SETTINGS.items()))
+    described += f";wasmtime={_WASMTIME_VERSION};arch={platform.machine()};os={sys.platform}"
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def _cause(exc: Exception) -> str:
+    """The one line of a wasmtime error that says what happened (its text leads with a trace)."""
+    text = str(exc).strip()
+    if "Caused by:" in text:
+        lines = [ln.strip() for ln in text.split("Caused by:", 1)[1].splitlines()]
+        return next((ln for ln in lines if ln), text)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _trace(exc: Exception) -> str:
+    return str(exc).split("Caused by:", 1)[0].strip()
+
+
+class WasmEnvironment(Environment[WasmRequest, WasmResult]):
+    """Runs WASI command modules with wasmtime.
+
+    `cache_dir` is the disk cache of compiled modules (`default_cache_dir()` when None; pass
+    `use_disk_cache=False` to keep compiled modules in this process only). One engine per
+    environment; `run()` is safe to call from several threads at once.
+    """
+
+    tag = EnvironmentTag.WASM
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        *,
+        use_disk_cache: bool = True,
+        epoch_interval: float = 0.01,
+    ) -> None:
+        config = wasmtime.Config()
+        config.consume_fuel = bool(_ENGINE_SETTINGS["consume_fuel"])
+        config.epoch_interruption = bool(_ENGINE_SETTINGS["epoch_interruption"])
+        config.cranelift_opt_level = str(_ENGINE_SETTINGS["cranelift_opt_level"])
+        self._engine = wasmtime.Engine(config)
+        self._linker = wasmtime.Linker(self._engine)
+        self._linker.define_wasi()
+        self._ticker = _EpochTicker(self._engine, epoch_interval)
+        self._fingerprint = _engine_fingerprint()
+        self.cache_stats = CacheStats()
+        self._disk: _DiskCache | None = None
+        if use_disk_cache:
+            try:
+                directory = cache_dir or default_cache_dir()
+            except RuntimeError:  # no home directory to put it in
+                log.warning("no wasm module cache: no cache directory was given or found")
+            else:
+                disk = _DiskCache(directory, self.cache_stats)
+                self._disk = disk if disk.usable else None
+        self._lock = threading.Lock()
+        self._modules: dict[str, wasmtime.InstancePre] = {}
+        self._path_digests: dict[tuple[object, ...], str] = {}
+        self._scratch = Path(tempfile.mkdtemp(prefix="codecoder-wasm-"))  # mode 0700
+        self._pump = _OutputPump(self._scratch)
+        self._closed = False
+
+    @property
+    def disk_cache_dir(self) -> Path | None:
+        """The directory in use for compiled modules, or None if the disk cache is off."""
+        return self._disk.directory if self._disk is not None else None
+
+    # -- modules ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _read(path: Path) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ExecutionFailed(f"cannot read module {path}: {exc.strerror or exc}") from exc
+
+    def _digest(self, module: Path | bytes) -> tuple[str, bytes | None]:
+        """The digest of a module, and its bytes if they had to be read to compute it."""
+        if isinstance(module, bytes):
+            return hashlib.sha256(module).hexdigest(), module
+        try:
+            st = os.stat(module)
+        except OSError as exc:
+            raise ExecutionFailed(f"cannot read module {module}: {exc.strerror or exc}") from exc
+        # A warm process stats the file instead of rereading it: this identity changes
+        # whenever the file is replaced or rewritten.
+        identity = (
+            os.fspath(module),
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+        )
+        digest = self._path_digests.get(identity)
+        if digest is not None:
+            return digest, None
+        data = self._read(module)
+        digest = hashlib.sha256(data).hexdigest()
+        self._path_digests[identity] = digest
+        return digest, data
+
+    def _prepared(self, module: Path | bytes) -> wasmtime.InstancePre:
+        digest, data = self._digest(module)
+        with self._lock:
+            pre = self._modules.get(digest)
+            if pre is not None:
+                self.cache_stats.memory_hits += 1
+                return pre
+            if data is None:  # known digest whose compilation failed before: read it again
+                assert isinstance(module, Path)
+                data = self._read(module)
+                digest = hashlib.sha256(data).hexdigest()
+            compiled = self._load_or_compile(digest, data)
+            try:
+                pre = self._linker.instantiate_pre(compiled)
+            except wasmtime.WasmtimeError as exc:
+                raise ExecutionFailed(f"module cannot be linked: {_cause(exc)}") from exc
+            self._modules[digest] = pre
+            return pre
+
+    def _load_or_compile(self, digest: str, data: bytes) -> wasmtime.Module:
+        key = hashlib.sha256(
+            f"{digest}\0{_WASMTIME_VERSION}\0{self._fingerprint}".encode()
+        ).hexdigest()
+        if self._disk is not None:
+            payload = self._disk.load(key)
+            if payload is not None:
+                try:
+                    module = wasmtime.Module.deserialize(self._engine, payload)
+                except wasmtime.WasmtimeError as exc:
+                    self._disk.discard(key, f"does not deserialize ({_cause(exc)})")
+                else:
+                    self.cache_stats.disk_hits += 1
+                    return module
+        try:
+            module = wasmtime.Module(self._engine, data)
+        except wasmtime.WasmtimeError as exc:
+            raise ExecutionFailed(f"invalid wasm module: {_cause(exc)}") from exc
+        self.cache_stats.compiled += 1
+        if self._disk is not None:
+            try:
+                self._disk.store(key, bytes(module.serialize()))
+            except wasmtime.WasmtimeError as exc:
+                log.debug("cannot serialize module: %s", exc)
+        return module
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, request: WasmRequest) -> WasmResult:
+        if self._closed:
+            raise SandboxUnavailable("the wasm environment is closed")
+        pre = self._prepared(request.module)
+        stdout = _CappedOutput(request.max_output)
+        stderr = _CappedOutput(request.max_output)
+        pipes: list[_Pipe] = []
+        try:
+            pipes = [self._pump.open(stdout), self._pump.open(stderr)]
+            return self._run(pre, request, pipes, stdout, stderr)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot set up the module's output: {exc}") from exc
+        finally:
+            for pipe in pipes:
+                self._pump.finish(pipe)
+
+    def _run(
+        self,
+        pre: wasmtime.InstancePre,
+        request: WasmRequest,
+        pipes: list[_Pipe],
+        stdout: _CappedOutput,
+        stderr: _CappedOutput,
+    ) -> WasmResult:
+        store = wasmtime.Store(self._engine)
+        try:
+            store.set_fuel(request.fuel)
+            store.set_limits(memory_size=request.memory_limit)
+            store.set_wasi(self._wasi_config(request, pipes))
+        except wasmtime.WasmtimeError as exc:
+            raise ExecutionFailed(f"cannot configure the module's sandbox: {_cause(exc)}") from exc
+        finally:
+            for pipe in pipes:  # wasmtime has opened them (or failed to): the names can go
+                pipe.release_name()
+        instance: wasmtime.Instance | None = None
+        exit_code = 0
+        started = time.monotonic()
+        with self._ticker.running():
+            # The deadline is relative to the epoch now; one extra tick because the first
+            # one may come at once.
+            store.set_epoch_deadline(math.ceil(request.timeout / self._ticker.interval) + 1)
+            try:
+                instance = pre.instantiate(store)
+                start = instance.exports(store).get("_start")
+                if not isinstance(start, wasmtime.Func):
+                    raise ExecutionFailed("the module exports no _start: it is not a WASI command")
+                start(store)
+            except wasmtime.ExitTrap as exc:
+                exit_code = exc.code
+            except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+                raise self._map_failure(exc, request, store, instance) from exc
+        duration = time.monotonic() - started
+        fuel_consumed = request.fuel - self._fuel_left(store)
+        for pipe in pipes:
+            self._pump.finish(pipe)
+        pipes.clear()
+        return WasmResult(
+            exit_code=exit_code,
+            stdout=stdout.value(),
+            stderr=stderr.value(),
+            duration=duration,
+            fuel_consumed=fuel_consumed,
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+        )
+
+    def _wasi_config(self, request: WasmRequest, pipes: list[_Pipe]) -> wasmtime.WasiConfig:
+        wasi = wasmtime.WasiConfig()
+        # Deliberately no inherit_env/inherit_stdin/...: the module sees only what is set here.
+        name = request.module.name if isinstance(request.module, Path) else "module"
+        wasi.argv = list(request.argv) or [name]
+        wasi.stdout_file = pipes[0].path
+        wasi.stderr_file = pipes[1].path
+        if request.stdin:
+            # wasmtime opens the file when it is configured, so it can go right after.
+            fd, stdin_path = tempfile.mkstemp(dir=self._scratch)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(request.stdin)
+                wasi.stdin_file = stdin_path
+            finally:
+                os.unlink(stdin_path)
+        for preopen in request.preopens:
+            if not preopen.host.is_dir():
+                raise ExecutionFailed(f"cannot preopen {preopen.host}: not a directory")
+            wasi.preopen_dir(os.fspath(preopen.host), preopen.guest, preopen.writable)
+        return wasi
+
+    def _map_failure(
+        self,
+        exc: Exception,
+        request: WasmRequest,
+        store: wasmtime.Store,
+        instance: wasmtime.Instance | None,
+    ) -> ExecutionFailed | ExecutionTimeout | OutOfFuel | OutOfMemory:
+        cause = _cause(exc)
+        code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
+        if code is wasmtime.TrapCode.INTERRUPT:
+            return ExecutionTimeout(f"the module ran past its timeout of {request.timeout:g}s")
+        if code is wasmtime.TrapCode.OUT_OF_FUEL:
+            return OutOfFuel(f"the module used up its fuel ({request.fuel:,} units)")
+        if "exceeds memory limits" in cause:
+            return OutOfMemory(
+                f"the module needs more memory than its limit of {request.memory_limit:,} bytes"
+            )
+        used = self._memory_size(store, instance)
+        # wasmtime makes a refused memory.grow return -1 instead of trapping, and programs
+        # then abort (an `unreachable` trap) or fault, so the refusal itself is invisible here.
+        # A trap with memory within a quarter of the limit is reported as what it almost
+        # always is; the trap's own message is kept in case it was not.
+        if used + max(WASM_PAGE, request.memory_limit // 4) > request.memory_limit:
+            return OutOfMemory(
+                f"the module hit its memory limit of {request.memory_limit:,} bytes (it was "
+                f"using {used:,}) and then failed: {cause}"
+            )
+        if isinstance(exc, wasmtime.Trap):
+            trace = _trace(exc)
+            if used > request.memory_limit // 2:  # a large allocation may have been refused
+                cause += f" (linear memory {used:,} of its limit of {request.memory_limit:,} bytes)"
+            return ExecutionFailed(f"the module trapped: {cause}" + (f"\n{trace}" if trace else ""))
+        return ExecutionFailed(f"the module failed: {cause}")
+
+    @staticmethod
+    def _memory_size(store: wasmtime.Store, instance: wasmtime.Instance | None) -> int:
+        if instance is None:
+            return 0
+        sizes = [
+            item.data_len(store)
+            for item in instance.exports(store).by_index
+            if isinstance(item, wasmtime.Memory)
+        ]
+        return max(sizes, default=0)
+
+    @staticmethod
+    def _fuel_left(store: wasmtime.Store) -> int:
+        try:
+            return store.get_fuel()
+        except wasmtime.WasmtimeError:
+            return 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._ticker.close()
+        self._pump.close()
+        with self._lock:
+            self._modules.clear()
+            self._path_digests.clear()
+        shutil.rmtree(self._scratch, ignore_errors=True)
