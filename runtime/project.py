@@ -16,11 +16,78 @@ from typing import Any
 from runtime.allowlist import NEVER, Grant, ProjectAllowlist
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.patterns import KeyPattern, PatternError
-from runtime.projectfile import Diagnostic, ProjectFile, load_project_file
+from runtime.projectfile import (
+    AgentSection,
+    Diagnostic,
+    ProjectFile,
+    WebSection,
+    load_project_file,
+    parse_host_entry,
+)
 from runtime.tool import KeyStyle, ShellSettings, Tool
 
 PROJECT_FILE = "codecoder.json"
 PROTECTED_HEADS = (PROJECT_FILE, ".codecoder", ".git")
+
+
+@dataclass(frozen=True, slots=True)
+class WebSettings:
+    """What the web tools may reach and read, from codecoder.json's `web` (defaults here).
+
+    `allow_hosts` holds `(host, port)` pairs (port None: any port) that may be reached even
+    though their addresses are loopback, private or otherwise refused by default.
+    """
+
+    allow_hosts: frozenset[tuple[str, int | None]] = frozenset()
+    search_url: str | None = None  # a SearxNG instance; web_search needs one
+    github_api_url: str = "https://api.github.com"
+    github_token_env: str = "GITHUB_TOKEN"
+    max_bytes: int = 5 * 1024 * 1024
+    timeout: float = 30.0
+    max_redirects: int = 5
+
+    @classmethod
+    def from_section(cls, section: WebSection) -> WebSettings:
+        default = cls()
+        return cls(
+            allow_hosts=frozenset(parse_host_entry(entry) for entry in section.allow_hosts),
+            search_url=section.search_url,
+            github_api_url=section.github_api_url or default.github_api_url,
+            github_token_env=section.github_token_env or default.github_token_env,
+            max_bytes=section.max_bytes or default.max_bytes,
+            timeout=section.timeout or default.timeout,
+            max_redirects=(
+                section.max_redirects
+                if section.max_redirects is not None
+                else default.max_redirects
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    """The model behind child agents, from codecoder.json's `agent` (defaults here).
+
+    `base_url` and `model` left unset here are taken from the environment (OPENAI_BASE_URL,
+    OPENAI_MODEL) when a child starts; the key is always read from `api_key_env`.
+    """
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_turns: int = 20
+    timeout: float = 120.0
+
+    @classmethod
+    def from_section(cls, section: AgentSection) -> AgentSettings:
+        default = cls()
+        return cls(
+            base_url=section.base_url,
+            model=section.model,
+            api_key_env=section.api_key_env or default.api_key_env,
+            max_turns=section.max_turns or default.max_turns,
+            timeout=section.timeout or default.timeout,
+        )
 
 
 @dataclass(slots=True)
@@ -31,6 +98,8 @@ class ProjectConfig:
     bindings: dict[str, EnvironmentTag] = field(default_factory=dict)
     limits: ShellSettings = field(default_factory=ShellSettings)
     session_ttl: float = NEVER
+    web: WebSettings = field(default_factory=WebSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     diagnostics: tuple[Diagnostic, ...] = ()
 
     @property
@@ -136,6 +205,8 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         bindings=bindings,
         limits=limits,
         session_ttl=pf.session_ttl,
+        web=WebSettings.from_section(pf.web),
+        agent=AgentSettings.from_section(pf.agent),
         diagnostics=tuple(sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))),
     )
 

@@ -18,8 +18,9 @@ Reading (`load_project_file`) never raises for bad content. Every problem become
 
 Any error makes the file unusable: it fails closed, so callers grant nothing from it. Deny
 entries that could be read are still returned, because a deny can only make things stricter;
-environment bindings, limits and session_ttl fall back to their defaults, because those could
-loosen them. A missing file is an empty configuration, and so is an empty one.
+environment bindings, limits, session_ttl and the web and agent settings fall back to their
+defaults, because those could loosen them. A missing file is an empty configuration, and so is
+an empty one.
 
 Writing (`add_allow_entry`, `remove_allow_entry`) changes only the allowlist object, under an
 exclusive `flock` on `.codecoder/codecoder.json.lock`, after re-reading the file from disk, so
@@ -42,6 +43,7 @@ import codecs
 import contextlib
 import fcntl
 import glob
+import ipaddress
 import json
 import os
 import re
@@ -52,8 +54,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -68,14 +72,17 @@ from runtime.ceiling import EnvironmentTag, Scope
 from runtime.errors import ConfigError
 
 __all__ = [
+    "AgentSection",
     "AllowEntry",
     "Binding",
     "DenyEntry",
     "Diagnostic",
     "ProjectFile",
     "Severity",
+    "WebSection",
     "add_allow_entry",
     "load_project_file",
+    "parse_host_entry",
     "remove_allow_entry",
 ]
 
@@ -138,6 +145,34 @@ class Binding:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSection:
+    """The `web` object: what the web tools may reach and how much they may read.
+
+    `None` means "not set": the runtime's default applies (see `runtime.project.WebSettings`).
+    """
+
+    allow_hosts: tuple[str, ...] = ()
+    search_url: str | None = None
+    github_api_url: str | None = None
+    github_token_env: str | None = None
+    max_bytes: int | None = None
+    timeout: float | None = None
+    max_redirects: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSection:
+    """The `agent` object: the model behind child agents. Never a key, only the name of the
+    environment variable that holds one, because codecoder.json is committed with the project."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    max_turns: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProjectFile:
     """What codecoder.json says, and what is wrong with it.
 
@@ -156,6 +191,8 @@ class ProjectFile:
     timeout: float | None = None
     max_output: int | None = None
     session_ttl: float = -1
+    web: WebSection = WebSection()
+    agent: AgentSection = AgentSection()
     diagnostics: tuple[Diagnostic, ...] = ()
     _index: _SourceIndex | None = field(default=None, repr=False, compare=False)
 
@@ -168,6 +205,41 @@ class ProjectFile:
         if self._index is None:
             return None, None
         return self._index.value_position(pointer)
+
+
+def parse_host_entry(entry: str) -> tuple[str, int | None]:
+    """`"localhost"` → `("localhost", None)`, `"127.0.0.1:8123"` → `("127.0.0.1", 8123)`,
+    `"[::1]:8080"` → `("::1", 8080)`: a host the web tools may reach despite the address rules,
+    on any port or on one. Host names are lowercased and IP addresses written canonically, so
+    an entry matches however a URL spells the same host. Raises ValueError saying what is wrong,
+    worded to follow the place it is found at (`web.allow_hosts[0] must be ...`).
+    """
+    text = entry.strip().lower()
+    port: int | None = None
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"must be [IPv6] or [IPv6]:port, not {_quote(entry)}")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, None  # a name, an IPv4 address, or a bare IPv6 address
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"must have a port from 1 to 65535 after the colon: {_quote(entry)}")
+        port = int(port_text)
+    host = host.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(host)), port
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host):
+        raise ValueError(f"must be a host name, an IP address or host:port, not {_quote(entry)}")
+    return host, port
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_-]{1,63})*")
 
 
 def load_project_file(path: Path) -> ProjectFile:
@@ -262,6 +334,58 @@ class _Limits(BaseModel):
     max_output: int | None = Field(default=None, ge=1024)
 
 
+def _check_host_entry(value: str) -> str:
+    parse_host_entry(value)
+    return value
+
+
+def _check_base_url(value: str) -> str:
+    # Parsed the way the web tools parse it, so a URL accepted here is one they can use.
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - the property raises ValueError for a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, not {_quote(value)}")
+    if parts.username is not None or parts.query or parts.fragment:
+        raise ValueError(f"must not hold credentials, a query or a fragment: {_quote(value)}")
+    return value
+
+
+def _check_variable_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(f"must be the name of an environment variable, not {_quote(value)}")
+    return value
+
+
+_HostEntry = Annotated[str, AfterValidator(_check_host_entry)]
+_BaseUrl = Annotated[str, AfterValidator(_check_base_url)]
+_VariableName = Annotated[str, AfterValidator(_check_variable_name)]
+
+
+class _Web(BaseModel):
+    model_config = _STRICT
+
+    allow_hosts: list[_HostEntry] = Field(default_factory=list)
+    search_url: _BaseUrl | None = None
+    github_api_url: _BaseUrl | None = None
+    github_token_env: _VariableName | None = None
+    max_bytes: int | None = Field(default=None, ge=1024, le=1024**3)
+    timeout: float | None = Field(default=None, gt=0, le=3600)
+    max_redirects: int | None = Field(default=None, ge=0, le=20)
+
+
+class _Agent(BaseModel):
+    model_config = _STRICT
+
+    base_url: _BaseUrl | None = None
+    model: str | None = Field(default=None, min_length=1)
+    api_key_env: _VariableName | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    timeout: float | None = Field(default=None, gt=0, le=86400)
+
+
 class _ProjectFileModel(BaseModel):
     model_config = _STRICT
 
@@ -272,6 +396,8 @@ class _ProjectFileModel(BaseModel):
     environments: dict[str, Annotated[EnvironmentTag, Strict(False)]] = Field(default_factory=dict)
     limits: _Limits = Field(default_factory=_Limits)
     session_ttl: float = -1
+    web: _Web = Field(default_factory=_Web)
+    agent: _Agent = Field(default_factory=_Agent)
 
     @field_validator("session_ttl")
     @classmethod
@@ -356,6 +482,16 @@ class _Parse:
             timeout=model.limits.timeout,
             max_output=model.limits.max_output,
             session_ttl=model.session_ttl,
+            web=WebSection(
+                allow_hosts=tuple(model.web.allow_hosts),
+                search_url=model.web.search_url,
+                github_api_url=model.web.github_api_url,
+                github_token_env=model.web.github_token_env,
+                max_bytes=model.web.max_bytes,
+                timeout=model.web.timeout,
+                max_redirects=model.web.max_redirects,
+            ),
+            agent=AgentSection(**model.agent.model_dump()),
             diagnostics=diagnostics,
             _index=self.index,
         )

@@ -1,0 +1,669 @@
+"""The git read tools: `git_status`, `git_diff`, `git_log`.
+
+They read the workspace's repository with dulwich, a pure-Python git, and never start a
+process: a hostile `.git/config` (core.fsmonitor, core.pager, diff.external, textconv and
+filter drivers, hooks) that real git would run cannot run anything here. Using dulwich is not
+enough on its own: its porcelain `status` runs `filter.<driver>.clean` commands named in the
+config, and refreshes the index on disk. So these tools assemble status and diffs from the
+object store, the index and the work tree themselves, compare the work tree's raw bytes
+(git's view after filters is not computed: a file under a filter may show as modified), write
+nothing, and pin the work tree to the workspace whatever `core.worktree` says.
+
+The repository is the one whose `.git` is at the workspace root. Paths in arguments and
+results are relative to it, in POSIX form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dulwich.diff_tree import tree_changes
+from dulwich.errors import NotGitRepository
+from dulwich.ignore import IgnoreFilter, IgnoreFilterManager
+from dulwich.index import (
+    ConflictedIndexEntry,
+    Index,
+    blob_from_path_and_stat,
+    cleanup_mode,
+    get_unstaged_changes,
+)
+from dulwich.object_store import iter_tree_contents
+from dulwich.objects import S_ISGITLINK, Commit, ObjectID, Tag
+from dulwich.objectspec import parse_commit, parse_object
+from dulwich.patch import gen_diff_header, is_binary, patch_filename, unified_diff
+from dulwich.refs import Ref
+from dulwich.repo import Repo
+from pydantic import Field, ValidationInfo, field_validator
+
+from runtime.ceiling import EnvironmentTag
+from runtime.errors import CodecoderError, ExecutionFailed
+from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
+
+__all__ = ["GIT_TOOLS", "GitDiff", "GitLog", "GitStatus"]
+
+# path → (mode, object id), the shape of a tree, an index and the work tree alike.
+_Files = dict[bytes, tuple[int, ObjectID]]
+_Entry = tuple[int, ObjectID]
+
+
+@contextlib.contextmanager
+def _git_errors(what: str) -> Iterator[None]:
+    """dulwich's exceptions (and the OS's) become ExecutionFailed at this boundary."""
+    try:
+        yield
+    except CodecoderError:
+        raise
+    except NotGitRepository as exc:
+        raise ExecutionFailed(f"{what}: not a git repository: {exc}") from None
+    except (KeyError, ValueError, AssertionError, NotImplementedError, OSError) as exc:
+        raise ExecutionFailed(f"{what}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # dulwich's own tree (ObjectFormatException, ...) has no common root
+        if type(exc).__module__.startswith("dulwich"):
+            raise ExecutionFailed(f"{what}: {type(exc).__name__}: {exc}") from None
+        raise
+
+
+class _Repository:
+    """A read-only view of the workspace's repository: HEAD, index, work tree."""
+
+    def __init__(self, workspace: Path) -> None:
+        if not (workspace / ".git").exists():
+            raise ExecutionFailed(
+                f"the workspace {workspace} is not a git repository (no .git at its root)"
+            )
+        # worktree= pins the work tree: core.worktree in a hostile config could point it at
+        # any directory on the machine.
+        self.repo = Repo(str(workspace), worktree=str(workspace))
+        self.root = workspace
+        index_path = self.repo.index_path()
+        self.index: Index | None = Index(index_path) if os.path.exists(index_path) else None
+
+    def close(self) -> None:
+        self.repo.close()
+
+    # --- commits and trees --------------------------------------------------------------------
+
+    def head(self) -> Commit | None:
+        try:
+            commit = self.repo[self.repo.head()]
+        except KeyError:  # an unborn branch: no commit yet
+            return None
+        return commit if isinstance(commit, Commit) else None
+
+    def branch(self) -> str | None:
+        """The checked-out branch, None when HEAD is detached."""
+        target = self.repo.refs.read_ref(Ref(b"HEAD"))
+        if target is None or not target.startswith(b"ref: "):
+            return None
+        return _text(target[5:].strip().removeprefix(b"refs/heads/"))
+
+    def commit(self, revision: str) -> Commit:
+        spec = revision.encode()
+        with contextlib.suppress(KeyError, ValueError, AssertionError):
+            return parse_commit(self.repo, spec)  # names, ids and short ids
+        if b"~" in spec or b"^" in spec:  # ancestry (HEAD~2, main^), which parse_commit lacks
+            with contextlib.suppress(KeyError, ValueError, AssertionError, IndexError):
+                found = parse_object(self.repo, spec)
+                while isinstance(found, Tag):
+                    found = self.repo[found.object[1]]
+                if isinstance(found, Commit):
+                    return found
+        raise ExecutionFailed(f"unknown revision {revision!r}")
+
+    def tree_files(self, tree: ObjectID | None) -> _Files:
+        if tree is None:
+            return {}
+        return {
+            entry.path: (entry.mode, entry.sha)
+            for entry in iter_tree_contents(self.repo.object_store, tree)
+            if entry.path is not None and entry.mode is not None and entry.sha is not None
+        }
+
+    def content(self, mode: int, sha: ObjectID) -> bytes:
+        if S_ISGITLINK(mode):
+            return b"Subproject commit " + sha + b"\n"
+        blob = self.repo.object_store[sha]
+        return blob.as_raw_string()
+
+    # --- the index and the work tree ----------------------------------------------------------
+
+    def index_files(self) -> _Files:
+        files: _Files = {}
+        for path, entry in self.index.items() if self.index is not None else ():
+            chosen = (
+                entry.this or entry.other or entry.ancestor
+                if isinstance(entry, ConflictedIndexEntry)
+                else entry
+            )
+            if chosen is not None:
+                files[path] = (chosen.mode, chosen.sha)
+        return files
+
+    def conflicted(self) -> set[bytes]:
+        if self.index is None:
+            return set()
+        return {p for p, e in self.index.items() if isinstance(e, ConflictedIndexEntry)}
+
+    def staged_changes(
+        self, tree: ObjectID | None
+    ) -> Iterator[tuple[bytes, _Entry | None, _Entry | None]]:
+        """(path, in tree, in index) for each path where the two differ."""
+        if self.index is None:
+            for path, version in self.tree_files(tree).items():
+                yield path, version, None
+            return
+        changes = self.index.changes_from_tree(self.repo.object_store, tree)
+        for (old_path, new_path), (old_mode, new_mode), (old_sha, new_sha) in changes:
+            either = old_path or new_path
+            assert either is not None
+            yield either, _entry(old_mode, old_sha), _entry(new_mode, new_sha)
+
+    def unstaged_paths(self) -> list[bytes]:
+        """Tracked paths whose work-tree file differs from the index, by raw bytes.
+
+        No filter callback: the config's clean filters are exactly what must not run. No stat
+        refresh: a read tool does not rewrite the index.
+        """
+        if self.index is None:
+            return []
+        return sorted(get_unstaged_changes(self.index, os.fsencode(self.root)))
+
+    def worktree_file(self, path: bytes) -> tuple[int, ObjectID, bytes] | None:
+        """(mode, object id, content) of the file at `path` now; None if it is gone."""
+        full = os.path.join(os.fsencode(self.root), path)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        blob = blob_from_path_and_stat(full, st)  # a symlink's target, never followed
+        return cleanup_mode(st.st_mode), blob.id, blob.as_raw_string()
+
+    def untracked(self, limit: int) -> tuple[list[str], bool]:
+        """Untracked, unignored paths, a wholly untracked directory as `dir/` (like git)."""
+        tracked = {_text(path) for path in self.index_files()}
+        tracked_dirs = {
+            "/".join(p.split("/")[:i]) for p in tracked for i in range(1, p.count("/") + 1)
+        }
+        exclude = os.path.join(self.repo.controldir(), "info", "exclude")
+        # Only the repository's own ignore files: core.excludesFile could name any file.
+        globals_ = [IgnoreFilter.from_path(exclude)] if os.path.isfile(exclude) else []
+        ignores = IgnoreFilterManager(str(self.root), globals_, False)
+        found: list[str] = []
+
+        def ignored(relative: str) -> bool:
+            return ignores.is_ignored(relative) is True
+
+        def holds_untracked(directory: Path, relative: str) -> bool:
+            if (directory / ".git").exists():
+                return True  # a nested repository, shown as one untracked directory
+            for entry in _entries(directory):
+                child = f"{relative}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if not ignored(child + "/") and holds_untracked(Path(entry.path), child + "/"):
+                        return True
+                elif not ignored(child):
+                    return True
+            return False
+
+        def walk(directory: Path, relative: str) -> bool:
+            for entry in _entries(directory):
+                if len(found) >= limit:
+                    return False
+                if entry.name == ".git":
+                    continue
+                child = f"{relative}{entry.name}"
+                if child in tracked:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if ignored(child + "/"):
+                        continue
+                    if child in tracked_dirs:
+                        if not walk(Path(entry.path), child + "/"):
+                            return False
+                    elif holds_untracked(Path(entry.path), child + "/"):
+                        found.append(child + "/")
+                elif not ignored(child):
+                    found.append(child)
+            return True
+
+        complete = walk(self.root, "")
+        return found, not complete
+
+
+def _entry(mode: int | None, sha: bytes | None) -> _Entry | None:
+    return None if mode is None or sha is None else (mode, ObjectID(sha))
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except (PermissionError, FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _text(path: bytes) -> str:
+    return path.decode("utf-8", "surrogateescape")
+
+
+def _shown(path: str) -> str:
+    """A path as printed: quoted like git's core.quotePath when it holds control characters,
+    so a file name cannot rewrite the terminal it is shown on."""
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xDC80 <= ord(c) <= 0xDCFF for c in path):
+        return json.dumps(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+    return path
+
+
+@contextlib.contextmanager
+def _opened(ctx: ToolContext, what: str) -> Iterator[_Repository]:
+    with _git_errors(what):
+        repository = _Repository(ctx.workspace)
+        try:
+            yield repository
+        finally:
+            repository.close()
+
+
+class _GitTool(Tool[P]):
+    category = Category.GIT
+    environment = EnvironmentTag.RUNTIME
+    asks = False
+
+    def permission(self, args: P) -> Permission:
+        return Permission.none()
+
+
+def _relative_path(value: str) -> str:
+    """A workspace-relative POSIX path, or ValueError naming what is wrong with it."""
+    if not value or "\x00" in value:
+        raise ValueError("must be a non-empty path")
+    if value.startswith("/") or "\\" in value:
+        raise ValueError(f"must be relative to the workspace, in POSIX form: {value!r}")
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"must stay inside the workspace (no ..): {value!r}")
+    return "/".join(parts)
+
+
+def _revision(value: str) -> str:
+    # No ":": that syntax names files (HEAD:path, :path in the index), not commits.
+    if not value.strip() or any(ord(c) < 0x20 or c == ":" for c in value) or value.startswith("-"):
+        raise ValueError(f"is not a revision: {value!r}")
+    return value.strip()
+
+
+class _Paths(Parameters):
+    paths: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Limit to these files or directories (workspace-relative). Empty: all.",
+    )
+
+    @field_validator("paths")
+    @classmethod
+    def _relative(cls, value: list[str]) -> list[str]:
+        return [_relative_path(path) for path in value]
+
+    def covers(self, path: bytes) -> bool:
+        if not self.paths:
+            return True
+        text = _text(path)
+        return any(p == "" or text == p or text.startswith(p + "/") for p in self.paths)
+
+
+# --- git_status ------------------------------------------------------------------------------
+
+
+class GitStatusParameters(_Paths):
+    max_untracked: int = Field(
+        default=500, ge=0, le=10_000, description="The most untracked paths to list."
+    )
+
+
+class GitStatus(_GitTool[GitStatusParameters]):
+    name = "git_status"
+    description = (
+        "Show the repository's state: the branch, and each changed path with a two-letter code "
+        "like `git status --short` (first letter: staged, second: not staged; M modified, "
+        "A added, D deleted, U conflicted, ?? untracked). Read-only."
+    )
+    parameters = GitStatusParameters
+
+    def execute(self, args: GitStatusParameters, ctx: ToolContext) -> ToolResult:
+        result: ToolResult = ctx.environment.run(lambda: self._status(args, ctx))
+        return result
+
+    def _status(self, args: GitStatusParameters, ctx: ToolContext) -> ToolResult:
+        with _opened(ctx, "git_status") as repository:
+            head = repository.head()
+            branch = repository.branch()
+            codes: dict[bytes, list[str]] = {}
+            for path, old, new in repository.staged_changes(head.tree if head else None):
+                codes.setdefault(path, [" ", " "])[0] = (
+                    "A" if old is None else "D" if new is None else "M"
+                )
+            for path in repository.unstaged_paths():
+                gone = repository.worktree_file(path) is None
+                codes.setdefault(path, [" ", " "])[1] = "D" if gone else "M"
+            for path in repository.conflicted():
+                codes[path] = ["U", "U"]
+            untracked, cut = repository.untracked(args.max_untracked)
+        changes = [
+            {"path": _text(path), "staged": code[0].strip(), "unstaged": code[1].strip()}
+            for path, code in sorted(codes.items())
+            if args.covers(path)
+        ]
+        untracked = [
+            p for p in untracked if args.covers(p.rstrip("/").encode("utf-8", "surrogateescape"))
+        ]
+        if branch is None:
+            heading = f"## HEAD (detached at {head.id.decode()[:10]})" if head else "## HEAD"
+        elif head is None:
+            heading = f"## No commits yet on {_shown(branch)}"
+        else:
+            heading = f"## {_shown(branch)}"
+        lines = [heading]
+        lines += [
+            f"{c['staged'] or ' '}{c['unstaged'] or ' '} {_shown(c['path'])}" for c in changes
+        ]
+        lines += [f"?? {_shown(path)}" for path in untracked]
+        if cut:
+            lines.append(f"[more untracked paths not listed: the limit is {args.max_untracked}]")
+        if not changes and not untracked:
+            lines.append("nothing to commit, working tree clean")
+        data = {
+            "branch": branch,
+            "head": head.id.decode() if head else None,
+            "changes": changes,
+            "untracked": untracked,
+            "untracked_truncated": cut,
+        }
+        return ToolResult(output="\n".join(lines), data=data)
+
+
+# --- git_diff --------------------------------------------------------------------------------
+
+
+class GitDiffParameters(_Paths):
+    staged: bool = Field(
+        default=False,
+        description="Show what is staged (the index against HEAD, or against `base`), like "
+        "`git diff --cached`. Default: the work tree against the index, like `git diff`.",
+    )
+    base: str | None = Field(
+        default=None,
+        max_length=256,
+        description="A revision to compare against (branch, tag, commit id, HEAD~2). Alone: "
+        "that revision against the work tree.",
+    )
+    target: str | None = Field(
+        default=None,
+        max_length=256,
+        description="With `base`: a second revision; shows the changes from base to target.",
+    )
+    context_lines: int = Field(
+        default=3, ge=0, le=1000, description="Unchanged lines shown around each change."
+    )
+    max_chars: int = Field(
+        default=50_000, ge=1000, le=1_000_000, description="The most characters of diff to return."
+    )
+
+    @field_validator("base", "target")
+    @classmethod
+    def _revision(cls, value: str | None) -> str | None:
+        return None if value is None else _revision(value)
+
+    @field_validator("target")
+    @classmethod
+    def _needs_base(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("base") is None:
+            raise ValueError("needs `base`: the diff goes from base to target")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    mode: int
+    sha: bytes
+    data: bytes
+
+
+class GitDiff(_GitTool[GitDiffParameters]):
+    name = "git_diff"
+    description = (
+        "Show changes as a unified diff: the work tree against the index (default), what is "
+        "staged (`staged`), or between revisions (`base`, `target`). Read-only."
+    )
+    parameters = GitDiffParameters
+
+    def execute(self, args: GitDiffParameters, ctx: ToolContext) -> ToolResult:
+        result: ToolResult = ctx.environment.run(lambda: self._diff(args, ctx))
+        return result
+
+    def _diff(self, args: GitDiffParameters, ctx: ToolContext) -> ToolResult:
+        with _opened(ctx, "git_diff") as repository:
+            pairs = [
+                (path, old, new)
+                for path, old, new in self._pairs(repository, args)
+                if args.covers(path) and old != new
+            ]
+            out = io.BytesIO()
+            files = [
+                _write_file_diff(out, path, old, new, args.context_lines)
+                for path, old, new in sorted(pairs, key=lambda pair: pair[0])
+            ]
+        text = out.getvalue().decode("utf-8", "replace")
+        truncated = len(text) > args.max_chars
+        if truncated:
+            text = (
+                text[: args.max_chars]
+                + f"\n[diff cut: {len(text) - args.max_chars} more characters; "
+                "narrow it with `paths`]\n"
+            )
+        return ToolResult(
+            output=text or "(no differences)",
+            data={"files": files, "truncated": truncated},
+        )
+
+    def _pairs(
+        self, repository: _Repository, args: GitDiffParameters
+    ) -> Iterable[tuple[bytes, _Version | None, _Version | None]]:
+        stored = _stored(repository)
+        if args.base is not None and args.target is not None:
+            old_tree = repository.commit(args.base).tree
+            new_tree = repository.commit(args.target).tree
+            for change in tree_changes(repository.repo.object_store, old_tree, new_tree):
+                before, after = change.old, change.new
+                path = (after.path if after is not None else None) or (
+                    before.path if before is not None else None
+                )
+                assert path is not None
+                yield (
+                    path,
+                    stored(before.mode, before.sha) if before is not None else None,
+                    stored(after.mode, after.sha) if after is not None else None,
+                )
+            return
+        head = repository.head()
+        if args.base is not None:
+            tree: ObjectID | None = repository.commit(args.base).tree
+        else:
+            tree = head.tree if head else None
+        if args.staged:
+            for path, old, new in repository.staged_changes(tree):
+                yield path, stored(*old) if old else None, stored(*new) if new else None
+            return
+        index = repository.index_files()
+        if args.base is None:
+            for path in repository.unstaged_paths():
+                if path in index:
+                    yield path, stored(*index[path]), _worktree(repository, path)
+            return
+        # A revision against the work tree: only paths that differ between the revision and
+        # the index, or between the index and the work tree, can differ between the two ends.
+        in_tree = repository.tree_files(tree)
+        candidates = {path for path, _, _ in repository.staged_changes(tree)}
+        candidates.update(repository.unstaged_paths())
+        for path in candidates:
+            then = stored(*in_tree[path]) if path in in_tree else None
+            yield path, then, _worktree(repository, path) if path in index else None
+
+
+def _stored(repository: _Repository) -> Callable[[int | None, ObjectID | None], _Version | None]:
+    """Versions read from the object store (tree and index entries)."""
+
+    def version(mode: int | None, sha: ObjectID | None) -> _Version | None:
+        if mode is None or sha is None:
+            return None
+        return _Version(mode, sha, repository.content(mode, sha))
+
+    return version
+
+
+def _worktree(repository: _Repository, path: bytes) -> _Version | None:
+    found = repository.worktree_file(path)
+    return _Version(*found) if found is not None else None
+
+
+def _write_file_diff(
+    out: io.BytesIO, path: bytes, old: _Version | None, new: _Version | None, context: int
+) -> dict[str, Any]:
+    """One file's diff in git's format; returns its summary."""
+    out.writelines(
+        gen_diff_header(
+            (path if old else None, path if new else None),
+            (old.mode if old else None, new.mode if new else None),
+            (old.sha if old else None, new.sha if new else None),
+        )
+    )
+    old_data = old.data if old else b""
+    new_data = new.data if new else b""
+    status = "added" if old is None else "deleted" if new is None else "modified"
+    summary: dict[str, Any] = {"path": _text(path), "status": status, "binary": False}
+    if is_binary(old_data) or is_binary(new_data):
+        a = patch_filename(path if old else None, b"a")
+        b = patch_filename(path if new else None, b"b")
+        out.write(b"Binary files " + a + b" and " + b + b" differ\n")
+        summary["binary"] = True
+        return summary
+    added = removed = 0
+    for line in unified_diff(
+        old_data.splitlines(keepends=True),
+        new_data.splitlines(keepends=True),
+        patch_filename(path if old else None, b"a"),
+        patch_filename(path if new else None, b"b"),
+        n=context,
+    ):
+        if line.startswith(b"+") and not line.startswith(b"+++ "):
+            added += 1
+        elif line.startswith(b"-") and not line.startswith(b"--- "):
+            removed += 1
+        out.write(line)
+    summary.update(additions=added, deletions=removed)
+    return summary
+
+
+# --- git_log ---------------------------------------------------------------------------------
+
+
+class GitLogParameters(_Paths):
+    revision: str = Field(
+        default="HEAD",
+        max_length=512,
+        description="Where to start: a branch, tag or commit (default HEAD), or a range "
+        "`A..B` for the commits in B that are not in A.",
+    )
+    max_count: int = Field(default=20, ge=1, le=1000, description="The most commits to list.")
+    full: bool = Field(
+        default=False,
+        description="Include each commit's whole message, not just its first line.",
+    )
+
+    @field_validator("revision")
+    @classmethod
+    def _a_revision(cls, value: str) -> str:
+        return _revision(value)
+
+
+class GitLog(_GitTool[GitLogParameters]):
+    name = "git_log"
+    description = (
+        "List commits, newest first: id, date, author and subject (the whole message with "
+        "`full`), optionally only those touching `paths`. Read-only."
+    )
+    parameters = GitLogParameters
+
+    def execute(self, args: GitLogParameters, ctx: ToolContext) -> ToolResult:
+        result: ToolResult = ctx.environment.run(lambda: self._log(args, ctx))
+        return result
+
+    def _log(self, args: GitLogParameters, ctx: ToolContext) -> ToolResult:
+        with _opened(ctx, "git_log") as repository:
+            if repository.head() is None and args.revision == "HEAD":
+                return ToolResult(output="no commits yet", data={"commits": []})
+            exclude: list[ObjectID] = []
+            start, dots, end = args.revision.partition("..")
+            if dots:
+                exclude = [repository.commit(start or "HEAD").id]
+                include = [repository.commit(end or "HEAD").id]
+            else:
+                include = [repository.commit(args.revision).id]
+            walker = repository.repo.get_walker(
+                include=include,
+                exclude=exclude,
+                max_entries=args.max_count,
+                paths=[path.encode() for path in args.paths] or None,
+            )
+            commits = [_commit_summary(entry.commit) for entry in walker]
+        lines: list[str] = []
+        for commit in commits:
+            when, who = commit["date"][:10], commit["author_name"]
+            lines.append(f"{commit['id'][:10]} {when} {who}: {commit['subject']}")
+            body = commit["message"].partition("\n")[2].strip("\n") if args.full else ""
+            if body:
+                lines += ["    " + line if line else "" for line in body.split("\n")]
+        return ToolResult(output="\n".join(lines) or "no commits", data={"commits": commits})
+
+
+def _commit_summary(commit: Commit) -> dict[str, Any]:
+    encoding = commit.encoding.decode("ascii", "replace") if commit.encoding else "utf-8"
+
+    def text(value: bytes) -> str:
+        try:
+            decoded = value.decode(encoding, "replace")
+        except LookupError:
+            decoded = value.decode("utf-8", "replace")
+        # Control characters made visible, except the newlines and tabs of a message.
+        return "".join(
+            c if c in "\n\t" or (ord(c) >= 0x20 and ord(c) != 0x7F) else f"\\x{ord(c):02x}"
+            for c in decoded
+        )
+
+    author = text(commit.author)
+    name = author.split(" <", 1)[0]
+    zone = datetime.timezone(datetime.timedelta(seconds=commit.author_timezone))
+    date = datetime.datetime.fromtimestamp(commit.author_time, zone)
+    message = text(commit.message).strip("\n")
+    return {
+        "id": commit.id.decode("ascii"),
+        "author": author,
+        "author_name": name,
+        "date": date.isoformat(),
+        "subject": message.split("\n", 1)[0],
+        "message": message,
+        "parents": [parent.decode("ascii") for parent in commit.parents],
+    }
+
+
+GIT_TOOLS: tuple[GitStatus, GitDiff, GitLog] = (GitStatus(), GitDiff(), GitLog())
