@@ -27,6 +27,7 @@ from runtime.projectfile import Diagnostic, remove_allow_entry
 from runtime.prompt import Asker, AskRequest, fixed, non_interactive, visible
 from runtime.schemas import export
 from runtime.session import Runtime, default_asker
+from runtime.tools import CHILD_TOOLSET
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
 
@@ -129,6 +130,7 @@ def _tools(args: argparse.Namespace) -> int:
             "environment": d.environment.value,
             "permission": "ask" if d.needs_permission else "none",
             "description": d.description,
+            "child": d.name in CHILD_TOOLSET,
         }
         for d in runtime.definitions()
     ]

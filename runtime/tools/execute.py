@@ -173,3 +173,17 @@ def _commit_summary(args: CommitParameters) -> str:
     staged = " --all" if args.all else ""
     paths = f" -- {' '.join(args.paths)}" if args.paths else ""
     return f"git commit{staged} -m {first!r}{paths}"
+
+
+class RunContainer(RunCommand):
+    """`run_command`'s sibling that always runs in the hardened container, so a project may
+    grant it permanently (`run_container:cargo` AlwaysThisProject)."""
+
+    name = "run_container"
+    description = (
+        "Run a command line in the project's sandbox container (no network, read-only root "
+        "filesystem, no capabilities, resource limits; the workspace at /workspace) and return "
+        "its output and exit code."
+    )
+    environment = EnvironmentTag.DOCKER
+    bindable = frozenset({EnvironmentTag.DOCKER})

@@ -49,8 +49,22 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
         "environment": "@shell",
         "permission": "ask",
         "description": rows["run_command"]["description"],
+        "child": False,
     }
-    assert set(rows["commit"]) == {"name", "category", "environment", "permission", "description"}
+    assert {name for name, row in rows.items() if row["child"]} == {
+        "read_file",
+        "glob",
+        "grep",
+        "diff",
+        "web_search",
+        "web_fetch",
+        "github_search",
+        "agent",
+        "reason",
+    }
+    assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {"@wasm"}
+    assert all(rows[n]["permission"] == "none" for n in rows if rows[n]["child"])
+    assert len(rows) == 23
 
 
 def test_key_of_a_simple_and_of_a_compound_command(project: Path) -> None:
