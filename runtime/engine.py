@@ -132,46 +132,31 @@ class PermissionEngine:
         answer = self.asker(request)
         done = tuple(violations)
 
-        def allow(source: Source, reason: str) -> Decision:
-            return Decision(True, source, tool, environment, key.raw, None, answer, reason, done)
-
-        if answer is Answer.DENY:
-            decision = Decision(
-                False,
-                Source.DENIED,
-                tool,
-                environment,
-                key.raw,
-                None,
-                answer,
-                "non-interactive: nothing granted this key"
-                if self.asker is non_interactive
-                else "denied at the prompt",
-                done,
+        def decided(allowed: bool, source: Source, reason: str, *more: str) -> Decision:
+            return Decision(
+                allowed, source, tool, environment, key.raw, None, answer, reason, (*done, *more)
             )
-            raise DeniedByUser(f"{key.raw} was not allowed ({decision.reason})", decision)
-        if answer is Answer.ONCE:
-            return allow(Source.ONCE, "allowed once")
 
         def refuse(error: CeilingViolation) -> NoReturn:
-            error.decision = Decision(
-                False,
-                Source.DENIED,
-                tool,
-                environment,
-                key.raw,
-                None,
-                answer,
-                error.reason,
-                (*done, error.reason),
-            )
+            error.decision = decided(False, Source.DENIED, error.reason, error.reason)
             raise error
 
+        if answer is Answer.DENY:
+            reason = (
+                "non-interactive: nothing granted this key"
+                if self.asker is non_interactive
+                else "denied at the prompt"
+            )
+            raise DeniedByUser(
+                f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
+            )
+        if answer is Answer.ONCE:
+            return decided(True, Source.ONCE, "allowed once")
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
         if answer is Answer.SESSION:
             self.session.grant(key)
-            return allow(Source.SESSION, "allowed for this session")
+            return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):
             refuse(
@@ -185,24 +170,13 @@ class PermissionEngine:
         try:
             add_allow_entry(self._project_file, key.raw)
         except ConfigError as exc:
-            decision = Decision(
-                False,
-                Source.DENIED,
-                tool,
-                environment,
-                key.raw,
-                None,
-                answer,
-                f"cannot record the grant: {exc}",
-                done,
-            )
             raise DeniedByUser(
                 f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
                 f"is ({exc})",
-                decision,
+                decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
         self._project().add_grant(Grant(KeyPattern.parse(key.raw)))
-        return allow(Source.PROJECT, "allowed for the project (written to codecoder.json)")
+        return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
 
     @staticmethod
     def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:
