@@ -50,6 +50,7 @@ from pathlib import Path
 import wasmtime
 
 from environments.base import Environment
+from runtime.atomicfile import replace_atomically
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import (
     ExecutionFailed,
@@ -569,22 +570,10 @@ class _DiskCache:
             return
         header = _MAGIC + self._mac(key, payload) + len(payload).to_bytes(8, "big")
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".cwasm")
-        except OSError as exc:
-            log.debug("cannot write to the wasm cache: %s", exc)
-            return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header)
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._entry(key))
+            replace_atomically(self._entry(key), header + payload, 0o600)
             self._stats.stored += 1
         except OSError as exc:
             log.debug("cannot write to the wasm cache: %s", exc)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
     def discard(self, key: str, reason: str) -> None:
         self._discard(self._entry(key), reason)

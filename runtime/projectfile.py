@@ -41,16 +41,14 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextlib
-import fcntl
 import glob
 import ipaddress
 import json
 import os
 import re
-import secrets
 import stat
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -68,6 +66,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.errors import ConfigError
 
@@ -788,24 +787,15 @@ def _update(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
             _remove_stale_temporaries(path)
             document, mode = _read_for_update(path)
             if change(document):
-                _replace(path, _serialize(document), mode)
+                replace_atomically(path, _serialize(document), mode)
     except OSError as exc:
         raise ConfigError(f"cannot update {path.name}: {_os_reason(exc)}", path) from exc
 
 
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    # A separate lock file, never replaced, because the data file's inode changes with every
-    # rename and a lock on it would not exclude a writer that opened the new one.
+def _exclusive_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     lock_directory = path.parent / ".codecoder"
     lock_directory.mkdir(exist_ok=True)
-    lock_path = lock_directory / f"{path.name}.lock"
-    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # releases the lock; the kernel also does if we are killed
+    return exclusive_lock(lock_directory / f"{path.name}.lock")
 
 
 def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None]:
@@ -848,10 +838,6 @@ def _serialize(document: dict[str, Any]) -> bytes:
         return (json.dumps(document, indent=2) + "\n").encode("ascii")
 
 
-def _temporary_name(path: Path) -> str:
-    return f".{path.name}.{secrets.token_hex(8)}.tmp"
-
-
 def _remove_stale_temporaries(path: Path) -> None:
     # Only a writer holding the lock creates these, and we hold it: any left over belongs to a
     # writer that died between creating it and renaming it.
@@ -860,32 +846,6 @@ def _remove_stale_temporaries(path: Path) -> None:
         if stale.fullmatch(candidate.name):
             with contextlib.suppress(FileNotFoundError):
                 candidate.unlink()
-
-
-def _replace(path: Path, data: bytes, mode: int | None) -> None:
-    """Put `data` at `path` so that a crash at any moment leaves the old file or the new one."""
-    temporary = path.with_name(_temporary_name(path))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-    # A new file gets the usual permissions (0666 less the umask); a replaced one keeps its own.
-    descriptor = os.open(temporary, flags, 0o666 if mode is None else 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            if mode is not None:
-                os.fchmod(file.fileno(), mode)
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-    # The rename itself is only durable once the directory entry is on disk.
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _os_reason(exc: OSError) -> str:

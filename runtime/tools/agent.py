@@ -21,11 +21,9 @@ user's files.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import secrets
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -35,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed
 from runtime.models import Message, ModelDriver, OpenAIChatDriver, ToolCall, ToolSpec
@@ -510,42 +509,20 @@ def _write_notes(path: Path, project: Path, notes: Mapping[str, str]) -> None:
             f"memory is full ({len(data)} bytes over the limit of {MAX_MEMORY_BYTES}): "
             "delete or shorten notes first"
         )
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(directory)  # the rename is durable only once the directory entry is
-    finally:
-        os.close(directory)
+    replace_atomically(path, data, 0o600)
 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    # A lock file beside the data, never replaced: the data file's inode changes at each write.
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        descriptor = os.open(
-            path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-    except OSError as exc:
-        raise ExecutionFailed(
-            f"cannot open the memory file in {path.parent}: {exc.strerror}"
-        ) from None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as stack:
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            stack.enter_context(exclusive_lock(path.with_name(path.name + ".lock"), 0o600))
+        except OSError as exc:
+            raise ExecutionFailed(
+                f"cannot open the memory file in {path.parent}: {exc.strerror}"
+            ) from None
         yield
-    finally:
-        os.close(descriptor)
 
 
 AGENT_TOOLS: tuple[Agent, Reason, Todo, Memory] = (Agent(), Reason(), Todo(), Memory())
