@@ -57,6 +57,8 @@ from docker.types import LogConfig, Mount
 from environments.base import CommandRequest, CommandResult, Environment
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
+from runtime.prompt import visible
+from runtime.protected import PROTECTED_NAMES
 
 __all__ = [
     "PROTECTED_PATHS",
@@ -68,7 +70,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WORKSPACE_MOUNT: Final = "/workspace"
-PROTECTED_PATHS: Final = ("codecoder.json", ".codecoder", ".git")
+PROTECTED_PATHS: Final = PROTECTED_NAMES
 AGENT_COMMAND: Final = ("python3", "-I", "-S", "/opt/codecoder/agent.py")
 AGENT_PROTOCOL: Final = 1
 FALLBACK_USER: Final = "10001:10001"
@@ -940,6 +942,6 @@ def _signal_name(number: int) -> str:
 
 
 def _visible(text: str, limit: int = 120) -> str:
-    """The text with control characters escaped, so a message cannot hide part of a command."""
-    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    """The text made visible (runtime.prompt.visible) and shortened for a message."""
+    shown = visible(text)
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"

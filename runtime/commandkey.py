@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import bashlex
 
+from runtime.protected import mentions_protected_path
 from runtime.tool import KeyStyle, PermissionKey
 
 __all__ = ["CommandKey", "key_command", "mentions_protected_path"]
@@ -226,14 +227,6 @@ _NODE_REASONS = {
     "heredoc": "heredoc",
 }
 
-_PROTECTED_PATH = re.compile(
-    # A path component: not preceded or followed by a character that could continue the name.
-    # Case-insensitive because `.GIT/hooks` is `.git/hooks` on macOS and Windows file systems.
-    r"(?<![A-Za-z0-9_.-])(?:codecoder\.json|\.codecoder|\.git)(?![A-Za-z0-9_.-])",
-    re.IGNORECASE,
-)
-
-
 # bashlex parses with one module-level ply parser that keeps its stacks on itself: two threads
 # parsing at once would share them.
 _BASHLEX_LOCK = threading.Lock()
@@ -241,15 +234,6 @@ _BASHLEX_LOCK = threading.Lock()
 
 class _Compound(Exception):
     """Internal: the command is compound, for the reason given."""
-
-
-def mentions_protected_path(text: str) -> bool:
-    """Whether `text` names codecoder.json, `.codecoder` or `.git` (or anything under them).
-
-    Matched as path components, so `.gitignore`, `.github/` and `mycodecoder.jsonx` do not count.
-    `.git` itself counts, not only `.git/…`: copying a directory onto it plants hooks just as well.
-    """
-    return _PROTECTED_PATH.search(text) is not None
 
 
 @functools.lru_cache(maxsize=4096)

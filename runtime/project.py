@@ -24,10 +24,10 @@ from runtime.projectfile import (
     load_project_file,
     parse_host_entry,
 )
+from runtime.protected import PROTECTED_NAMES
 from runtime.tool import KeyStyle, ShellSettings, Tool
 
 PROJECT_FILE = "codecoder.json"
-PROTECTED_HEADS = (PROJECT_FILE, ".codecoder", ".git")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,4 +255,4 @@ def _checked_pattern(
 
 def _only_protected(pattern: KeyPattern) -> bool:
     head = pattern.action.split("/", 1)[0]
-    return head in PROTECTED_HEADS and pattern.action != head + "*"
+    return head in PROTECTED_NAMES and pattern.action != head + "*"

@@ -42,6 +42,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, SandboxUnavailable
+from runtime.protected import PROTECTED_NAMES, is_protected_path
 from runtime.tool import (
     Category,
     KeyStyle,
@@ -85,8 +86,6 @@ LISTING_MAX_OUTPUT = 256 * 1024 * 1024
 BINARY_SNIFF_BYTES = 8000  # git's heuristic: a NUL in the first 8000 bytes means binary
 MAX_LINE_CHARS = 2000
 
-_PROTECTED_HEADS = frozenset({"codecoder.json", ".codecoder", ".git"})
-
 
 # -- paths --------------------------------------------------------------------------------
 
@@ -111,16 +110,6 @@ def normalise_path(value: str, *, allow_root: bool = False) -> str:
             return "."
         raise ValueError("the path names the workspace itself, not a file in it")
     return "/".join(parts)
-
-
-def is_protected_path(relpath: str) -> bool:
-    """Whether a canonical workspace-relative path is one of the runtime's protected paths.
-
-    Case-insensitive, because `.GIT/hooks` is `.git/hooks` on macOS and Windows file systems;
-    any `.git` component counts, because git runs the hooks of a nested repository too.
-    """
-    parts = relpath.casefold().split("/")
-    return parts[0] in _PROTECTED_HEADS or ".git" in parts
 
 
 def _file_path(value: str) -> str:
@@ -1159,7 +1148,7 @@ def run_wasm_preopens(workspace: Path, *, writable: bool) -> tuple[Preopen, ...]
     if writable:
         with os.scandir(workspace) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
-                if entry.name.casefold() in _PROTECTED_HEADS or not entry.is_dir(
+                if entry.name.casefold() in PROTECTED_NAMES or not entry.is_dir(
                     follow_symlinks=False
                 ):
                     continue
