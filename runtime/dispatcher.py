@@ -92,6 +92,7 @@ class Dispatcher:
                 session_id=self._session.id,
                 limits=runtime.config.limits,
                 session=self._session,
+                extra={"read_roots": runtime.config.read_roots},
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

@@ -100,6 +100,7 @@ class ProjectConfig:
     session_ttl: float = NEVER
     web: WebSettings = field(default_factory=WebSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
+    read_roots: dict[str, Path] = field(default_factory=dict)
     diagnostics: tuple[Diagnostic, ...] = ()
 
     @property
@@ -207,8 +208,30 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         session_ttl=pf.session_ttl,
         web=WebSettings.from_section(pf.web),
         agent=AgentSettings.from_section(pf.agent),
+        read_roots=_read_roots(root, pf, diagnostics),
         diagnostics=tuple(sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))),
     )
+
+
+def _read_roots(root: Path, pf: ProjectFile, diagnostics: list[Diagnostic]) -> dict[str, Path]:
+    roots: dict[str, Path] = {}
+    for name, written in pf.read_roots:
+        directory = (root / written).resolve()
+        if not directory.is_dir():
+            line, column = pf.position_of(f"/read_roots/{name.replace('~', '~0')}")
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    "read_root_missing",
+                    f"read root {name!r}: {directory} is not a directory; it is left out",
+                    key=name,
+                    line=line,
+                    column=column,
+                )
+            )
+            continue
+        roots[name] = directory
+    return roots
 
 
 def _checked_pattern(

@@ -192,6 +192,7 @@ class ProjectFile:
     session_ttl: float = -1
     web: WebSection = WebSection()
     agent: AgentSection = AgentSection()
+    read_roots: tuple[tuple[str, str], ...] = ()  # (name, directory as written)
     diagnostics: tuple[Diagnostic, ...] = ()
     _index: _SourceIndex | None = field(default=None, repr=False, compare=False)
 
@@ -385,6 +386,15 @@ class _Agent(BaseModel):
     timeout: float | None = Field(default=None, gt=0, le=86400)
 
 
+def _check_root_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise ValueError("a read root's name is letters, digits, `_`, `.` and `-` only")
+    return value
+
+
+_RootName = Annotated[str, AfterValidator(_check_root_name)]
+
+
 class _ProjectFileModel(BaseModel):
     model_config = _STRICT
 
@@ -397,6 +407,8 @@ class _ProjectFileModel(BaseModel):
     session_ttl: float = -1
     web: _Web = Field(default_factory=_Web)
     agent: _Agent = Field(default_factory=_Agent)
+    # Extra directories the read tools may read (never write), addressed as `@name/path`.
+    read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
 
     @field_validator("session_ttl")
     @classmethod
@@ -411,7 +423,7 @@ _TOP_LEVEL_KEYS = ", ".join(
 )
 
 # Objects whose keys the user chooses (patterns, tool names), as opposed to schema fields.
-_USER_KEYED = frozenset({"allowlist", "environments"})
+_USER_KEYED = frozenset({"allowlist", "environments", "read_roots"})
 
 # Unicode category Cc is exactly these two ranges; a regex is much faster than unicodedata on
 # a file with thousands of patterns.
@@ -491,6 +503,7 @@ class _Parse:
                 max_redirects=model.web.max_redirects,
             ),
             agent=AgentSection(**model.agent.model_dump()),
+            read_roots=tuple(model.read_roots.items()),
             diagnostics=diagnostics,
             _index=self.index,
         )

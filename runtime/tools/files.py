@@ -120,8 +120,19 @@ def _dir_path(value: str) -> str:
     return normalise_path(value, allow_root=True)
 
 
+def _write_path(value: str) -> str:
+    path = normalise_path(value)
+    if path.startswith("@"):
+        raise ValueError(
+            f"{value!r}: paths starting with `@` name the project's read roots, which are "
+            "read-only; write tools write only the workspace"
+        )
+    return path
+
+
 FilePath = Annotated[str, AfterValidator(_file_path)]
 DirPath = Annotated[str, AfterValidator(_dir_path)]
+WritePath = Annotated[str, AfterValidator(_write_path)]
 
 
 def _segment_regex(segment: str) -> str:
@@ -971,7 +982,7 @@ class Diff(_ReadTool, Tool[DiffParameters]):
 
 
 class WriteFileParameters(Parameters):
-    path: FilePath = Field(
+    path: WritePath = Field(
         description="The file to write, relative to the workspace; missing directories are made."
     )
     content: str = Field(description="The whole new content of the file (UTF-8).")
@@ -999,7 +1010,7 @@ class WriteFile(_WriteTool, Tool[WriteFileParameters]):
 
 
 class EditFileParameters(Parameters):
-    path: FilePath = Field(description="The file to edit, relative to the workspace.")
+    path: WritePath = Field(description="The file to edit, relative to the workspace.")
     old_string: str = Field(
         min_length=1,
         description="The exact text to replace, including whitespace; it must occur exactly "
@@ -1048,8 +1059,8 @@ class EditFile(_WriteTool, Tool[EditFileParameters]):
 
 
 class MoveFileParameters(Parameters):
-    source: FilePath = Field(description="The file or directory to move.")
-    destination: FilePath = Field(
+    source: WritePath = Field(description="The file or directory to move.")
+    destination: WritePath = Field(
         description="Its new path, relative to the workspace; missing directories are made."
     )
     overwrite: bool = Field(default=False, description="Replace an existing destination.")
@@ -1078,7 +1089,7 @@ class MoveFile(_WriteTool, Tool[MoveFileParameters]):
 
 
 class DeleteFileParameters(Parameters):
-    path: FilePath = Field(description="The file, symbolic link or empty directory to delete.")
+    path: WritePath = Field(description="The file, symbolic link or empty directory to delete.")
 
 
 class DeleteFile(_WriteTool, Tool[DeleteFileParameters]):

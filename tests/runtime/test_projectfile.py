@@ -206,7 +206,8 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "error",
                 "schema",
                 'unknown key "allow" at the top level '
-                "(known: $schema, allowlist, deny, environments, limits, session_ttl, web, agent)",
+                "(known: $schema, allowlist, deny, environments, limits, session_ttl, web, agent, "
+                "read_roots)",
                 None,
                 3,
                 3,

@@ -112,3 +112,32 @@ def test_the_seed_example_file_yields_exactly_the_expected_diagnostics(project: 
     ]
     assert "@shell" in runtime.diagnostics[0].message
     assert "AlwaysThisSession" in runtime.diagnostics[1].message
+
+
+def test_a_read_root_named_in_codecoder_json_is_readable_and_never_writable(
+    project: Path, tmp_path: Path
+) -> None:
+    docs = tmp_path / "shared-docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("the guide\n")
+    write_config(
+        project,
+        {
+            "read_roots": {"docs": str(docs), "gone": "../missing"},
+            "allowlist": {"write_file:**": "AlwaysThisProject"},
+        },
+    )
+    with Runtime(project, asker=RecordingAsker()) as runtime:
+        assert [(d.code, d.key) for d in runtime.diagnostics] == [("read_root_missing", "gone")]
+        session = runtime.session()
+        read = session.call("read_file", {"path": "@docs/guide.md"})
+        assert read.ok and "the guide" in read.result.output
+        write = session.call("write_file", {"path": "@docs/guide.md", "content": "x"})
+        assert write.error is not None
+    assert (docs / "guide.md").read_text() == "the guide\n"
+
+
+def test_without_a_read_root_nothing_outside_the_workspace_is_readable(project: Path) -> None:
+    with Runtime(project, asker=RecordingAsker()) as runtime:
+        outcome = runtime.session().call("read_file", {"path": "@docs/guide.md"})
+    assert outcome.error is not None and not outcome.ok
