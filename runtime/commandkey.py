@@ -45,8 +45,6 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-import bashlex
-
 from runtime.protected import mentions_protected_path
 from runtime.tool import KeyStyle, PermissionKey
 
@@ -322,6 +320,10 @@ def _describe(command: str, index: int) -> str:
 
 
 def _check_parser_agrees(command: str, argv: tuple[str, ...]) -> None:
+    # Imported here: building bashlex's parser tables costs ~0.1 s, which a process that only
+    # reads files, or whose commands our own lexer already found compound, need not pay.
+    import bashlex
+
     try:
         with _BASHLEX_LOCK:
             trees = bashlex.parse(command)

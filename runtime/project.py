@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from environments.dockersettings import DockerSettings
 from runtime.allowlist import NEVER, Grant, ProjectAllowlist
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.patterns import KeyPattern, PatternError
@@ -101,6 +102,7 @@ class ProjectConfig:
     web: WebSettings = field(default_factory=WebSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     read_roots: dict[str, Path] = field(default_factory=dict)
+    docker: DockerSettings = field(default_factory=DockerSettings)
     diagnostics: tuple[Diagnostic, ...] = ()
 
     @property
@@ -209,6 +211,7 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         web=WebSettings.from_section(pf.web),
         agent=AgentSettings.from_section(pf.agent),
         read_roots=_read_roots(root, pf, diagnostics),
+        docker=_docker_settings(pf, diagnostics),
         diagnostics=tuple(sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))),
     )
 
@@ -232,6 +235,39 @@ def _read_roots(root: Path, pf: ProjectFile, diagnostics: list[Diagnostic]) -> d
             continue
         roots[name] = directory
     return roots
+
+
+def _docker_settings(pf: ProjectFile, diagnostics: list[Diagnostic]) -> DockerSettings:
+    """The file's @docker settings; a loosened one is a warning, an impossible one an error."""
+    line, column = pf.position_of("/docker")
+    try:
+        settings = DockerSettings(**dict(pf.docker))
+    except ValueError as exc:
+        diagnostics.append(
+            Diagnostic(
+                "error",
+                "invalid_docker_settings",
+                f"docker: {exc}; the hardened defaults are used instead",
+                key="docker",
+                line=line,
+                column=column,
+            )
+        )
+        return DockerSettings()
+    for looser in settings.looser_than_default():
+        where = pf.position_of(f"/docker/{looser.name}")
+        diagnostics.append(
+            Diagnostic(
+                "warning",
+                "docker_looser",
+                f"docker.{looser.name} is {looser.value!r} where the default is "
+                f"{looser.default!r}: {looser.why}",
+                key=f"docker.{looser.name}",
+                line=where[0],
+                column=where[1],
+            )
+        )
+    return settings
 
 
 def _checked_pattern(

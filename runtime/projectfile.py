@@ -193,6 +193,7 @@ class ProjectFile:
     web: WebSection = WebSection()
     agent: AgentSection = AgentSection()
     read_roots: tuple[tuple[str, str], ...] = ()  # (name, directory as written)
+    docker: tuple[tuple[str, Any], ...] = ()  # the @docker settings the file sets
     diagnostics: tuple[Diagnostic, ...] = ()
     _index: _SourceIndex | None = field(default=None, repr=False, compare=False)
 
@@ -395,6 +396,22 @@ def _check_root_name(value: str) -> str:
 _RootName = Annotated[str, AfterValidator(_check_root_name)]
 
 
+class _Docker(BaseModel):
+    """Overrides of the hardened @docker defaults (environments.docker.DockerSettings)."""
+
+    model_config = _STRICT
+
+    image: str | None = Field(default=None, min_length=1)
+    memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
+    cpus: float | None = Field(default=None, gt=0, le=1024)
+    pids_limit: int | None = Field(default=None, ge=8, le=1_000_000)
+    tmpfs_size: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
+    network: str | None = Field(default=None, min_length=1)
+    read_only_rootfs: bool | None = None
+    user: str | None = Field(default=None, pattern=r"^(auto|[0-9]+(:[0-9]+)?)$")
+    extra_writable_paths: list[str] | None = None
+
+
 class _ProjectFileModel(BaseModel):
     model_config = _STRICT
 
@@ -409,6 +426,7 @@ class _ProjectFileModel(BaseModel):
     agent: _Agent = Field(default_factory=_Agent)
     # Extra directories the read tools may read (never write), addressed as `@name/path`.
     read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
+    docker: _Docker = Field(default_factory=_Docker)
 
     @field_validator("session_ttl")
     @classmethod
@@ -504,6 +522,10 @@ class _Parse:
             ),
             agent=AgentSection(**model.agent.model_dump()),
             read_roots=tuple(model.read_roots.items()),
+            docker=tuple(
+                (name, tuple(value) if isinstance(value, list) else value)
+                for name, value in model.docker.model_dump(exclude_none=True).items()
+            ),
             diagnostics=diagnostics,
             _index=self.index,
         )

@@ -101,7 +101,7 @@ class Runtime:
         if tag is EnvironmentTag.DOCKER:
             from environments.docker import DockerEnvironment
 
-            return DockerEnvironment(self.project_dir)
+            return DockerEnvironment(self.project_dir, self.config.docker)
         if tag is EnvironmentTag.RUNTIME:
             from environments.inprocess import InProcessEnvironment
 

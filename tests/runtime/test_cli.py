@@ -249,3 +249,23 @@ def test_commit_runs_git_through_the_chain(project: Path) -> None:
         ["git", "log", "--format=%s"], cwd=project, capture_output=True, text=True, check=True
     )
     assert log.stdout == "add a\n"
+
+
+def test_check_warns_about_each_loosened_docker_setting_and_rejects_impossible_ones(
+    project: Path,
+) -> None:
+    write_config(
+        project,
+        '{\n  "docker": {\n    "network": "bridge",\n    "memory": "512m",\n'
+        '    "read_only_rootfs": false\n  }\n}\n',
+    )
+    report = as_json(codecoder("check", "--json", project=project))
+    assert report["ok"] is True
+    assert [(d["severity"], d["code"], d["key"], d["line"]) for d in report["diagnostics"]] == [
+        ("warning", "docker_looser", "docker.network", 3),
+        ("warning", "docker_looser", "docker.read_only_rootfs", 5),
+    ]
+    write_config(project, {"docker": {"memory": "1k"}})
+    proc = codecoder("check", "--json", project=project)
+    [diagnostic] = as_json(proc)["diagnostics"]
+    assert (proc.returncode, diagnostic["code"]) == (1, "invalid_docker_settings")

@@ -207,7 +207,7 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "schema",
                 'unknown key "allow" at the top level '
                 "(known: $schema, allowlist, deny, environments, limits, session_ttl, web, agent, "
-                "read_roots)",
+                "read_roots, docker)",
                 None,
                 3,
                 3,

@@ -1,0 +1,116 @@
+"""The @docker environment's settings: the hardened defaults, and what loosens them.
+
+Kept apart from environments.docker so that reading codecoder.json (which may tighten or loosen
+these) does not import the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Final
+
+WORKSPACE_MOUNT: Final = "/workspace"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as `512m`, `1g`, `64MiB` or `1048576` (binary units)."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (use e.g. 512m, 1g)")
+    return int(float(match[1]) * _UNITS[match[2].lower()])
+
+
+@dataclass(frozen=True, slots=True)
+class LooserSetting:
+    """One setting that gives the sandbox more than the default does, and why that matters."""
+
+    name: str
+    value: object
+    default: object
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class DockerSettings:
+    """How the sandbox container is limited. The defaults are the hardened configuration.
+
+    `user` is `auto` (the workspace's owner, or 10001 when root owns it) or a `uid[:gid]`.
+    `extra_writable_paths` are more size-capped tmpfs mounts inside the container (e.g. a
+    cache directory a tool insists on); they never touch the host.
+    """
+
+    image: str = "codecoder-sandbox"
+    memory: str = "1g"
+    cpus: float = 1.0
+    pids_limit: int = 256
+    tmpfs_size: str = "64m"
+    network: str = "none"
+    read_only_rootfs: bool = True
+    user: str = "auto"
+    extra_writable_paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes < 6 * 1024**2:
+            raise ValueError(f"memory {self.memory} is below Docker's minimum of 6m")
+        if self.tmpfs_bytes <= 0:
+            raise ValueError("tmpfs_size must be positive")
+        if not self.cpus > 0:
+            raise ValueError("cpus must be positive")
+        if self.pids_limit < 8:
+            raise ValueError("pids_limit below 8 leaves no room for the agent itself")
+        for path in self.extra_writable_paths:
+            pure = PurePosixPath(path)
+            if not pure.is_absolute() or ".." in pure.parts:
+                raise ValueError(f"extra writable path {path!r} must be absolute, without ..")
+            if pure == PurePosixPath("/") or PurePosixPath(WORKSPACE_MOUNT) in (
+                pure,
+                *pure.parents,
+            ):
+                raise ValueError(f"extra writable path {path!r} would hide the root or workspace")
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_size(self.memory)
+
+    @property
+    def tmpfs_bytes(self) -> int:
+        return parse_size(self.tmpfs_size)
+
+    @property
+    def runs_as_root(self) -> bool:
+        uid = self.user.split(":", 1)[0]
+        return uid in ("0", "root")
+
+    def looser_than_default(self) -> list[LooserSetting]:
+        """Every setting that grants more than `DockerSettings()` does (empty when none)."""
+        default = DockerSettings()
+        looser: list[LooserSetting] = []
+
+        def note(name: str, why: str) -> None:
+            looser.append(LooserSetting(name, getattr(self, name), getattr(default, name), why))
+
+        if self.memory_bytes > default.memory_bytes:
+            note("memory", "a larger memory limit lets a call take more of the host's memory")
+        if self.cpus > default.cpus:
+            note("cpus", "a larger CPU quota lets a call take more of the host's CPU")
+        if self.pids_limit > default.pids_limit:
+            note("pids_limit", "a higher pids limit gives a fork bomb more room")
+        if self.tmpfs_bytes > default.tmpfs_bytes:
+            note("tmpfs_size", "larger tmpfs mounts let a call hold more of the host's memory")
+        if self.network != default.network:
+            note("network", "with a network the sandbox can reach the host, the LAN and beyond")
+        if not self.read_only_rootfs:
+            note("read_only_rootfs", "a writable root filesystem lets a call change the image")
+        if self.runs_as_root:
+            note("user", "root in the container is one kernel bug away from root on the host")
+        if self.extra_writable_paths:
+            note("extra_writable_paths", "more writable places inside the container")
+        return looser
+
+
+# --- engine errors -----------------------------------------------------------------------------
