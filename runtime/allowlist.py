@@ -24,20 +24,24 @@ Clock = Callable[[], float]
 class SessionAllowlist:
     def __init__(self, ttl: float = NEVER, clock: Clock | None = None) -> None:
         self._grants: dict[tuple[str, str], float] = {}
+        self._digests: dict[tuple[str, str], str | None] = {}
         self._ttl = ttl
         self._clock = clock or time.time
 
-    def grant(self, key: PermissionKey, ttl: float | None = None) -> float:
-        """Record a grant for exactly this key; returns its expiry (-1 = never)."""
+    def grant(
+        self, key: PermissionKey, ttl: float | None = None, digest: str | None = None
+    ) -> float:
+        """Record a grant for exactly this key (and digest); returns its expiry (-1 = never)."""
         ttl = self._ttl if ttl is None else ttl
         expiry = NEVER if ttl < 0 else self._clock() + ttl
         self._grants[(key.tool, key.raw)] = expiry
+        self._digests[(key.tool, key.raw)] = digest
         return expiry
 
-    def lookup(self, key: PermissionKey) -> tuple[bool, float] | None:
-        """None when there is no grant; otherwise (still valid, expiry)."""
+    def lookup(self, key: PermissionKey, digest: str | None = None) -> tuple[bool, float] | None:
+        """None when there is no grant (for this digest); otherwise (still valid, expiry)."""
         expiry = self._grants.get((key.tool, key.raw))
-        if expiry is None:
+        if expiry is None or self._digests.get((key.tool, key.raw)) != digest:
             return None
         valid = expiry == NEVER or self._clock() < expiry
         if not valid:

@@ -70,6 +70,9 @@ class PermissionEngine:
         notes: list[str] = []
         if not key.protected:
             for grant in project.granted_by(key):
+                if key.digest is not None and grant.digest != key.digest:
+                    notes.append(_digest_note(grant, key.digest))
+                    continue
                 if environment.allows(Scope.PROJECT):
                     return Decision(
                         True,
@@ -81,7 +84,7 @@ class PermissionEngine:
                         reason="codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
-            session_entry = self.session.lookup(key)
+            session_entry = self.session.lookup(key, key.digest)
             if session_entry is not None:
                 valid, _ = session_entry
                 if valid:
@@ -155,7 +158,7 @@ class PermissionEngine:
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
         if answer is Answer.SESSION:
-            self.session.grant(key)
+            self.session.grant(key, digest=key.digest)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):
@@ -168,14 +171,14 @@ class PermissionEngine:
                 )
             )
         try:
-            add_allow_entry(self._project_file, key.raw)
+            add_allow_entry(self._project_file, key.raw, digest=key.digest)
         except ConfigError as exc:
             raise DeniedByUser(
                 f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
                 f"is ({exc})",
                 decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
-        self._project().add_grant(Grant(KeyPattern.parse(key.raw)))
+        self._project().add_grant(Grant(KeyPattern.parse(key.raw), digest=key.digest))
         return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
 
     @staticmethod
@@ -184,3 +187,16 @@ class PermissionEngine:
         return f"CeilingViolation: entry {grant.pattern.raw!r}{where} grants nothing: " + (
             environment.refusal(key)
         )
+
+
+def _digest_note(grant: Grant, digest: str) -> str:
+    where = f" (codecoder.json line {grant.line})" if grant.line else ""
+    if grant.digest is None:
+        return (
+            f"entry {grant.pattern.raw!r}{where} has no digest, but this key is pinned to what "
+            "was approved: the entry grants nothing until it is approved again"
+        )
+    return (
+        f"entry {grant.pattern.raw!r}{where} was approved for {grant.digest}, but what would "
+        f"run now is {digest}: it changed since it was approved, so it is asked again"
+    )

@@ -62,6 +62,9 @@ class PermissionKey:
     argv: tuple[str, ...] | None = None
     protected: bool = False
     subject: str = ""  # what the call does, in full, for the human (the command, the path)
+    # What exactly would run, for keys whose grants are pinned to it (a capability's manifest
+    # and code): a project grant recorded with another digest does not cover this key.
+    digest: str | None = None
 
     @classmethod
     def named(cls, tool: str, action: str = "", **kw: Any) -> PermissionKey:

@@ -452,3 +452,68 @@ def test_the_project_directory_must_exist(tmp_path: Path) -> None:
 
     with pytest.raises(FileNotFoundError):
         Runtime(tmp_path / "missing")
+
+
+# --- grants pinned to a digest ---------------------------------------------------------------
+
+
+class PinnedParameters(Parameters):
+    name: str
+    code: str
+
+
+class Pinned(Tool[PinnedParameters]):
+    """An Ask tool whose key is pinned to the digest of what it would run, like a capability."""
+
+    name = "pinned"
+    description = "runs pinned code"
+    category = Category.AGENT
+    environment = EnvironmentTag.WASM
+    parameters = PinnedParameters
+
+    def permission(self, args: PinnedParameters) -> Permission:
+        return Permission.ask(
+            PermissionKey.named(self.name, args.name, digest=f"sha256:{args.code}")
+        )
+
+    def execute(self, args: PinnedParameters, ctx: ToolContext) -> ToolResult:
+        return ToolResult(output=f"ran {args.code}")
+
+
+def pinned_call(make_runtime: Any, asker: Any, code: str) -> Any:
+    runtime = make_runtime(asker=asker, tools={**builtin_tools(), "pinned": Pinned()})
+    return runtime.session().call("pinned", {"name": "lint", "code": code})
+
+
+def test_a_pinned_project_grant_records_its_digest_and_holds_only_for_it(
+    make_runtime, project
+) -> None:
+    granted = pinned_call(make_runtime, RecordingAsker(Answer.PROJECT), "v1")
+    assert granted.decision.source is Source.PROJECT
+    assert json.loads((project / "codecoder.json").read_text()) == {
+        "allowlist": {"pinned:lint": {"scope": "AlwaysThisProject", "digest": "sha256:v1"}}
+    }
+    assert pinned_call(make_runtime, never_ask, "v1").decision.source is Source.PROJECT
+    asker = RecordingAsker(Answer.ONCE)
+    changed = pinned_call(make_runtime, asker, "v2")
+    assert changed.decision.source is Source.ONCE
+    assert "changed since it was approved" in asker.requests[0].note
+
+
+def test_a_pinned_key_is_not_granted_by_an_entry_without_its_digest(make_runtime, project) -> None:
+    write_config(project, {"allowlist": {"pinned:lint": "AlwaysThisProject"}})
+    asker = RecordingAsker(Answer.DENY)
+    outcome = pinned_call(make_runtime, asker, "v1")
+    assert isinstance(outcome.error, DeniedByUser)
+    assert "has no digest" in asker.requests[0].note
+
+
+def test_a_session_grant_for_a_pinned_key_ends_when_the_digest_changes(make_runtime) -> None:
+    asker = RecordingAsker(Answer.SESSION, Answer.DENY)
+    runtime = make_runtime(asker=asker, tools={**builtin_tools(), "pinned": Pinned()})
+    session = runtime.session()
+    first = session.call("pinned", {"name": "lint", "code": "v1"})
+    again = session.call("pinned", {"name": "lint", "code": "v1"})
+    changed = session.call("pinned", {"name": "lint", "code": "v2"})
+    assert (first.decision.source, again.decision.source) == (Source.SESSION, Source.SESSION)
+    assert isinstance(changed.error, DeniedByUser)
