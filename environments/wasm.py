@@ -637,6 +637,24 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         self._engine = wasmtime.Engine(config)
         self._linker = wasmtime.Linker(self._engine)
         self._linker.define_wasi()
+        # wasmtime's own poll_oneoff sleeps in the host, where the epoch deadline cannot reach:
+        # a module asking to sleep for an hour would hold the call for an hour.
+        self._linker.allow_shadowing = True
+        self._linker.define_func(
+            "wasi_snapshot_preview1",
+            "poll_oneoff",
+            _poll_oneoff_type(),
+            _poll_oneoff,
+            access_caller=True,
+        )
+        # Its clocks must be the ones poll_oneoff measures absolute timeouts against.
+        self._linker.define_func(
+            "wasi_snapshot_preview1",
+            "clock_time_get",
+            _clock_time_get_type(),
+            _clock_time_get,
+            access_caller=True,
+        )
         self._ticker = _EpochTicker(self._engine, epoch_interval)
         self._fingerprint = _engine_fingerprint()
         self.cache_stats = CacheStats()
@@ -784,6 +802,7 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
             # The deadline is relative to the epoch now; one extra tick because the first
             # one may come at once.
             store.set_epoch_deadline(math.ceil(request.timeout / self._ticker.interval) + 1)
+            _CALL.deadline, _CALL.expired = started + request.timeout, False
             try:
                 instance = pre.instantiate(store)
                 start = instance.exports(store).get("_start")
@@ -793,7 +812,12 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
             except wasmtime.ExitTrap as exc:
                 exit_code = exc.code
             except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-                raise self._map_failure(exc, request, store, instance) from exc
+                if not _CALL.expired:
+                    raise self._map_failure(exc, request, store, instance) from exc
+            finally:
+                _CALL.deadline = None
+            if _CALL.expired:
+                raise ExecutionTimeout(f"the module slept past its timeout of {request.timeout:g}s")
         duration = time.monotonic() - started
         fuel_consumed = request.fuel - self._fuel_left(store)
         for pipe in pipes:
@@ -893,3 +917,120 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
             self._modules.clear()
             self._path_digests.clear()
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+# --- poll_oneoff with the call's deadline ---------------------------------------------------
+
+_SUBSCRIPTION_SIZE = 48  # wasi_snapshot_preview1 subscription_t
+_EVENT_SIZE = 32  # event_t
+_EVENTTYPE_CLOCK = 0
+_SUBCLOCKFLAGS_ABSTIME = 1
+_ERRNO_INVAL = 28
+_ERRNO_FAULT = 21
+_ERRNO_INTR = 27
+_CLOCKS = {0: time.time_ns, 1: time.monotonic_ns, 2: time.process_time_ns, 3: time.thread_time_ns}
+
+
+def _poll_oneoff_type() -> wasmtime.FuncType:
+    # A new FuncType for each engine: wasmtime registers a type with the first engine that
+    # uses it, and asserts (aborting the process) when another engine does.
+    return wasmtime.FuncType([wasmtime.ValType.i32()] * 4, [wasmtime.ValType.i32()])
+
+
+def _clock_time_get_type() -> wasmtime.FuncType:
+    return wasmtime.FuncType(
+        [wasmtime.ValType.i32(), wasmtime.ValType.i64(), wasmtime.ValType.i32()],
+        [wasmtime.ValType.i32()],
+    )
+
+
+class _CallState(threading.local):
+    deadline: float | None = None
+    expired: bool = False
+
+
+_CALL = _CallState()
+
+
+def _poll_oneoff(
+    caller: wasmtime.Caller, in_ptr: int, out_ptr: int, count: int, nevents_ptr: int
+) -> int:
+    """WASI poll_oneoff that never sleeps past the call's deadline.
+
+    File descriptors here are files and pipes drained by the runtime, so fd subscriptions are
+    ready at once; clock subscriptions are slept in Python, up to the deadline and no further.
+    """
+    if _CALL.expired:
+        return _ERRNO_INTR
+    memory = caller.get("memory")
+    if not isinstance(memory, wasmtime.Memory):
+        return _ERRNO_FAULT
+    if count == 0:
+        return _ERRNO_INVAL
+    try:
+        raw = bytes(memory.read(caller, in_ptr, in_ptr + count * _SUBSCRIPTION_SIZE))
+    except (IndexError, ValueError, wasmtime.WasmtimeError):
+        return _ERRNO_FAULT
+    if len(raw) != count * _SUBSCRIPTION_SIZE:
+        return _ERRNO_FAULT
+    ready: list[tuple[int, int]] = []  # (userdata, event type)
+    clocks: list[tuple[int, int]] = []  # (userdata, nanoseconds to wait)
+    for i in range(count):
+        sub = raw[i * _SUBSCRIPTION_SIZE : (i + 1) * _SUBSCRIPTION_SIZE]
+        userdata = int.from_bytes(sub[0:8], "little")
+        tag = sub[8]
+        if tag != _EVENTTYPE_CLOCK:
+            ready.append((userdata, tag))
+            continue
+        clock_id = int.from_bytes(sub[16:20], "little")
+        timeout = int.from_bytes(sub[24:32], "little")
+        flags = int.from_bytes(sub[40:42], "little")
+        now = _CLOCKS.get(clock_id)
+        if now is None:
+            return _ERRNO_INVAL
+        wait = timeout - now() if flags & _SUBCLOCKFLAGS_ABSTIME else timeout
+        clocks.append((userdata, max(wait, 0)))
+    if not ready and clocks:
+        shortest = min(wait for _, wait in clocks)
+        deadline = _CALL.deadline
+        seconds = shortest / 1e9
+        if deadline is not None and time.monotonic() + seconds > deadline:
+            # The call is marked expired and the sleep interrupted, rather than raising through
+            # wasmtime's trampoline: the epoch deadline, already passed, stops the module at its
+            # next check, and whatever it did after this is not reported as its result.
+            time.sleep(max(deadline - time.monotonic(), 0.0))
+            _CALL.expired = True
+            return _ERRNO_INTR
+        time.sleep(seconds)
+        ready = [(userdata, _EVENTTYPE_CLOCK) for userdata, wait in clocks if wait <= shortest]
+    else:
+        ready += [(userdata, _EVENTTYPE_CLOCK) for userdata, wait in clocks if wait == 0]
+    events = bytearray()
+    for userdata, kind in ready:
+        event = bytearray(_EVENT_SIZE)
+        event[0:8] = userdata.to_bytes(8, "little")
+        event[10] = kind
+        if kind != _EVENTTYPE_CLOCK:
+            event[16:24] = (1).to_bytes(8, "little")  # readable/writable now
+        events += event
+    try:
+        memory.write(caller, bytes(events), out_ptr)
+        memory.write(caller, len(ready).to_bytes(4, "little"), nevents_ptr)
+    except (IndexError, ValueError, wasmtime.WasmtimeError):
+        return _ERRNO_FAULT
+    return 0
+
+
+def _clock_time_get(caller: wasmtime.Caller, clock_id: int, precision: int, out_ptr: int) -> int:
+    """WASI clock_time_get on the same clocks as `_poll_oneoff`."""
+    memory = caller.get("memory")
+    now = _CLOCKS.get(clock_id)
+    if now is None:
+        return _ERRNO_INVAL
+    if not isinstance(memory, wasmtime.Memory):
+        return _ERRNO_FAULT
+    try:
+        memory.write(caller, (now() & (2**64 - 1)).to_bytes(8, "little"), out_ptr)
+    except (IndexError, ValueError, wasmtime.WasmtimeError):
+        return _ERRNO_FAULT
+    return 0

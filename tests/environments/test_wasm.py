@@ -611,3 +611,49 @@ def test_a_warm_environment_does_not_reread_an_unchanged_module_file(
     monkeypatch.setattr(Path, "read_bytes", no_reading)
     assert env.run(WasmRequest(module=module)).exit_code == 7
     assert env.cache_stats.memory_hits == 1
+
+
+def sleeper(seconds: float, clock: int = 1, absolute: bool = False) -> bytes:
+    """A module that sleeps through poll_oneoff on one clock subscription, then exits 7."""
+    timeout = int(seconds * 1e9)
+    set_timeout = f"(i64.store (i32.const 24) (i64.const {timeout}))"
+    if absolute:
+        set_timeout = (
+            "(drop (call $clock_time_get (i32.const 1) (i64.const 0) (i32.const 200)))"
+            f"(i64.store (i32.const 24) (i64.add (i64.load (i32.const 200)) "
+            f"(i64.const {timeout})))"
+        )
+    return f"""(module
+      (import "wasi_snapshot_preview1" "poll_oneoff"
+        (func $poll (param i32 i32 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "clock_time_get"
+        (func $clock_time_get (param i32 i64 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (i64.store (i32.const 0) (i64.const 42))
+        (i32.store8 (i32.const 8) (i32.const 0))
+        (i32.store (i32.const 16) (i32.const {clock}))
+        {set_timeout}
+        (i32.store16 (i32.const 40) (i32.const {1 if absolute else 0}))
+        (drop (call $poll (i32.const 0) (i32.const 100) (i32.const 1) (i32.const 300)))
+        (if (i32.ne (i32.load (i32.const 300)) (i32.const 1)) (then (call $exit (i32.const 1))))
+        (if (i64.ne (i64.load (i32.const 100)) (i64.const 42)) (then (call $exit (i32.const 2))))
+        (call $exit (i32.const 7))))""".encode()
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_a_sleep_past_the_timeout_is_stopped_at_the_timeout(
+    env: WasmEnvironment, absolute: bool
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(ExecutionTimeout, match="slept past its timeout of 0.5s"):
+        env.run(WasmRequest(module=sleeper(3600, absolute=absolute), timeout=0.5))
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_short_sleep_within_the_timeout_completes(env: WasmEnvironment) -> None:
+    started = time.monotonic()
+    result = env.run(WasmRequest(module=sleeper(0.2), timeout=5))
+    assert result.exit_code == 7
+    assert 0.2 <= time.monotonic() - started < 2.0
