@@ -106,6 +106,17 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
     p.set_defaults(handler=_reload)
+
+    p = command("audit", "run the sandbox escape-attempt suite against the project's configuration")
+    p.add_argument(
+        "--layer",
+        action="extend",
+        nargs="+",
+        metavar="LAYER",
+        help="only these layers: keying, permission-files, wasm, docker (default: all)",
+    )
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
+    p.set_defaults(handler=_audit)
     return parser
 
 
@@ -434,3 +445,27 @@ def _reload(args: argparse.Namespace) -> int:
         )
         print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _audit(args: argparse.Namespace) -> int:
+    # Imported when used, like the MCP server: the suite loads the Docker SDK and wasmtime.
+    from runtime.audit_suite import LAYERS, run_audit, table_header, table_row
+
+    unknown = sorted(set(args.layer or ()) - set(LAYERS))
+    if unknown:
+        _usage(f"unknown layer {', '.join(unknown)}; the layers are {', '.join(LAYERS)}")
+    if not args.json:
+        print(table_header(), flush=True)
+    report = run_audit(
+        args.project,
+        args.layer,
+        on_result=None if args.json else lambda result: print(table_row(result), flush=True),
+    )
+    if args.junit is not None:
+        args.junit.write_text(report.to_junit(), encoding="utf-8")
+    if args.json:
+        _out(report.to_json())
+    else:
+        for line in report.summary():
+            print(line)
+    return EXIT_OK if report.ok else EXIT_FAILED
