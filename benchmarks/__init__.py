@@ -1,0 +1,54 @@
+"""How fast is every layer of codecoder, measured against what users would use instead.
+
+    python -m benchmarks                     # everything: a Markdown table on stdout
+    python -m benchmarks --quick             # small counts (CI, smoke)
+    python -m benchmarks --only permission keying --json bench.json
+
+Every figure is a median with its quartiles, measured in the same run and in turn with its
+baseline (these machines are noisy: ratios and medians, never single absolute times), and
+checked against the target of issue 9 where there is one. A missed target is reported as a miss,
+with a cProfile summary of where the time went; an area whose environment is unavailable (no
+Docker engine, no wasm module) is reported as skipped, with the reason.
+
+One module per area:
+
+    permission   decide() for session/project grants and None tools; the dispatcher path
+    keying       key_command first time and cached, against bashlex.parse
+    allowlists   a 10,000-entry codecoder.json: load time, decision time against 10 entries
+    shell        @shell calls against subprocess.run
+    wasm         @wasm read_file warm and in a fresh process, against compiling and spawning
+    docker       @docker warm calls against exec_run and docker run --rm
+    search       grep and glob through @wasm against Python and GNU tools
+    throughput   calls per second with 1, 4 and 16 callers on each environment
+
+`measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
+the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
+"""
+
+from __future__ import annotations
+
+from benchmarks import (
+    allowlists,
+    docker,
+    keying,
+    permission,
+    search,
+    shell,
+    throughput,
+    wasm,
+)
+from benchmarks.report import SCHEMA, Area, Report
+from benchmarks.runner import run_areas
+
+__all__ = ["AREAS", "SCHEMA", "Area", "Report", "run_areas"]
+
+AREAS: tuple[Area, ...] = (
+    permission.AREA,
+    keying.AREA,
+    allowlists.AREA,
+    shell.AREA,
+    wasm.AREA,
+    docker.AREA,
+    search.AREA,
+    throughput.AREA,
+)

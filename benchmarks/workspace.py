@@ -1,0 +1,102 @@
+"""Throwaway projects for the benchmarks, and runtimes on them built through the public API.
+
+Every runtime here uses the built-in tools, a non-interactive asker (nothing is ever asked: the
+grants a benchmark needs are made up front) and, unless a benchmark says otherwise, the default
+audit log, because that is what every real call pays for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from environments.base import Environment
+from runtime.ceiling import EnvironmentTag
+from runtime.prompt import non_interactive
+from runtime.session import Runtime
+from runtime.tool import Tool
+from runtime.tools import builtin_tools
+
+__all__ = [
+    "SMALL_FILE",
+    "SMALL_TEXT",
+    "make_project",
+    "make_runtime",
+    "repository_root",
+    "require_tools",
+    "run_python",
+]
+
+SMALL_FILE = "small.txt"
+SMALL_TEXT = "".join(f"line {n}: the quick brown fox jumps over the lazy dog\n" for n in range(20))
+
+
+def repository_root() -> Path:
+    """The checkout the benchmarks run from (children import the runtime from it)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def make_project(directory: Path, config: Mapping[str, Any] | str | None = None) -> Path:
+    """A project directory holding `small.txt` and, if given, a codecoder.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SMALL_FILE).write_text(SMALL_TEXT)
+    if config is not None:
+        text = config if isinstance(config, str) else json.dumps(config, indent=2) + "\n"
+        (directory / "codecoder.json").write_text(text)
+    return directory
+
+
+def require_tools(*names: str) -> dict[str, Tool[Any]]:
+    """The built-in tools, or `Skipped` naming the ones this build does not have."""
+    from benchmarks.report import Skipped
+
+    try:
+        tools = builtin_tools()
+    except Exception as exc:  # a tool module being rewritten must not take the run down
+        raise Skipped(f"the built-in tools cannot be loaded ({type(exc).__name__}: {exc})") from exc
+    missing = [name for name in names if name not in tools]
+    if missing:
+        raise Skipped(f"this build has no {', '.join(missing)} tool")
+    return tools
+
+
+def make_runtime(
+    project: Path,
+    *,
+    environments: Mapping[EnvironmentTag, Environment[Any, Any]] | None = None,
+    audit: bool = True,
+    tools: Mapping[str, Tool[Any]] | None = None,
+) -> Runtime:
+    """A runtime on `project` that never asks; `audit=False` turns the audit log off."""
+    kwargs: dict[str, Any] = {} if audit else {"audit_log": None}
+    return Runtime(
+        project,
+        asker=non_interactive,
+        environments=environments,
+        tools=tools if tools is not None else builtin_tools(),
+        **kwargs,
+    )
+
+
+def run_python(code: str, *args: str, timeout: float = 120.0) -> str:
+    """Run `code` in a fresh interpreter that imports this checkout; its stdout."""
+    env = dict(os.environ)
+    root = str(repository_root())
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"child process failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
