@@ -18,6 +18,7 @@ allowed only once: a standing grant there would let a tool grant itself trust or
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -51,7 +52,7 @@ class PermissionEngine:
         """Decide one call; a refusal raises PermissionDenied carrying its Decision."""
         key = permission.key
         if key is None:
-            return Decision(True, Source.NONE, tool, environment, reason="needs no permission")
+            return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
         project = self._project()
         deny = project.denied_by(key)
         if deny is not None:
@@ -74,29 +75,27 @@ class PermissionEngine:
                     notes.append(_digest_note(grant, key.digest))
                     continue
                 if environment.allows(Scope.PROJECT):
-                    return Decision(
-                        True,
+                    return _standing(
                         Source.PROJECT,
                         tool,
                         environment,
                         key.raw,
                         grant.pattern.raw,
-                        reason="codecoder.json allowlist",
+                        "codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
             session_entry = self.session.lookup(key, key.digest)
             if session_entry is not None:
                 valid, _ = session_entry
                 if valid:
-                    return Decision(
-                        True,
+                    return _standing(
                         Source.SESSION,
                         tool,
                         environment,
                         key.raw,
                         key.raw,
-                        reason="session allowlist",
-                        violations=tuple(violations),
+                        "session allowlist",
+                        tuple(violations),
                     )
                 notes.append("the session grant for this key has expired")
         else:
@@ -187,6 +186,21 @@ class PermissionEngine:
         return f"CeilingViolation: entry {grant.pattern.raw!r}{where} grants nothing: " + (
             environment.refusal(key)
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _standing(
+    source: Source,
+    tool: str,
+    environment: EnvironmentTag,
+    key: str | None,
+    matched: str | None,
+    reason: str,
+    violations: tuple[str, ...] = (),
+) -> Decision:
+    """An allow decision from a standing rule. Decisions are frozen values, so the same one is
+    shared by every call it decides; building one each time was a third of a decision's cost."""
+    return Decision(True, source, tool, environment, key, matched, None, reason, violations)
 
 
 def _digest_note(grant: Grant, digest: str) -> str:

@@ -139,14 +139,18 @@ class PatternIndex(Generic[T]):
     """Patterns with a payload each, found for a key without scanning all of them.
 
     A project file may hold thousands of entries; a decision must not grow with their number.
-    Exact keys are one dict lookup; command patterns are bucketed by program, path patterns by
-    their first literal segment; only wildcards that could match anything are scanned.
+    Each pattern lives in exactly one place: exact keys (a bare tool name, a compound command)
+    in a dict; command patterns in a bucket per program; path patterns in a bucket per literal
+    directory prefix (`src/gen/**` under `src/gen`, a wildcard-free path under itself), found by
+    looking up each ancestor of the key's path; only patterns that start with a wildcard are
+    scanned.
     """
 
     def __init__(self) -> None:
         self._exact: dict[str, list[tuple[KeyPattern, T]]] = defaultdict(list)
         self._buckets: dict[tuple[str, str], list[tuple[KeyPattern, T]]] = defaultdict(list)
         self._scan: dict[str, list[tuple[KeyPattern, T]]] = defaultdict(list)
+        self._tools: set[str] = set()
         self._size = 0
 
     def __len__(self) -> int:
@@ -154,37 +158,44 @@ class PatternIndex(Generic[T]):
 
     def add(self, pattern: KeyPattern, payload: T, style: KeyStyle) -> None:
         self._size += 1
+        self._tools.add(pattern.tool)
         item = (pattern, payload)
         action = pattern.action
         if pattern.raw == pattern.tool or pattern.is_exact_compound:
             self._exact[pattern.raw].append(item)
             return
         if style is KeyStyle.PATH:
-            head = action.split("/", 1)[0]
+            literal: list[str] = []
+            for segment in action.split("/"):
+                if any(ch in segment for ch in "*?["):
+                    break
+                literal.append(segment)
+            head = "/".join(literal)
         elif style is KeyStyle.COMMAND:
             head = action.split(":", 1)[0]
+            head = "" if head == "*" else head
         else:
-            head = action
-        if head == "*" or any(ch in head for ch in "*?["):
-            self._scan[pattern.tool].append(item)
-        else:
+            head = "" if any(ch in action for ch in "*?[") else action
+        if head:
             self._buckets[(pattern.tool, head)].append(item)
-        self._exact[pattern.raw].append(item)
+        else:
+            self._scan[pattern.tool].append(item)
 
     def find(self, key: PermissionKey, *, deny: bool = False) -> Iterator[tuple[KeyPattern, T]]:
-        """Every (pattern, payload) whose pattern matches the key, exact matches first."""
-        seen: set[int] = set()
+        """Every (pattern, payload) whose pattern matches the key."""
         for pattern, payload in self.candidates(key, deny=deny):
-            if id(pattern) in seen:
-                continue
-            seen.add(id(pattern))
             if pattern.matches(key, deny=deny):
                 yield pattern, payload
 
     def candidates(
         self, key: PermissionKey, *, deny: bool = False
     ) -> Iterable[tuple[KeyPattern, T]]:
-        """The entries worth testing against `key`: a handful, however many there are."""
+        """The entries worth testing against `key`: a handful, however many there are.
+
+        Each entry comes at most once, because each lives in one place only.
+        """
+        if key.tool not in self._tools:
+            return
         yield from self._exact.get(key.raw, ())
         if key.compound:
             if deny:
@@ -193,8 +204,16 @@ class PatternIndex(Generic[T]):
                         yield from items
                 yield from self._scan.get(key.tool, ())
             return
-        head = key.action.split("/", 1)[0] if key.style is KeyStyle.PATH else key.action
-        yield from self._buckets.get((key.tool, head), ())
-        if deny and key.style is KeyStyle.COMMAND:
-            yield from self._buckets.get((key.tool, posixpath.basename(key.action)), ())
+        buckets = self._buckets
+        if key.style is KeyStyle.PATH:
+            prefix = ""
+            for segment in key.action.split("/"):
+                prefix = f"{prefix}/{segment}" if prefix else segment
+                yield from buckets.get((key.tool, prefix), ())
+        else:
+            yield from buckets.get((key.tool, key.action), ())
+            if deny and key.style is KeyStyle.COMMAND:
+                base = posixpath.basename(key.action)
+                if base != key.action:
+                    yield from buckets.get((key.tool, base), ())
         yield from self._scan.get(key.tool, ())

@@ -159,3 +159,14 @@ def test_a_decision_among_ten_thousand_entries_tests_only_a_handful() -> None:
     file_key = path("write_file", "dir17/a/b.txt")
     assert [raw for _, raw in index.find(file_key)] == [17]
     assert len(list(index.candidates(file_key))) <= 2
+
+
+def test_path_grants_sharing_a_first_directory_are_told_apart_by_their_whole_prefix() -> None:
+    index: PatternIndex[int] = PatternIndex()
+    for i in range(2000):
+        index.add(KeyPattern.parse(f"write_file:src/mod{i}/**"), i, KeyStyle.PATH)
+    index.add(KeyPattern.parse("write_file:src/app.py"), -1, KeyStyle.PATH)
+    deep = path("write_file", "src/mod1234/pkg/a.py")
+    assert [raw for _, raw in index.find(deep)] == [1234]
+    assert len(list(index.candidates(deep))) == 1
+    assert [raw for _, raw in index.find(path("write_file", "src/app.py"))] == [-1]
