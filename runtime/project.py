@@ -4,6 +4,21 @@
 the entries mean: which tool each names, which environment that tool is bound to, and whether
 that environment's ceiling admits a project grant. Problems become diagnostics with the line and
 column of the entry; nothing is dropped silently.
+
+Grants for capabilities (`run_capability:<name>`) are checked against the capability they name
+(`runtime.capabilities`): its environment gives the ceiling (a @shell capability's entry is a
+ceiling_violation), and the entry's digest must be one the runtime recorded when the human
+approved it. So:
+
+    capability_not_pinned  warning  no digest: grants nothing, the capability asks again
+    digest_not_approved    error    a digest the runtime never recorded as approved (edited or
+                                    copied by hand): grants nothing
+    capability_changed     warning  an approved digest, but the capability changed since: it
+                                    asks again (the entry holds again if the code is restored)
+    unknown_capability     warning  no such capability is loaded
+    capability_wildcard    warning  `run_capability:*` cannot be pinned to one capability's code
+    invalid_capability     error    a capability directory that cannot be loaded (bad manifest,
+                                    ...): it is not offered as a tool
 """
 
 from __future__ import annotations
@@ -15,12 +30,22 @@ from typing import Any
 
 from environments.dockersettings import DockerSettings
 from runtime.allowlist import NEVER, Grant, ProjectAllowlist
+from runtime.capabilities import (
+    APPROVALS_DIR,
+    CAPABILITIES_DIR,
+    RUN_CAPABILITY,
+    CapabilitySet,
+    is_approved,
+    load_capabilities,
+)
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.patterns import KeyPattern, PatternError
 from runtime.projectfile import (
     AgentSection,
+    AllowEntry,
     Diagnostic,
     ProjectFile,
+    Severity,
     WebSection,
     load_project_file,
     parse_host_entry,
@@ -110,9 +135,26 @@ class ProjectConfig:
         return not any(d.severity == "error" for d in self.diagnostics)
 
 
-def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
+def load_project(
+    root: Path, tools: Mapping[str, Tool[Any]], capabilities: CapabilitySet | None = None
+) -> ProjectConfig:
+    """codecoder.json checked against `tools` and the project's capabilities (read from
+    `root` unless given; only where `tools` has run_capability)."""
     pf = load_project_file(root / PROJECT_FILE)
     diagnostics = list(pf.diagnostics)
+    if capabilities is None:
+        capabilities = (
+            load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
+        )
+    for problem in capabilities.problems:
+        diagnostics.append(
+            Diagnostic(
+                "error",
+                "invalid_capability",
+                f"capability {problem.name!r} is not loaded: {problem.message}",
+                key=problem.name,
+            )
+        )
 
     def style_of(tool: str) -> KeyStyle:
         known = tools.get(tool)
@@ -158,6 +200,10 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         if pattern is None or not entry.grants:
             continue
         environment = environment_of(pattern.tool)
+        if pattern.tool == RUN_CAPABILITY:
+            capability = capabilities.get(pattern.action)
+            if capability is not None:
+                environment = capability.environment
         if not environment.allows(Scope.PROJECT):
             diagnostics.append(
                 Diagnostic(
@@ -186,6 +232,10 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
                     **where,
                 )
             )
+        if pattern.tool == RUN_CAPABILITY and not _capability_entry_holds(
+            root, entry, pattern, capabilities, diagnostics
+        ):
+            continue
         # Kept even when it violates the ceiling: the engine reports it at every lookup it meets.
         grants.append(Grant(pattern, entry.line, entry.column, entry.digest))
 
@@ -214,6 +264,67 @@ def load_project(root: Path, tools: Mapping[str, Tool[Any]]) -> ProjectConfig:
         docker=_docker_settings(pf, diagnostics),
         diagnostics=tuple(sorted(diagnostics, key=lambda d: (d.line or 0, d.column or 0))),
     )
+
+
+def _capability_entry_holds(
+    root: Path,
+    entry: AllowEntry,
+    pattern: KeyPattern,
+    capabilities: CapabilitySet,
+    diagnostics: list[Diagnostic],
+) -> bool:
+    """Report what is wrong with a `run_capability:` entry; False if it must grant nothing."""
+    name, digest = pattern.action, entry.digest
+
+    def report(severity: Severity, code: str, message: str) -> None:
+        diagnostics.append(
+            Diagnostic(
+                severity, code, message, key=entry.pattern, line=entry.line, column=entry.column
+            )
+        )
+
+    if not name or "*" in name:
+        report(
+            "warning",
+            "capability_wildcard",
+            f"{entry.pattern} names no single capability, but a capability grant holds only "
+            "for the approved code of one: the entry grants nothing",
+        )
+        return False
+    capability = capabilities.get(name)
+    if capability is None:
+        report(
+            "warning",
+            "unknown_capability",
+            f"{entry.pattern}: there is no capability {name!r} in {CAPABILITIES_DIR}/ (or it "
+            "cannot be loaded); the entry grants nothing until there is",
+        )
+    if digest is None:
+        report(
+            "warning",
+            "capability_not_pinned",
+            f"{entry.pattern} has no digest, but a capability grant holds only for the code "
+            "that was approved: it grants nothing, and the capability is asked for again",
+        )
+        return False
+    if not is_approved(root, name, digest):
+        report(
+            "error",
+            "digest_not_approved",
+            f"{entry.pattern} carries the digest {digest!r}, which the runtime never recorded "
+            f"as approved (no record in {APPROVALS_DIR}/{name}/): it was edited or written by "
+            "hand. The entry grants nothing; to trust the capability as it is, run it and "
+            "answer AlwaysThisProject",
+        )
+        return False
+    if capability is not None and capability.digest != digest:
+        report(
+            "warning",
+            "capability_changed",
+            f"{entry.pattern} was approved for {digest}, but {name} is now "
+            f"{capability.digest}: its manifest or code changed since, so it is asked for again",
+        )
+    return True
 
 
 def _read_roots(root: Path, pf: ProjectFile, diagnostics: list[Diagnostic]) -> dict[str, Path]:

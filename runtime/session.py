@@ -8,10 +8,19 @@
 A runtime reads codecoder.json once; edits are applied by `reload()` (never automatically),
 which returns the diagnostics of the file as it now is. Session grants live in the session and
 are dropped with it.
+
+The runtime's tools are its catalogue (the built-in tools by default) plus, when the catalogue
+has `run_capability`, one tool per capability of the project (`runtime.capabilities`), read at
+start and again by `reload()`, like codecoder.json. A capability that `create_capability`
+writes is added at once (`install_capability`): that is the runtime's own write, asked for.
+When the human grants a capability for the project, the session records the approval of its
+digest next to the grant (`runtime.capabilities.record_approval`), which is what tells a grant
+made at the prompt from a digest edited into codecoder.json by hand.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -21,15 +30,26 @@ from typing import Any
 from environments.base import Environment
 from runtime.allowlist import ProjectAllowlist, SessionAllowlist
 from runtime.audit import AuditLog
+from runtime.capabilities import (
+    RUN_CAPABILITY,
+    Capability,
+    CapabilitySet,
+    load_capabilities,
+    record_approval,
+)
 from runtime.ceiling import EnvironmentTag
+from runtime.decision import Answer, Source
 from runtime.dispatcher import CallOutcome, Dispatcher
 from runtime.engine import PermissionEngine
-from runtime.errors import SandboxUnavailable
+from runtime.errors import ConfigError, SandboxUnavailable, UsageError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
 from runtime.tool import Tool, ToolDefinition
 from runtime.tools import builtin_tools
+from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_AUDIT = object()
 
@@ -50,7 +70,11 @@ class Runtime:
         self.project_dir = Path(project_dir).resolve()
         if not self.project_dir.is_dir():
             raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
-        self.tools: dict[str, Tool[Any]] = dict(tools if tools is not None else builtin_tools())
+        self._catalogue: dict[str, Tool[Any]] = dict(
+            tools if tools is not None else builtin_tools()
+        )
+        self.capabilities = CapabilitySet()
+        self.tools: dict[str, Tool[Any]] = dict(self._catalogue)
         self.asker: Asker = asker or default_asker()
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._owned: set[EnvironmentTag] = set()
@@ -59,7 +83,7 @@ class Runtime:
         assert audit_log is None or isinstance(audit_log, Path)
         self.audit = AuditLog(audit_log)
         self.clock = clock
-        self.config: ProjectConfig = load_project(self.project_dir, self.tools)
+        self.config: ProjectConfig = self._load()
 
     @property
     def project_file(self) -> Path:
@@ -70,9 +94,26 @@ class Runtime:
         return self.config.diagnostics
 
     def reload(self) -> list[Diagnostic]:
-        """Apply the current codecoder.json and return its diagnostics."""
-        self.config = load_project(self.project_dir, self.tools)
+        """Apply the current codecoder.json and capabilities, and return their diagnostics."""
+        self.config = self._load()
         return list(self.config.diagnostics)
+
+    def _load(self) -> ProjectConfig:
+        if RUN_CAPABILITY in self._catalogue:
+            self.capabilities = load_capabilities(self.project_dir, taken=self._catalogue)
+        # A new dict, never changed in place: the MCP server lists tools while a call runs.
+        self.tools = {**self._catalogue, **capability_tools(self.capabilities)}
+        return load_project(self.project_dir, self.tools, self.capabilities)
+
+    def install_capability(self, capability: Capability) -> None:
+        """Add (or replace) one capability's tool, as `create_capability` just wrote it.
+
+        codecoder.json is not reread: its edits still wait for `reload()`.
+        """
+        if capability.name in self._catalogue:
+            raise UsageError(f"{capability.name!r} is the name of a built-in tool")
+        self.capabilities = self.capabilities.with_capability(capability)
+        self.tools = {**self.tools, capability.name: capability_tool(capability)}
 
     def environment_of(self, tool: str) -> EnvironmentTag:
         return self.config.bindings.get(tool) or self.tools[tool].environment
@@ -169,7 +210,28 @@ class Session:
     def call(self, tool: str, args: Any) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise)."""
-        return self._dispatcher.call(tool, args)
+        outcome = self._dispatcher.call(tool, args)
+        self._record_capability_approval(tool, outcome)
+        return outcome
+
+    def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:
+        """If the human just granted a capability for the project, record the approved digest.
+
+        Only a grant written to codecoder.json counts (source project, answered at the prompt).
+        Should recording fail, the grant asks again at the next load: it fails safe.
+        """
+        decision = outcome.decision
+        if decision is None or decision.source is not Source.PROJECT:
+            return
+        runs = self.runtime.tools.get(tool)
+        if decision.answer is not Answer.PROJECT or not isinstance(runs, CapabilityTool):
+            return
+        if decision.key != runs.capability.permission_key().raw:
+            return
+        try:
+            record_approval(self.runtime.project_dir, runs.capability)
+        except ConfigError as exc:
+            log.warning("the grant of %s will be asked for again: %s", decision.key, exc)
 
     def child(self, toolset: frozenset[str], agent_id: str | None = None) -> Session:
         """A child agent's session: a narrower toolset, one level deeper, same audit log."""

@@ -1,5 +1,8 @@
-"""The built-in tool catalogue: 23 tools in six categories (SPEC §3); the capability tools of
-issue 6 complete it to 26."""
+"""The built-in tool catalogue: 26 tools in six categories (SPEC §3).
+
+The project's capabilities are not in it: `Runtime` adds one tool per capability on top
+(`runtime.tools.capability.capability_tools`) when the catalogue has `run_capability`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import Any
 
 from runtime.tool import Tool
 from runtime.tools.agent import AGENT_TOOLS, CHILD_TOOLSET
+from runtime.tools.capability import CAPABILITY_TOOLS
 from runtime.tools.execute import Commit, RunCommand, RunContainer
 from runtime.tools.files import FILE_TOOLS
 from runtime.tools.git import GIT_TOOLS
@@ -24,5 +28,6 @@ def builtin_tools() -> dict[str, Tool[Any]]:
         *GIT_TOOLS,
         *WEB_TOOLS,
         *AGENT_TOOLS,
+        *CAPABILITY_TOOLS,
     ]
     return {tool.name: tool for tool in tools}

@@ -64,7 +64,7 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
     }
     assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {"@wasm"}
     assert all(rows[n]["permission"] == "none" for n in rows if rows[n]["child"])
-    assert len(rows) == 23
+    assert len(rows) == 26
 
 
 def test_key_of_a_simple_and_of_a_compound_command(project: Path) -> None:
