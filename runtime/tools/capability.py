@@ -39,7 +39,6 @@ from environments.wasm import (
     DEFAULT_MEMORY_LIMIT,
     WasmEnvironment,
     WasmRequest,
-    WasmResult,
 )
 from runtime.capabilities import (
     MANIFEST,
@@ -75,7 +74,7 @@ from runtime.tool import (
     ToolResult,
 )
 from runtime.tools.execute import result_of
-from runtime.tools.files import run_wasm_preopens
+from runtime.tools.files import module_result, run_wasm_preopens
 
 if TYPE_CHECKING:
     from runtime.session import Session
@@ -217,27 +216,7 @@ def _run_module(capability: Capability, stdin: bytes, ctx: ToolContext) -> ToolR
             max_output=limits.max_output or ctx.limits.max_output,
         )
     )
-    return _module_result(result)
-
-
-def _module_result(result: WasmResult) -> ToolResult:
-    stdout, stderr = result.stdout_text(), result.stderr_text()
-    text = stdout + ("\n" if stdout and not stdout.endswith("\n") and stderr else "") + stderr
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += f"[exit code {result.exit_code}]"
-    return ToolResult(
-        text,
-        is_error=result.exit_code != 0,
-        data={
-            "exit_code": result.exit_code,
-            "stdout": stdout,
-            "stderr": stderr,
-            "truncated": result.truncated,
-            "fuel_consumed": result.fuel_consumed,
-            "duration_ms": round(result.duration * 1000, 3),
-        },
-    )
+    return module_result(result)
 
 
 def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> CommandResult:

@@ -72,6 +72,7 @@ __all__ = [
     "WriteFile",
     "glob_regex",
     "is_protected_path",
+    "module_result",
     "normalise_path",
 ]
 
@@ -1212,23 +1213,28 @@ class RunWasm(Tool[RunWasmParameters]):
                 max_output=ctx.limits.max_output,
             )
         )
-        stdout, stderr = result.stdout_text(), result.stderr_text()
-        text = stdout + ("\n" if stdout and not stdout.endswith("\n") and stderr else "") + stderr
-        if text and not text.endswith("\n"):
-            text += "\n"
-        text += f"[exit code {result.exit_code}]"
-        return ToolResult(
-            text,
-            is_error=result.exit_code != 0,
-            data={
-                "exit_code": result.exit_code,
-                "stdout": stdout,
-                "stderr": stderr,
-                "truncated": result.truncated,
-                "fuel_consumed": result.fuel_consumed,
-                "duration_ms": round(result.duration * 1000, 3),
-            },
-        )
+        return module_result(result)
+
+
+def module_result(result: WasmResult) -> ToolResult:
+    """How a WASI module's run is told to the agent: its output and exit code."""
+    stdout, stderr = result.stdout_text(), result.stderr_text()
+    text = stdout + ("\n" if stdout and not stdout.endswith("\n") and stderr else "") + stderr
+    if text and not text.endswith("\n"):
+        text += "\n"
+    text += f"[exit code {result.exit_code}]"
+    return ToolResult(
+        text,
+        is_error=result.exit_code != 0,
+        data={
+            "exit_code": result.exit_code,
+            "stdout": stdout,
+            "stderr": stderr,
+            "truncated": result.truncated,
+            "fuel_consumed": result.fuel_consumed,
+            "duration_ms": round(result.duration * 1000, 3),
+        },
+    )
 
 
 FILE_TOOLS: tuple[Tool[Any], ...] = (
