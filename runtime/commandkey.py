@@ -146,6 +146,23 @@ _EXEC_OPTIONS: dict[str, frozenset[str]] = {
         {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
     ),
     "git": frozenset({"--upload-pack", "--receive-pack", "--exec", "--extcmd"}),
+    "rsync": frozenset({"-e", "--rsh", "--rsync-path"}),
+    "tar": frozenset(
+        {
+            "-I",
+            "-F",
+            "--to-command",
+            "--use-compress-program",
+            "--checkpoint-action",
+            "--info-script",
+            "--new-volume-script",
+        }
+    ),
+    # ProxyCommand, LocalCommand, KnownHostsCommand: options and config files run commands.
+    "ssh": frozenset({"-o", "-F"}),
+    "scp": frozenset({"-o", "-F", "-S"}),
+    "sftp": frozenset({"-o", "-F", "-S"}),
+    "zip": frozenset({"-TT", "--unzip-command"}),
 }
 _GLOBAL_EXEC_OPTIONS: dict[str, frozenset[str]] = {
     "git": frozenset(
@@ -390,6 +407,9 @@ def _is_option(word: str, option: str) -> bool:
     if word == option:
         return True
     if not option.startswith("--"):
-        return len(option) == 2 and word.startswith(option)
+        if len(option) != 2:
+            return False
+        # Short options bundle (`rsync -avze CMD`): the letter anywhere in a bundle counts.
+        return word.startswith("-") and not word.startswith("--") and option[1] in word[1:]
     name = word.split("=", 1)[0]
     return len(name) > 2 and option.startswith(name)
