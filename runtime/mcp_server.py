@@ -67,7 +67,7 @@ from runtime.decision import Answer, Decision, Source
 from runtime.dispatcher import CallOutcome
 from runtime.errors import DeniedByUser, PermissionDenied, ToolError, UsageError
 from runtime.projectfile import Diagnostic
-from runtime.prompt import AskRequest, lookalikes, non_interactive, visible
+from runtime.prompt import AskRequest, describe, non_interactive, visible
 from runtime.schemas import mcp_tool
 from runtime.session import Runtime, Session
 
@@ -106,19 +106,8 @@ _TITLED_ENUM_SINCE: Final = "2025-11-25"  # oneOf/const/title; earlier revisions
 
 def elicitation_message(request: AskRequest) -> str:
     """The question, with everything that comes from the call made visible."""
-    lines = [
-        "codecoder: permission required",
-        f"tool: {visible(request.tool)}",
-        f"environment: {request.environment.value} ({request.environment.containment})",
-        f"key: {visible(request.key)}",
-    ]
-    if request.subject:
-        lines.append(f"runs: {visible(request.subject)}")
-    odd = lookalikes(request.subject or request.key)
-    if odd:
-        lines.append(f"warning: non-ASCII characters: {', '.join(odd)}")
-    if request.note:
-        lines.append(f"note: {visible(request.note)}")
+    lines = ["codecoder: permission required"]
+    lines += [f"{label}: {text}" for label, text in describe(request)]
     if request.why_not_project:
         lines.append(f"always this project is not offered: {visible(request.why_not_project)}")
     return "\n".join(lines)

@@ -82,21 +82,30 @@ _LABELS = {
 }
 
 
-def render(request: AskRequest) -> str:
-    """The prompt text, everything from the request made visible."""
-    lines = [
-        "codecoder: permission required",
-        f"  tool         {visible(request.tool)}",
-        f"  environment  {request.environment.value} ({request.environment.containment})",
-        f"  key          {visible(request.key)}",
+def describe(request: AskRequest) -> list[tuple[str, str]]:
+    """What a person is shown about a call, as (label, text) pairs, all of it made visible.
+
+    The terminal prompt and the MCP elicitation both print from this, each in its own layout.
+    """
+    rows = [
+        ("tool", visible(request.tool)),
+        ("environment", f"{request.environment.value} ({request.environment.containment})"),
+        ("key", visible(request.key)),
     ]
     if request.subject:
-        lines.append(f"  runs         {visible(request.subject)}")
+        rows.append(("runs", visible(request.subject)))
     odd = lookalikes(request.subject or request.key)
     if odd:
-        lines.append(f"  warning      non-ASCII characters: {', '.join(odd)}")
+        rows.append(("warning", f"non-ASCII characters: {', '.join(odd)}"))
     if request.note:
-        lines.append(f"  note         {visible(request.note)}")
+        rows.append(("note", visible(request.note)))
+    return rows
+
+
+def render(request: AskRequest) -> str:
+    """The terminal prompt's text."""
+    lines = ["codecoder: permission required"]
+    lines += [f"  {label:<12} {text}" for label, text in describe(request)]
     lines.append("")
     for answer in request.choices:
         letter, label = _LABELS[answer]
