@@ -190,7 +190,7 @@ def _fileops_module() -> Path:
 
     path = Path(os.path.dirname(sandboxes.__file__)) / "fileops" / "fileops.wasm"
     if not path.is_file():
-        raise Skipped(f"{path} is not built (sandboxes/fileops/build.sh)")
+        raise Skipped(f"{path} is not built (sandboxes/build.sh)")
     return path
 
 
