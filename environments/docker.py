@@ -63,6 +63,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
 from runtime.prompt import visible
 from runtime.protected import PROTECTED_NAMES
+from runtime.state import state_directory
 
 __all__ = [
     "PROTECTED_PATHS",
@@ -660,9 +661,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         )
 
     def _quarantine_dir(self) -> Path:
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        return Path(state) / "codecoder" / "quarantine" / f"{self.session_id}-{stamp}"
+        return state_directory() / "quarantine" / f"{self.session_id}-{stamp}"
 
     def _user(self) -> str:
         if self.settings.user != "auto":

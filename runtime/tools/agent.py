@@ -21,7 +21,6 @@ user's files.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import threading
@@ -38,6 +37,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed
 from runtime.models import Message, ModelDriver, OpenAIChatDriver, ToolCall, ToolSpec
 from runtime.project import AgentSettings
+from runtime.state import project_state_directory, state_directory
 from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:  # not at run time: the session module imports the tool registry
@@ -354,19 +354,9 @@ class Todo(_AgentTool[TodoParameters]):
 MAX_MEMORY_BYTES = 2 * 1024 * 1024
 
 
-def state_directory(environ: Mapping[str, str] | None = None) -> Path:
-    """The runtime's state directory: `$XDG_STATE_HOME/codecoder`, by default
-    `~/.local/state/codecoder`. A relative XDG_STATE_HOME is ignored, as the XDG spec says."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_STATE_HOME", "")
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
-    return root / "codecoder"
-
-
 def memory_path(project: Path, environ: Mapping[str, str] | None = None) -> Path:
-    """Where the notes for `project` are kept: named by a digest of its path, not inside it."""
-    digest = hashlib.sha256(str(project).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return state_directory(environ) / "projects" / digest / "memory.json"
+    """Where the notes for `project` are kept: in its state directory, not inside it."""
+    return project_state_directory(project, environ) / "memory.json"
 
 
 _KEY = r"^[A-Za-z0-9][A-Za-z0-9 ._/:-]{0,199}$"
