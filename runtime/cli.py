@@ -24,7 +24,7 @@ from runtime.errors import (
     UsageError,
 )
 from runtime.projectfile import Diagnostic, remove_allow_entry
-from runtime.prompt import Asker, AskRequest, fixed, non_interactive, visible
+from runtime.prompt import Asker, AskRequest, fixed, for_terminal, non_interactive, visible
 from runtime.schemas import export
 from runtime.session import Runtime, default_asker
 from runtime.tools import CHILD_TOOLSET
@@ -159,13 +159,17 @@ def _tools(args: argparse.Namespace) -> int:
 def _key(args: argparse.Namespace) -> int:
     if args.tool is None:
         keyed = key_command(args.input) if args.input.strip() else _usage("the command is blank")
+        command_key = keyed.permission_key("run_command")
         data: dict[str, Any] = {
             "tool": "run_command",
-            "key": keyed.permission_key("run_command").raw,
+            "key": command_key.raw,
             "compound": keyed.compound,
             "argv": list(keyed.argv) if keyed.argv is not None else None,
             "reason": keyed.reason,
             "protected": keyed.protected,
+            "grants": [
+                {"entry": level.entry, "covers": level.covers} for level in command_key.levels
+            ],
         }
     else:
         runtime = _runtime(args)
@@ -247,8 +251,10 @@ def exit_code(outcome: CallOutcome) -> int:
 
 
 def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
+    """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
+    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
     if as_json:
-        print(json.dumps(outcome.to_json(), ensure_ascii=False))
+        print(json.dumps(outcome.to_json(), ensure_ascii=not _is_terminal()))
         return
     decision = outcome.decision
     for violation in decision.violations if decision else ():
@@ -256,8 +262,11 @@ def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
             continue
         print(f"codecoder: {visible(violation)}", file=sys.stderr)
     if outcome.result is not None:
-        sys.stdout.write(outcome.result.output)
-        if not outcome.result.output.endswith("\n"):
+        output = outcome.result.output
+        if _is_terminal():
+            output = for_terminal(output)
+        sys.stdout.write(output)
+        if not output.endswith("\n"):
             sys.stdout.write("\n")
     if outcome.error is not None:
         kind = (
@@ -268,6 +277,10 @@ def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
             else "error"
         )
         print(f"codecoder: {kind}: {visible(str(outcome.error))}", file=sys.stderr)
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def _report_config(runtime: Runtime) -> None:
@@ -311,7 +324,8 @@ def _replay(args: argparse.Namespace) -> int:
                 outcome = session.call(tool, call_args)
                 codes.append(exit_code(outcome))
                 if args.json:
-                    print(json.dumps({"line": number, **outcome.to_json()}, ensure_ascii=False))
+                    row = {"line": number, **outcome.to_json()}
+                    print(json.dumps(row, ensure_ascii=not _is_terminal()))
                 else:
                     print(f"--- line {number}: {tool}")
                     _print_outcome(outcome, False)
@@ -335,7 +349,8 @@ def _replay_line(line: str, number: int) -> tuple[str, Any, Answer | None]:
         raise UsageError(f"line {number}: unknown fields {sorted(unknown)}")
     answer = row.get("answer")
     if answer is not None and answer not in {a.value for a in Answer}:
-        raise UsageError(f"line {number}: answer must be one of once, session, project, deny")
+        choices = ", ".join(a.value for a in Answer)
+        raise UsageError(f"line {number}: answer must be one of {choices}")
     return row["tool"], row.get("args", {}), Answer(answer) if answer else None
 
 

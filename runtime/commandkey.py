@@ -12,7 +12,8 @@ The point of the split is that a grant for `git` must never cover `git status &&
 simple key may only be given to a string in which nothing but that one program can run. So the
 rule fails closed. A command is simple only when all of these hold, and compound otherwise:
 
-1. Our own strict lexer accepts it: words of unquoted `[A-Za-z0-9_@%+=:,./-]`, single-quoted
+1. Our own strict lexer accepts it: words of unquoted `[A-Za-z0-9_@%+=:,./-]` (and `~` inside
+   a word after one of those other than `=` and `:`, as in `HEAD~1`), single-quoted
    strings and double-quoted strings without `$`, backtick, backslash or `!`, separated by
    spaces and tabs, with no control or invisible character anywhere. The lexer is the reason
    the rule can be trusted: it admits a language small enough to read in one sitting, in which
@@ -23,13 +24,27 @@ rule fails closed. A command is simple only when all of these hold, and compound
    opinion; a disagreement is compound.
 3. The program is a plain name (`[A-Za-z0-9_@%+,./-]`, no `=`), not a job spec (`%1`), not a bash
    reserved word, and not a builtin that changes the shell or has no binary of the same name.
-4. The program is not a launcher of another program (`env`, `sudo`, `xargs`, any shell, …),
-   compared by basename so that `/usr/bin/env` counts too.
-5. No argument turns the program into a launcher (`find -exec`, `git -c core.pager=…`).
+4. The program table (`runtime.programs`) says this form of the program runs nothing but
+   itself: not a launcher (`env`, `sudo`, `xargs`, any shell, `setarch` …), no option, script
+   or subcommand that runs another program or writes a file the arguments do not name
+   (`find -exec`, `git -c …`, `sed 'e …'`, `python3 -c`), and, for a program the table does
+   not know, no argument that names a program on PATH or by path (the launcher rule).
+
+A simple command's key names the program as written and the levels the table gives it:
+`git status --short` → `run_command:git:status`, `npm run test` → `run_command:npm:run:test`,
+`ls -la` → `run_command:ls`. Level words are escaped (`runtime.tool.escape_literal`), so a
+script named `test:unit` or `*` is one level matched literally.
 
 Keys are collision-free: a compound key's action is `json.dumps(command)`, which is injective and
 always starts with `"`, a character no simple program name may contain. `ensure_ascii` turns
 look-alike and invisible characters into `\\uXXXX`, so they cannot hide in a key either.
+
+What deny rules see (`CommandKey.views`): for a simple command, its program's canonical name
+and its words; for a compound one, every command bashlex finds in it (after quote removal,
+inside substitutions, and again inside strings handed to shells such as `bash -c '…'`), at
+every word that could be a program (so `sudo git push` is seen as `git push` too), plus a
+textual scan of the whole string with quotes and backslashes removed, which stands in where
+bashlex cannot parse and errs towards refusal. Words bash would expand are `ANY`.
 
 `CommandKey.protected` says the command names one of the runtime's protected paths
 (`codecoder.json`, `.codecoder/`, `.git/`), which no grant beyond Once may cover.
@@ -39,21 +54,36 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import string
 import threading
 import unicodedata
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from runtime.programs import ANY, classify, deny_view
 from runtime.protected import mentions_protected_path
-from runtime.tool import KeyStyle, PermissionKey
+from runtime.tool import DenyView, GrantLevel, KeyStyle, PermissionKey, escape_literal
 
-__all__ = ["CommandKey", "key_command", "mentions_protected_path"]
+__all__ = [
+    "CommandKey",
+    "clear_cache",
+    "key_command",
+    "mentions_protected_path",
+    "never_simple",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class CommandKey:
-    """What `key_command` found: simple (with the argv to exec) or compound (with why)."""
+    """What `key_command` found: simple (with the argv to exec) or compound (with why).
+
+    `levels` are the words after the program that the key names (`("status",)`), `None` when
+    the program table cannot name them (the narrowest grant is then the exact command);
+    `covers` says what a grant for the program alone covers; `views` are what deny rules see.
+    """
 
     command: str
     compound: bool
@@ -61,13 +91,34 @@ class CommandKey:
     program: str | None
     reason: str
     protected: bool
+    levels: tuple[str, ...] | None = ()
+    covers: str = ""
+    views: tuple[DenyView, ...] = ()
 
     def permission_key(self, tool: str = "run_command") -> PermissionKey:
-        """The key a grant must match: the program, or the whole command JSON-quoted."""
-        if self.program is not None:
-            action = self.program
+        """The key a grant must match: the program and its levels, or the whole command."""
+        whole = json.dumps(self.command, ensure_ascii=True)
+        if self.program is None:
+            action = whole
+            levels: tuple[GrantLevel, ...] = (
+                GrantLevel(f"{tool}:{whole}", "exactly this command"),
+            )
+            path: tuple[str, ...] = ()
         else:
-            action = json.dumps(self.command, ensure_ascii=True)
+            path = (self.program, *(self.levels or ()))
+            action = ":".join(escape_literal(word) for word in path)
+            program_wide = GrantLevel(f"{tool}:{self.program}", self.covers)
+            if self.levels is None:
+                narrow = GrantLevel(f"{tool}:{whole}", "exactly this command")
+                levels = (narrow, program_wide)
+            elif self.levels:
+                shown = " ".join(path)
+                levels = (
+                    GrantLevel(f"{tool}:{action}", f"only `{shown} …` commands"),
+                    program_wide,
+                )
+            else:
+                levels = (program_wide,)
         return PermissionKey(
             tool=tool,
             action=action,
@@ -77,6 +128,9 @@ class CommandKey:
             argv=self.argv,
             protected=self.protected,
             subject=self.command,
+            levels=levels,
+            path=path,
+            views=self.views,
         )
 
 
@@ -112,76 +166,11 @@ _SHELL_BUILTINS = frozenset(
         *("complete", "compgen", "compopt", "caller", "bind", "help", "times", "type"),
     }
 )
-# Programs that run another program named in their arguments: a grant for the launcher would
-# cover whatever it launches.
-_LAUNCHERS = frozenset(
-    {
-        # Shells, whatever their arguments: `bash x.sh` runs whatever x.sh says.
-        *("bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "rbash", "fish"),
-        *("csh", "tcsh", "pwsh", "busybox", "toybox", "exec", "eval", "command", "builtin"),
-        # Another user, another root, another namespace.
-        *("sudo", "sudoedit", "doas", "su", "runuser", "pkexec", "setpriv", "sg", "newgrp"),
-        *("chroot", "unshare", "nsenter", "firejail", "bwrap", "proot", "fakeroot", "runcon"),
-        *("capsh", "gosu", "su-exec", "chpst", "systemd-run", "cgexec"),
-        # Same program, different conditions.
-        *("env", "nice", "renice", "ionice", "chrt", "taskset", "numactl", "cpulimit"),
-        *("prlimit", "timeout", "nohup", "setsid", "stdbuf", "unbuffer", "flock", "faketime"),
-        *("eatmydata", "nocache", "torsocks", "proxychains", "proxychains4", "tini", "dumb-init"),
-        *("dbus-launch", "xvfb-run", "catchsegv"),
-        # Programs given as arguments, repeated, traced or fetched.
-        *("xargs", "parallel", "watch", "time", "script", "expect", "strace", "ltrace"),
-        *("valgrind", "gdb", "npx"),
-    }
-)
-# `bash5.2`, `python-3` and the like: a version suffix does not make a shell something else.
-_VERSION_SUFFIX = re.compile(r"[-._]?[0-9][0-9._-]*$")
-
-# Options that make a program run another program (or write where it should not).
-# `_EXEC_OPTIONS` count anywhere in the arguments; `_GLOBAL_EXEC_OPTIONS` only before the first
-# operand (git's subcommand), because after it the same letters mean something else (`git log -C`).
-# Every git global option that takes a separate value is listed, dangerous or not, so that the
-# scan may stop at the first operand without mistaking a value for the subcommand.
-_EXEC_OPTIONS: dict[str, frozenset[str]] = {
-    "find": frozenset(
-        {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
-    ),
-    "git": frozenset({"--upload-pack", "--receive-pack", "--exec", "--extcmd"}),
-    "rsync": frozenset({"-e", "--rsh", "--rsync-path"}),
-    "tar": frozenset(
-        {
-            "-I",
-            "-F",
-            "--to-command",
-            "--use-compress-program",
-            "--checkpoint-action",
-            "--info-script",
-            "--new-volume-script",
-        }
-    ),
-    # ProxyCommand, LocalCommand, KnownHostsCommand: options and config files run commands.
-    "ssh": frozenset({"-o", "-F"}),
-    "scp": frozenset({"-o", "-F", "-S"}),
-    "sftp": frozenset({"-o", "-F", "-S"}),
-    "zip": frozenset({"-TT", "--unzip-command"}),
-}
-_GLOBAL_EXEC_OPTIONS: dict[str, frozenset[str]] = {
-    "git": frozenset(
-        {
-            "-c",
-            "-C",
-            "--config-env",
-            "--exec-path",
-            "--git-dir",
-            "--work-tree",
-            "--bare",
-            "--namespace",
-            "--super-prefix",
-            "--list-cmds",
-            "--attr-source",
-            "--shallow-file",
-        }
-    ),
-}
+# Words bash would expand, or that start or join other commands, in the textual scan.
+_TEXT_SEPARATORS = re.compile(r"[\s;&|()<>{}]+")
+_QUOTING = re.compile(r"[\\'\"]")
+# Strings given to shells are parsed again, to this depth.
+_NESTING = 3
 
 # What a character that ends the strict language usually starts, for the reason string.
 _LOOKAHEAD_REASONS: tuple[tuple[str, str], ...] = (
@@ -251,16 +240,32 @@ class _Compound(Exception):
     """Internal: the command is compound, for the reason given."""
 
 
+def key_command(command: str, search_path: str | None = None) -> CommandKey:
+    """Key `command` as simple or compound (see the module docstring). Blank commands are errors.
+
+    `search_path` is the PATH the program table's launcher rule looks names up in (this
+    process's by default); keys are cached per command and PATH.
+    """
+    return _key_command(command, os.environ.get("PATH", "") if search_path is None else search_path)
+
+
+def clear_cache() -> None:
+    """Forget every cached key (benchmarks measure the first keying of a command this way)."""
+    _key_command.cache_clear()
+
+
 @functools.lru_cache(maxsize=4096)
-def key_command(command: str) -> CommandKey:
-    """Key `command` as simple or compound (see the module docstring). Blank commands are errors."""
+def _key_command(command: str, search_path: str) -> CommandKey:
     if not command.strip():
         raise ValueError("empty command")
     protected = mentions_protected_path(command)
     try:
         argv = _lex(command)
         _check_parser_agrees(command, argv)
-        _check_program(argv)
+        _check_shell_words(argv)
+        form = classify(argv, search_path)
+        if form.compound is not None:
+            raise _Compound(form.compound)
     except _Compound as compound:
         return CommandKey(
             command=command,
@@ -269,6 +274,7 @@ def key_command(command: str) -> CommandKey:
             program=None,
             reason=str(compound),
             protected=protected,
+            views=_compound_views(command),
         )
     # Quote removal can reveal a name the raw text hides (`.g'i't/hooks`).
     protected = protected or any(mentions_protected_path(word) for word in argv)
@@ -279,6 +285,9 @@ def key_command(command: str) -> CommandKey:
         program=argv[0],
         reason="simple",
         protected=protected,
+        levels=form.levels,
+        covers=form.covers,
+        views=(deny_view(tuple(word.lower() for word in argv)),),
     )
 
 
@@ -298,6 +307,11 @@ def _lex(command: str) -> tuple[str, ...]:
         if current is None:
             current = []
         if char in _UNQUOTED:
+            current.append(char)
+            i += 1
+        elif char == "~" and current and command[i - 1] in _UNQUOTED and command[i - 1] not in "=:":
+            # Bash expands a tilde only at the start of a word or after `=`/`:` in an
+            # assignment; `HEAD~1` is a literal tilde.
             current.append(char)
             i += 1
         elif char in "'\"":
@@ -369,7 +383,8 @@ def _check_parser_agrees(command: str, argv: tuple[str, ...]) -> None:
         raise _Compound("parser disagreement")
 
 
-def _check_program(argv: tuple[str, ...]) -> None:
+def _check_shell_words(argv: tuple[str, ...]) -> None:
+    """Rule 3: a plain program name, not a job spec, reserved word or shell builtin."""
     program = argv[0]
     if "=" in program:
         raise _Compound("assignment")
@@ -383,33 +398,98 @@ def _check_program(argv: tuple[str, ...]) -> None:
         raise _Compound(f"reserved word {name!r}")
     if name in _SHELL_BUILTINS:
         raise _Compound(f"shell builtin {name!r}")
-    if name in _LAUNCHERS or _VERSION_SUFFIX.sub("", name) in _LAUNCHERS:
-        raise _Compound(f"launcher {name!r}")
-    args = argv[1:]
-    for option in _EXEC_OPTIONS.get(name, frozenset()):
-        if any(_is_option(word, option) for word in args):
-            raise _Compound(f"{name} {option}")
-    for option in _GLOBAL_EXEC_OPTIONS.get(name, frozenset()):
-        for word in args:
-            if not word.startswith("-"):
-                break
-            if _is_option(word, option):
-                raise _Compound(f"{name} {option}")
 
 
-def _is_option(word: str, option: str) -> bool:
-    """Whether `word` spells `option`, including the spellings parsers accept besides the name.
+def never_simple(program: str) -> str | None:
+    """Why every command of `program` is compound, whatever its arguments; None if some are not.
 
-    `-cvalue` for a short option; `--opt=value` and unambiguous abbreviations (`--upload=…`,
-    which git's parse-options accepts) for a long one. Matching an ambiguous abbreviation too is
-    fine: the program would refuse it, and here it only makes the command compound.
+    A grant naming such a program (`run_command:bash`, `run_command:sudo`, `run_command:cd`)
+    can never match: `codecoder check` says so.
     """
-    if word == option:
-        return True
-    if not option.startswith("--"):
-        if len(option) != 2:
-            return False
-        # Short options bundle (`rsync -avze CMD`): the letter anywhere in a bundle counts.
-        return word.startswith("-") and not word.startswith("--") and option[1] in word[1:]
-    name = word.split("=", 1)[0]
-    return len(name) > 2 and option.startswith(name)
+    try:
+        _check_shell_words((program,))
+    except _Compound as compound:
+        return str(compound)
+    return classify((program,), "").compound
+
+
+# --- what deny rules see in a compound command ---------------------------------------------
+
+
+def _compound_views(command: str) -> tuple[DenyView, ...]:
+    views: dict[tuple[str, int, tuple[str, ...]], DenyView] = {}
+    for argv in _commands_in(command, 0):
+        lowered = tuple(word.lower() for word in argv)
+        for i, word in enumerate(lowered):
+            # Every word that could be a program: a launcher (`sudo`, `xargs`, `find -exec`)
+            # runs the words after it as a command.
+            if i and word.startswith("-") and word != ANY:
+                continue
+            view = deny_view(lowered, i)
+            views.setdefault((view.program, view.start, view.words), view)
+    return tuple(views.values())
+
+
+def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
+    """Every command in `command`: what bashlex sees (where it can parse) and the textual scan."""
+    parsed = _parsed_commands(command)
+    yield from parsed
+    yield _textual_command(command)
+    if depth >= _NESTING:
+        return
+    for argv in parsed:
+        for word in argv[1:]:
+            # A string handed to a shell (`bash -c 'git push'`, `ssh host 'rm x'`).
+            if word != ANY and (" " in word or any(char in word for char in ";&|\n")):
+                yield from _commands_in(word, depth + 1)
+
+
+def _parsed_commands(command: str) -> list[tuple[str, ...]]:
+    import bashlex
+
+    try:
+        with _BASHLEX_LOCK:
+            trees = bashlex.parse(command)
+    except Exception:  # the textual scan stands in for whatever bashlex cannot parse
+        return []
+    found: list[tuple[str, ...]] = []
+    for tree in trees:
+        _walk(tree, found)
+    return found
+
+
+def _walk(node: Any, found: list[tuple[str, ...]]) -> None:
+    if getattr(node, "kind", None) == "command":
+        words = [part for part in node.parts if getattr(part, "kind", None) == "word"]
+        if words:
+            found.append(tuple(ANY if _expands(word) else word.word for word in words))
+    for value in vars(node).values():
+        children: Sequence[Any] = value if isinstance(value, list) else (value,)
+        for child in children:
+            if hasattr(child, "kind"):
+                _walk(child, found)
+
+
+def _expands(word: Any) -> bool:
+    text = word.word
+    return (
+        bool(getattr(word, "parts", None))
+        or not isinstance(text, str)
+        or "$" in text
+        or "`" in text
+    )
+
+
+def _textual_command(command: str) -> tuple[str, ...]:
+    """The whole string as one list of words, quotes and backslashes removed: crude on purpose.
+
+    Removing every quote and backslash joins what quote removal would join (`pu''sh`, `pu\\sh`),
+    and the separators split what could be separate commands; a word holding `$` or a backtick
+    could become anything.
+    """
+    text = _QUOTING.sub("", command.replace("\\\n", ""))
+    return tuple(
+        ANY if "$" in token or "`" in token else token
+        for token in _TEXT_SEPARATORS.split(text)
+        if token
+    )

@@ -25,12 +25,29 @@ class Source(enum.StrEnum):
 
 
 class Answer(enum.StrEnum):
-    """The human's choices at the prompt."""
+    """The human's choices at the prompt.
+
+    SESSION and PROJECT record the narrowest entry naming what the human saw (the key's first
+    grant level: `run_command:git:status`); SESSION_PROGRAM and PROJECT_PROGRAM, offered only
+    where a command's key names more than its program, record the program-wide entry
+    (`run_command:git`). `AskRequest.grants` says which entry each choice records.
+    """
 
     ONCE = "once"
     SESSION = "session"
+    SESSION_PROGRAM = "session-program"
     PROJECT = "project"
+    PROJECT_PROGRAM = "project-program"
     DENY = "deny"
+
+    @property
+    def scope(self) -> Answer:
+        """SESSION or PROJECT for the four "always" answers; the answer itself otherwise."""
+        if self is Answer.SESSION_PROGRAM:
+            return Answer.SESSION
+        if self is Answer.PROJECT_PROGRAM:
+            return Answer.PROJECT
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +57,8 @@ class Decision:
     tool: str
     environment: EnvironmentTag
     key: str | None = None
-    matched: str | None = None  # the allowlist entry or deny rule that decided
+    # The allowlist entry or deny rule that decided (for an "always" answer, the entry recorded).
+    matched: str | None = None
     answer: Answer | None = None  # set when the human was asked
     reason: str = ""
     violations: tuple[str, ...] = field(default=())  # CeilingViolations met on the way

@@ -12,6 +12,11 @@
                                                   ceiling too low → CeilingViolation, refused
                               Deny                       (source denied)
 
+What an "always" answer records is as narrow as the question: the key's first grant level
+(`run_command:git:status`, a path escaped so that it matches only itself). Where a command's key
+names more than its program, the human is also offered the program-wide entry
+(`run_command:git`), as separate choices whose labels say what it covers.
+
 Keys for protected paths (codecoder.json, .codecoder/, .git/) skip both allowlists and can be
 allowed only once: a standing grant there would let a tool grant itself trust or plant a hook.
 """
@@ -84,16 +89,16 @@ class PermissionEngine:
                         "codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
-            session_entry = self.session.lookup(key, key.digest)
+            session_entry = self.session.find(key, key.digest)
             if session_entry is not None:
-                valid, _ = session_entry
+                entry, valid, _ = session_entry
                 if valid:
                     return _standing(
                         Source.SESSION,
                         tool,
                         environment,
                         key.raw,
-                        key.raw,
+                        entry,
                         "session allowlist",
                         tuple(violations),
                     )
@@ -113,15 +118,24 @@ class PermissionEngine:
     ) -> Decision:
         key = permission.key
         assert key is not None
+        levels = key.grant_levels
+        narrow, wide = levels[0], levels[1] if len(levels) > 1 else None
+        session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
+        project = (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
         if key.protected:
             choices: tuple[Answer, ...] = (Answer.ONCE, Answer.DENY)
             why_not = PROTECTED_NOTE
         elif environment.allows(Scope.PROJECT):
-            choices = (Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.DENY)
+            choices = (Answer.ONCE, *session, *project, Answer.DENY)
             why_not = ""
         else:
-            choices = (Answer.ONCE, Answer.SESSION, Answer.DENY)
+            choices = (Answer.ONCE, *session, Answer.DENY)
             why_not = environment.refusal(key.raw)
+        grants = tuple(
+            (answer, narrow if answer in (Answer.SESSION, Answer.PROJECT) else wide or narrow)
+            for answer in choices
+            if answer.scope in (Answer.SESSION, Answer.PROJECT)
+        )
         request = AskRequest(
             tool=tool,
             environment=environment,
@@ -130,13 +144,29 @@ class PermissionEngine:
             choices=choices,
             why_not_project=why_not,
             note=note,
+            grants=grants,
         )
         answer = self.asker(request)
         done = tuple(violations)
+        # An answer that was not offered (a fixed asker's program-wide choice for a key that
+        # has none) records the narrowest entry.
+        entry = request.grant_for(answer).entry if answer in choices else narrow.entry
+        if answer.scope in (Answer.SESSION, Answer.PROJECT):
+            recorded: str | None = entry
+        else:
+            recorded = None
 
         def decided(allowed: bool, source: Source, reason: str, *more: str) -> Decision:
             return Decision(
-                allowed, source, tool, environment, key.raw, None, answer, reason, (*done, *more)
+                allowed,
+                source,
+                tool,
+                environment,
+                key.raw,
+                recorded if allowed else None,
+                answer,
+                reason,
+                (*done, *more),
             )
 
         def refuse(error: CeilingViolation) -> NoReturn:
@@ -156,8 +186,8 @@ class PermissionEngine:
             return decided(True, Source.ONCE, "allowed once")
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
-        if answer is Answer.SESSION:
-            self.session.grant(key, digest=key.digest)
+        if answer.scope is Answer.SESSION:
+            self.session.grant(key, digest=key.digest, entry=entry)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):
@@ -170,14 +200,14 @@ class PermissionEngine:
                 )
             )
         try:
-            add_allow_entry(self._project_file, key.raw, digest=key.digest)
+            add_allow_entry(self._project_file, entry, digest=key.digest)
         except ConfigError as exc:
             raise DeniedByUser(
                 f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
                 f"is ({exc})",
                 decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
-        self._project().add_grant(Grant(KeyPattern.parse(key.raw), digest=key.digest))
+        self._project().add_grant(Grant(KeyPattern.parse(entry), digest=key.digest))
         return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
 
     @staticmethod

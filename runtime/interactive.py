@@ -10,9 +10,10 @@ One session for the whole run, so AlwaysThisSession answers hold until `/quit`. 
 codecoder.json are applied by `/reload` only, and a reload prints every diagnostic (syntax
 errors with line and column, ceiling violations) instead of dropping it.
 
-Whatever comes from a tool or a call (output, keys, error messages, audit records) goes through
-`visible()` before it reaches the terminal, so an escape sequence in a command's output cannot
-repaint the screen, fake a prompt or hide a line. Output keeps its line breaks.
+Whatever comes from a tool or a call goes through `visible()` (keys, error messages, audit
+records) or `for_terminal()` (output, which keeps its line breaks and tabs) before it reaches
+the terminal, so an escape sequence in a command's output cannot repaint the screen, fake a
+prompt or hide a line, and a long run of blanks is shown as a marker with its length.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from runtime.cli import format_diagnostic
 from runtime.dispatcher import CallOutcome
 from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
-from runtime.prompt import Asker, TerminalPrompt, non_interactive, visible
+from runtime.prompt import Asker, TerminalPrompt, for_terminal, non_interactive, visible
 from runtime.session import Runtime, Session, default_asker
 
 __all__ = ["InteractiveSession", "run_session"]
@@ -244,7 +245,7 @@ class InteractiveSession:
 
 
 def _visible_block(text: str) -> str:
-    return "\n".join(visible(line) for line in text.split("\n"))
+    return for_terminal(text)
 
 
 def _denied(outcome: CallOutcome) -> bool:

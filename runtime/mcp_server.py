@@ -67,7 +67,7 @@ from runtime.decision import Answer, Decision, Source
 from runtime.dispatcher import CallOutcome
 from runtime.errors import DeniedByUser, PermissionDenied, ToolError, UsageError
 from runtime.projectfile import Diagnostic
-from runtime.prompt import AskRequest, describe, non_interactive, visible
+from runtime.prompt import AskRequest, choice_detail, describe, non_interactive, visible
 from runtime.schemas import mcp_tool
 from runtime.session import Runtime, Session
 
@@ -94,9 +94,19 @@ _MAX_OPEN_QUESTIONS: Final = 64  # questions awaiting a client's retry; the olde
 _LABELS: Final = {
     Answer.ONCE: "Allow once",
     Answer.SESSION: "Always allow for this session",
+    Answer.SESSION_PROGRAM: "Always allow for this session",
     Answer.PROJECT: "Always allow for this project (writes codecoder.json)",
+    Answer.PROJECT_PROGRAM: "Always allow for this project (writes codecoder.json)",
     Answer.DENY: "Deny",
 }
+
+
+def _title(request: AskRequest, answer: Answer) -> str:
+    """A choice's title: its label, and what its entry covers where the request offers both a
+    narrow and a program-wide entry (`runtime.prompt.choice_detail`)."""
+    detail = choice_detail(request, answer)
+    return f"{_LABELS[answer]}: {detail}" if detail else _LABELS[answer]
+
 
 _TITLED_ENUM_SINCE: Final = "2025-11-25"  # oneOf/const/title; earlier revisions used enumNames
 
@@ -125,10 +135,10 @@ def elicitation_schema(request: AskRequest, protocol_version: str) -> dict[str, 
         "description": f"{visible(request.key)} on {request.environment.value}",
     }
     if _titled_enums(protocol_version):
-        field["oneOf"] = [{"const": a.value, "title": _LABELS[a]} for a in request.choices]
+        field["oneOf"] = [{"const": a.value, "title": _title(request, a)} for a in request.choices]
     else:
         field["enum"] = [a.value for a in request.choices]
-        field["enumNames"] = [_LABELS[a] for a in request.choices]
+        field["enumNames"] = [_title(request, a) for a in request.choices]
     return {"type": "object", "properties": {ANSWER_FIELD: field}, "required": [ANSWER_FIELD]}
 
 

@@ -39,7 +39,7 @@ from runtime.capabilities import (
     load_capabilities,
 )
 from runtime.ceiling import EnvironmentTag, Scope
-from runtime.patterns import KeyPattern, PatternError
+from runtime.patterns import KeyPattern, PatternError, never_matches
 from runtime.projectfile import (
     AgentSection,
     AllowEntry,
@@ -196,7 +196,7 @@ def load_project(
     grants: list[Grant] = []
     for entry in pf.allowlist:
         where = {"line": entry.line, "column": entry.column}
-        pattern = _checked_pattern(entry.pattern, tools, diagnostics, where)
+        pattern = _checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
         if pattern is None or not entry.grants:
             continue
         environment = environment_of(pattern.tool)
@@ -242,7 +242,7 @@ def load_project(
     denies: list[Grant] = []
     for deny in pf.deny:
         where = {"line": deny.line, "column": deny.column}
-        pattern = _checked_pattern(deny.pattern, tools, diagnostics, where)
+        pattern = _checked_pattern(deny.pattern, tools, diagnostics, where, deny=True)
         if pattern is not None:
             denies.append(Grant(pattern, deny.line, deny.column))
 
@@ -386,6 +386,8 @@ def _checked_pattern(
     tools: Mapping[str, Tool[Any]],
     diagnostics: list[Diagnostic],
     where: dict[str, int | None],
+    *,
+    deny: bool,
 ) -> KeyPattern | None:
     try:
         pattern = KeyPattern.parse(raw)
@@ -416,6 +418,22 @@ def _checked_pattern(
                 "warning",
                 "matches_nothing",
                 f"{raw} names the tool alone, which matches no call; did you mean {raw}:* ?",
+                key=raw,
+                **where,
+            )
+        )
+        return pattern
+    problem = never_matches(pattern, tool.key_style, asks=tool.asks, deny=deny)
+    if problem is not None:
+        # A deny rule that can never match protects nothing while looking as if it did: an
+        # error. An allow entry that can never match only grants nothing: a warning.
+        what = "deny rule" if deny else "entry"
+        suggestion = f"; to mean that, write {problem.suggestion}" if problem.suggestion else ""
+        diagnostics.append(
+            Diagnostic(
+                "error" if deny else "warning",
+                "never_matches",
+                f"{raw}: this {what} can never match a call: {problem.reason}{suggestion}",
                 key=raw,
                 **where,
             )

@@ -15,6 +15,9 @@ Reading (`load_project_file`) never raises for bad content. Every problem become
     invalid_scope    an allowlist value that is not a scope; AlwaysThisSession and Once are
                      only warnings (the entry grants nothing), anything else is an error
     duplicate_key    the same key twice in one object; the last one wins (a warning)
+    duplicate_section  a top-level section twice (a second "deny" would silently replace the
+                     first): an error, so the file grants nothing; the deny entries of every
+                     occurrence are kept
 
 Any error makes the file unusable: it fails closed, so callers grant nothing from it. Deny
 entries that could be read are still returned, because a deny can only make things stricter;
@@ -469,6 +472,8 @@ class _Parse:
     index: _SourceIndex | None = None
     model: _ProjectFileModel | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # The values of "deny" sections a later one replaced, with their offsets: still obeyed.
+    earlier_denies: list[tuple[Any, int]] = field(default_factory=list)
 
     def errors(self) -> list[Diagnostic]:
         return [d for d in self.sorted_diagnostics() if d.severity == "error"]
@@ -534,13 +539,19 @@ class _Parse:
         # From the raw document, not the model: denies are kept even when the file is not
         # usable (they only make things stricter), and a list with one bad item has good ones.
         deny = self.document.get("deny") if isinstance(self.document, dict) else None
-        if not isinstance(deny, list):
-            return ()
-        return tuple(
-            DenyEntry(item, *self.value_position(("deny", i)))
-            for i, item in enumerate(deny)
-            if isinstance(item, str) and _pattern_problem(item) is None
-        )
+        entries: list[DenyEntry] = []
+        for earlier, offset in self.earlier_denies:
+            position = self.index.line_column(offset) if self.index else (None, None)
+            for item in earlier if isinstance(earlier, list) else ():
+                if isinstance(item, str) and _pattern_problem(item) is None:
+                    entries.append(DenyEntry(item, *position))
+        if isinstance(deny, list):
+            entries.extend(
+                DenyEntry(item, *self.value_position(("deny", i)))
+                for i, item in enumerate(deny)
+                if isinstance(item, str) and _pattern_problem(item) is None
+            )
+        return tuple(entries)
 
     def key_position(self, parts: _Parts) -> tuple[int | None, int | None]:
         return self.index.key_position(_pointer(parts)) if self.index else (None, None)
@@ -599,6 +610,16 @@ def _parse(text: str) -> _Parse:
     for parts, earlier, later in index.duplicates:
         # Reported where the ignored occurrence is: that is the line to delete.
         (line, column), (later_line, _) = index.line_column(earlier), index.line_column(later)
+        if len(parts) == 1:
+            message = (
+                f"the section {_quote(parts[0])} appears again on line {later_line}; a JSON "
+                "reader keeps only the last one, so what this one says would be silently lost: "
+                "merge the two"
+            )
+            result.report("error", "duplicate_section", message, parts, (line, column))
+            if parts[0] == "deny":
+                result.earlier_denies.append(_value_after_key(text, earlier))
+            continue
         message = (
             f"{_describe(parts)} appears again on line {later_line}; the entry on line {line} "
             "is ignored (the last one wins)"
@@ -730,6 +751,13 @@ _NEWLINE = re.compile(r"\n")
 _DECODER = json.JSONDecoder()
 # The json module's string scanner (C when available); typeshed does not declare it.
 _scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _value_after_key(text: str, key_offset: int) -> tuple[Any, int]:
+    """The value of the object member whose key starts at `key_offset`, and where it starts."""
+    _, offset = _scanstring(text, key_offset + 1)
+    offset = _skip_whitespace(text, _skip_whitespace(text, offset) + 1)
+    return _DECODER.raw_decode(text, offset)[0], offset
 
 
 def _skip_whitespace(text: str, offset: int) -> int:

@@ -3,12 +3,21 @@
 An asker is any callable `AskRequest -> Answer`. The terminal prompt is one; `non_interactive`
 (CI: anything not granted is denied) and `fixed(answer)` are others. Everything shown to a human
 goes through `visible()`, so a command cannot hide part of itself with control characters, ANSI
-escapes, bidirectional overrides or zero-width characters.
+escapes, bidirectional overrides or zero-width characters, nor push its payload out of view with
+a long run of spaces (shown as `[4000 spaces]`). Tool output written to a terminal goes through
+`for_terminal()`, which keeps lines and tabs but neutralises escapes the same way, so output
+cannot restyle, hide or overwrite what follows it.
+
+Each "always" choice records one entry (`AskRequest.grants`), and its label says what that
+entry covers: the narrowest key naming what the human saw (`run_command:git:status`) unless
+the human picks the program-wide choice, whose label says it covers every simple command of
+that program.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -17,25 +26,72 @@ from typing import TextIO
 
 from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
+from runtime.tool import GrantLevel
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e", "\\": "\\\\"}
 _HIDING = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+# A run of spaces this long is shown as a marker with its length: enough to push the rest of a
+# line out of view, or off to the right of a prompt.
+SPACE_RUN = 8
+_SPACES = re.compile(f" {{{SPACE_RUN},}}")
+# In output, lines and indentation are content: only runs longer than any indentation, and
+# more blank lines than any layout needs, are marked.
+OUTPUT_SPACE_RUN = 80
+OUTPUT_BLANK_LINES = 8
+_OUTPUT_BLANKS = re.compile(f"[ \t]{{{OUTPUT_SPACE_RUN},}}")
+_BLANK_LINES = re.compile(f"(?:[ \t]*\n){{{OUTPUT_BLANK_LINES + 1},}}")
 
 
 def visible(text: str) -> str:
-    """The text with every character that could hide or rewrite what is shown made visible."""
+    """The text with every character that could hide or rewrite what is shown made visible,
+    and every run of `SPACE_RUN` or more spaces shown as `[N spaces]`."""
     out: list[str] = []
     for ch in text:
         if ch in _ESCAPES:
             out.append(_ESCAPES[ch])
-        elif unicodedata.category(ch) in _HIDING or (
-            unicodedata.category(ch) == "Zs" and ch != " "
-        ):
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{{{code:04x}}}")
         else:
+            out.append(_neutral(ch))
+    return _SPACES.sub(_space_marker, "".join(out))
+
+
+def for_terminal(text: str) -> str:
+    """Tool output made safe to write to a terminal: lines and tabs kept, every other control
+    character, escape, bidi override and invisible character shown as in `visible()`, runs of
+    `OUTPUT_SPACE_RUN` blanks and of more than `OUTPUT_BLANK_LINES` blank lines as markers."""
+    text = text.replace("\r\n", "\n")
+    out: list[str] = []
+    for ch in text:
+        if ch in "\n\t":
             out.append(ch)
-    return "".join(out)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        else:
+            out.append(_neutral(ch))
+    marked = _OUTPUT_BLANKS.sub(_blank_marker, "".join(out))
+    return _BLANK_LINES.sub(_blank_lines_marker, marked)
+
+
+def _neutral(ch: str) -> str:
+    if ch.isascii() and ch.isprintable():
+        return ch
+    category = unicodedata.category(ch)
+    if category in _HIDING or (category == "Zs" and ch != " "):
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{{{code:04x}}}"
+    return ch
+
+
+def _space_marker(match: re.Match[str]) -> str:
+    return f"[{len(match.group())} spaces]"
+
+
+def _blank_marker(match: re.Match[str]) -> str:
+    run = match.group()
+    return f"[{len(run)} spaces]" if set(run) == {" "} else f"[{len(run)} blanks]"
+
+
+def _blank_lines_marker(match: re.Match[str]) -> str:
+    return f"\n[{match.group().count(chr(10)) - 1} blank lines]\n"
 
 
 def lookalikes(text: str) -> list[str]:
@@ -49,6 +105,9 @@ def lookalikes(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class AskRequest:
+    """One question to the human. `grants` says, for each "always" choice offered, the entry
+    it records and what that entry covers."""
+
     tool: str
     environment: EnvironmentTag
     key: str
@@ -56,6 +115,14 @@ class AskRequest:
     choices: tuple[Answer, ...]
     why_not_project: str = ""  # why AlwaysThisProject is not offered, when it is not
     note: str = ""  # e.g. a CeilingViolation met on the way, an expired session grant
+    grants: tuple[tuple[Answer, GrantLevel], ...] = ()
+
+    def grant_for(self, answer: Answer) -> GrantLevel:
+        """The entry `answer` records (the key itself where the request names none)."""
+        for offered, level in self.grants:
+            if offered is answer:
+                return level
+        return GrantLevel(self.key, "exactly this key")
 
 
 Asker = Callable[[AskRequest], Answer]
@@ -74,12 +141,42 @@ def fixed(answer: Answer) -> Asker:
     return ask
 
 
-_LABELS = {
-    Answer.ONCE: ("o", "allow once"),
-    Answer.SESSION: ("s", "always this session"),
-    Answer.PROJECT: ("p", "always this project (writes codecoder.json)"),
-    Answer.DENY: ("d", "deny"),
+_LETTERS = {
+    Answer.ONCE: "o",
+    Answer.SESSION: "s",
+    Answer.SESSION_PROGRAM: "a",
+    Answer.PROJECT: "p",
+    Answer.PROJECT_PROGRAM: "w",
+    Answer.DENY: "d",
 }
+_SCOPES = {
+    Answer.SESSION: "always this session",
+    Answer.SESSION_PROGRAM: "always this session",
+    Answer.PROJECT: "always this project",
+    Answer.PROJECT_PROGRAM: "always this project",
+}
+
+
+def choice_label(request: AskRequest, answer: Answer) -> str:
+    """What choosing `answer` does, in words, including the entry it records and what that
+    covers when the request has a choice between a narrow and a program-wide entry."""
+    if answer is Answer.ONCE:
+        return "allow once"
+    if answer is Answer.DENY:
+        return "deny"
+    writes = " (writes codecoder.json)" if answer.scope is Answer.PROJECT else ""
+    detail = choice_detail(request, answer)
+    return f"{_SCOPES[answer]}{': ' + detail if detail else ''}{writes}"
+
+
+def choice_detail(request: AskRequest, answer: Answer) -> str:
+    """What an "always" choice's entry covers and the entry itself, where the request offers
+    a narrow and a program-wide choice (otherwise the key shown is what is recorded: "")."""
+    wide = Answer.SESSION_PROGRAM in request.choices or Answer.PROJECT_PROGRAM in request.choices
+    if not wide or answer.scope not in (Answer.SESSION, Answer.PROJECT):
+        return ""
+    level = request.grant_for(answer)
+    return f"{visible(level.covers)} [{visible(level.entry)}]"
 
 
 def describe(request: AskRequest) -> list[tuple[str, str]]:
@@ -108,8 +205,7 @@ def render(request: AskRequest) -> str:
     lines += [f"  {label:<12} {text}" for label, text in describe(request)]
     lines.append("")
     for answer in request.choices:
-        letter, label = _LABELS[answer]
-        lines.append(f"  [{letter}] {label}")
+        lines.append(f"  [{_LETTERS[answer]}] {choice_label(request, answer)}")
     if request.why_not_project:
         lines.append(f"  (always this project is not offered: {visible(request.why_not_project)})")
     return "\n".join(lines)
@@ -139,7 +235,7 @@ class TerminalPrompt:
         stdin, stdout, opened = self._streams()
         try:
             stdout.write(render(request) + "\n")
-            letters = {_LABELS[a][0]: a for a in request.choices}
+            letters = {_LETTERS[a]: a for a in request.choices}
             choice = "/".join(letters)
             while True:
                 stdout.write(f"choice [{choice}]: ")

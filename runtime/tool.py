@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +47,64 @@ class KeyStyle(enum.StrEnum):
     PATH = "path"  # a workspace-relative path, matched by glob (`write_file:tests/**`)
 
 
+# The characters that make a pattern more than a literal: glob characters, the `:` that
+# separates the levels of a command pattern, and the `"` that starts a whole-command pattern.
+_PATTERN_SYNTAX = re.compile(r'[][*?:"]')
+
+
+def escape_literal(text: str) -> str:
+    """`text` as a pattern that matches only itself: each special character in brackets.
+
+    `a*b.txt` becomes `a[*]b.txt`, `test:unit` becomes `test[:]unit`. Keys recorded from the
+    human's answers go through this, so a path named `**` is granted as that one path.
+    """
+    return _PATTERN_SYNTAX.sub(lambda match: f"[{match.group()}]", text)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantLevel:
+    """One allowlist entry an "always" answer can record for a key, and what it covers.
+
+    `entry` is a pattern that matches the key (`run_command:git:status`); `covers` says in
+    words what else it matches, for the prompt ("only `git status …` commands").
+    """
+
+    entry: str
+    covers: str
+
+
+@dataclass(frozen=True, slots=True)
+class DenyView:
+    """One command as deny rules see it: the canonical name of its program (`git` for
+    `/usr/lib/git-core/git-push`; `runtime.programs.ANY` when the parser cannot know it) and
+    the lower-cased words after it, `words[start:]` (views of one command share `words`).
+    `sub_any`: the word in its subcommand's place could be anything (an expansion, a git
+    alias), so it counts as whichever subcommand a deny rule names.
+    """
+
+    program: str
+    words: tuple[str, ...]
+    start: int = 0
+    sub_any: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class PermissionKey:
-    """What a grant is for: `("run_command", "git", "run_command:git")`.
+    """What a grant is for: `("run_command", "git:status", "run_command:git:status")`.
 
-    `raw` is the whole key, the string stored in allowlists. Keys of compound commands are
-    collision-free: their action is the JSON-quoted command, which no program name can equal.
+    `raw` is the whole key, shown to the human and written to the audit log. Keys of compound
+    commands are collision-free: their action is the JSON-quoted command, which no program name
+    can equal.
+
+    `levels` are the entries an "always" answer may record, narrowest first: the exact key
+    (escaped, so a path named `a*b` is granted as that path only), then, for a command whose
+    narrow key names a subcommand, the program-wide key. Empty means just `raw`.
+
+    For command keys, `path` is what grants are matched against (the program as written, then
+    the subcommand levels the program table names: `("git", "status")`), and `views` what deny
+    rules are matched against: for each command the parser can see in the string, its
+    program's canonical name (`git` for `/usr/lib/git-core/git-push`) and the words after it.
+    A key that names several paths (a move: source and destination) lists them in `paths`.
     """
 
     tool: str
@@ -65,11 +118,20 @@ class PermissionKey:
     # What exactly would run, for keys whose grants are pinned to it (a capability's manifest
     # and code): a project grant recorded with another digest does not cover this key.
     digest: str | None = None
+    levels: tuple[GrantLevel, ...] = ()
+    path: tuple[str, ...] = ()
+    views: tuple[DenyView, ...] = ()
+    paths: tuple[str, ...] = ()
 
     @classmethod
     def named(cls, tool: str, action: str = "", **kw: Any) -> PermissionKey:
         raw = f"{tool}:{action}" if action else tool
         return cls(tool=tool, action=action, raw=raw, **kw)
+
+    @property
+    def grant_levels(self) -> tuple[GrantLevel, ...]:
+        """`levels`, or the key itself when it has none."""
+        return self.levels or (GrantLevel(self.raw, "exactly this key"),)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,9 +42,11 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, SandboxUnavailable
+from runtime.patterns import MOVE_SEPARATOR
 from runtime.protected import PROTECTED_NAMES, is_protected_path
 from runtime.tool import (
     Category,
+    GrantLevel,
     KeyStyle,
     Parameters,
     Permission,
@@ -52,6 +54,7 @@ from runtime.tool import (
     Tool,
     ToolContext,
     ToolResult,
+    escape_literal,
 )
 
 __all__ = [
@@ -521,14 +524,37 @@ def _read_text(files: ConfinedFiles, path: str) -> str:
         raise ExecutionFailed(f"{path} is not UTF-8 text ({exc.reason} at {exc.start})") from exc
 
 
-def _path_key(tool: str, path: str, *, subject: str | None = None, also: str = "") -> Permission:
+def _path_key(tool: str, path: str, *, subject: str | None = None) -> Permission:
+    """A path key whose recorded grant is the path itself, escaped: a file named `**` or
+    `a*b` is granted as that file only."""
     return Permission.ask(
         PermissionKey.named(
             tool,
             path,
             style=KeyStyle.PATH,
             subject=subject or path,
-            protected=is_protected_path(path) or (bool(also) and is_protected_path(also)),
+            protected=is_protected_path(path),
+            levels=(GrantLevel(f"{tool}:{escape_literal(path)}", f"only {path}"),),
+        )
+    )
+
+
+def _move_key(tool: str, source: str, destination: str) -> Permission:
+    """A move is keyed by both paths: a grant must cover the source and the destination, and
+    a deny rule for either refuses it (`move_file:secrets/**` stops moving a secret out)."""
+    pair = f"{source}{MOVE_SEPARATOR}{destination}"
+    literal = MOVE_SEPARATOR.join(
+        escape_literal(path).replace(MOVE_SEPARATOR, " -[>] ") for path in (source, destination)
+    )
+    return Permission.ask(
+        PermissionKey.named(
+            tool,
+            pair,
+            style=KeyStyle.PATH,
+            subject=pair,
+            protected=is_protected_path(source) or is_protected_path(destination),
+            levels=(GrantLevel(f"{tool}:{literal}", f"only moving {source} to {destination}"),),
+            paths=(source, destination),
         )
     )
 
@@ -1076,10 +1102,7 @@ class MoveFile(_WriteTool, Tool[MoveFileParameters]):
     parameters = MoveFileParameters
 
     def permission(self, args: MoveFileParameters) -> Permission:
-        # Keyed by the destination, the place that gains content; the source counts for
-        # `protected`, so nothing moves out of .git/ or codecoder.json beyond a Once grant.
-        subject = f"{args.source} -> {args.destination}"
-        return _path_key(self.name, args.destination, subject=subject, also=args.source)
+        return _move_key(self.name, args.source, args.destination)
 
     def execute(self, args: MoveFileParameters, ctx: ToolContext) -> ToolResult:
         _files(ctx).move(args.source, args.destination, overwrite=args.overwrite)
@@ -1190,9 +1213,7 @@ class RunWasm(Tool[RunWasmParameters]):
     def permission(self, args: RunWasmParameters) -> Permission:
         mode = " (writable)" if args.writable else ""
         subject = " ".join([args.path, *args.args]) + mode
-        return Permission.ask(
-            PermissionKey.named(self.name, args.path, style=KeyStyle.PATH, subject=subject)
-        )
+        return _path_key(self.name, args.path, subject=subject)
 
     def execute(self, args: RunWasmParameters, ctx: ToolContext) -> ToolResult:
         files = _files(ctx)
