@@ -82,7 +82,7 @@ from runtime.errors import (
     SandboxUnavailable,
 )
 from runtime.project import PROJECT_FILE
-from runtime.prompt import AskRequest, non_interactive, render, visible
+from runtime.prompt import SPACE_RUN, AskRequest, describe, non_interactive, render, visible
 from runtime.session import Runtime, Session
 from runtime.tool import PermissionKey, ShellSettings, Tool
 from runtime.tools.files import run_wasm_preopens
@@ -141,6 +141,7 @@ class KeyingEntry(_Entry):
     command: str
     innocent: str
     wildcard: bool = True
+    program_wide: bool = True
     deny: tuple[str, ...] = ()
     expect: Literal["refused", "argv"] = "refused"
     argv: tuple[str, ...] | None = None
@@ -734,15 +735,23 @@ class _KeyingLayer(_LayerRunner):
         audit = self.audit
         innocent = audit.key(ToolCall(tool="run_command", args={"command": entry.innocent}))
         assert innocent is not None
-        grants = [innocent.raw, f"{innocent.raw}:*"] + (["run_command:*"] if entry.wildcard else [])
-        # Project grants exist only where the binding admits them; a session grant always can,
-        # for exactly the key the human was shown.
+        # The widest grants a human can give for the innocent command: each level the prompt
+        # offers (its subcommand, then its whole program), the program's wildcard, and where
+        # the entry says so every simple command.
+        levels = [level.entry for level in innocent.grant_levels]
+        program = f"run_command:{innocent.path[0]}" if innocent.path else innocent.raw
+        grants = list(dict.fromkeys([*levels, program, f"{program}:*"]))
+        if not entry.program_wide:
+            levels = grants = levels[:1]
+        grants += ["run_command:*"] if entry.wildcard else []
+        # Project grants exist only where the binding admits them; session grants always can,
+        # for the entries the prompt offers.
         project_scope = self.tag.allows(Scope.PROJECT)
         text = audit.document(allow=grants if project_scope else (), deny=entry.deny)
         (self.directory / PROJECT_FILE).write_text(text)
         recorder, environments = _recorders()
         asker = _Asker()
-        granted = ", ".join(grants) if project_scope else innocent.raw
+        granted = ", ".join(grants if project_scope else levels)
         with (
             Runtime(
                 self.directory,
@@ -753,7 +762,8 @@ class _KeyingLayer(_LayerRunner):
             ) as runtime,
             runtime.session() as session,
         ):
-            session.allowlist.grant(innocent)
+            for level in levels:
+                session.allowlist.grant(innocent, entry=level)
             control = session.call("run_command", {"command": entry.innocent})
             if not _allowed(control) or not recorder.requests:
                 raise _NotRun(
@@ -825,7 +835,9 @@ class _KeyingLayer(_LayerRunner):
         raw = sorted({f"U+{ord(ch):04X}" for ch in shown if ch != "\n" and not ch.isprintable()})
         if raw:
             _escaped(f"the prompt would print raw control characters {', '.join(raw)}")
-        return "the prompt shows every control character made visible"
+        if any(" " * SPACE_RUN in text for _, text in describe(asker.requests[0])):
+            _escaped("the prompt would print a run of spaces that can push text out of view")
+        return "the prompt shows every control character and long run of spaces made visible"
 
 
 # --- permission files ----------------------------------------------------------------------

@@ -395,6 +395,7 @@ class PatternIndex(Generic[T]):
         self._buckets: dict[tuple[str, str], list[tuple[KeyPattern, T]]] = defaultdict(list)
         self._scan: dict[str, list[tuple[KeyPattern, T]]] = defaultdict(list)
         self._tools: set[str] = set()
+        self._quoted: set[str] = set()  # tools with a quoted command entry
         self._size = 0
 
     def __len__(self) -> int:
@@ -407,6 +408,8 @@ class PatternIndex(Generic[T]):
         action = pattern.action
         if pattern.raw == pattern.tool or pattern.is_exact_compound:
             self._exact[pattern.raw].append(item)
+            if pattern.is_exact_compound:
+                self._quoted.add(pattern.tool)
             return
         if style is KeyStyle.PATH:
             literal: list[str] = []
@@ -448,10 +451,9 @@ class PatternIndex(Generic[T]):
         if tool not in self._tools:
             return
         yield from self._exact.get(key.raw, ())
-        if key.style is KeyStyle.COMMAND and not key.compound:
-            for level in key.levels:
-                if level.entry != key.raw and level.entry.startswith(f'{tool}:"'):
-                    yield from self._exact.get(level.entry, ())
+        if key.style is KeyStyle.COMMAND and not key.compound and tool in self._quoted:
+            # A quoted entry covers exactly its command line, simple or not.
+            yield from self._exact.get(f"{tool}:{json.dumps(key.subject, ensure_ascii=True)}", ())
         if key.compound:
             if self._deny:  # deny rules are few: every one of the tool's is tested
                 for raw, items in self._exact.items():

@@ -112,21 +112,24 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 75, "permission-files": 23, "wasm": 31, "docker": 32}
-    assert len({a.id for a in corpus}) == len(corpus) == 161
+    assert per_layer == {"keying": 117, "permission-files": 23, "wasm": 31, "docker": 32}
+    assert len({a.id for a in corpus}) == len(corpus) == 203
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
 def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innocent_grant() -> None:
     # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign.
     entries = keying_entries()
-    assert len(entries) == 75
+    assert len(entries) == 117
     for entry in entries:
         attack, innocent = key_command(entry.command), key_command(entry.innocent)
         assert not innocent.compound, entry.id
         if entry.expect == "argv" or entry.deny:
             continue
-        assert attack.compound or attack.protected or attack.program != innocent.program, entry.id
+        narrower = not entry.program_wide and attack.levels != innocent.levels
+        assert attack.compound or attack.protected or attack.program != innocent.program or (
+            narrower
+        ), entry.id
 
 
 # --- keying --------------------------------------------------------------------------------
@@ -140,7 +143,7 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
     by_id = {r.attempt.id: r.how for r in report.results}
     assert by_id["keying.and-list"] == (
         'keyed run_command:"git status && git push --force origin main" (command list), '
-        "not covered by run_command:git; the prompt refused it; nothing ran"
+        "not covered by run_command:git:status, run_command:git; the prompt refused it; nothing ran"
     )
     assert by_id["keying.deny-absolute-path"] == (
         "refused by the deny rule run_command:git:push; nothing ran"
@@ -150,7 +153,7 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
         "['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
     assert by_id["keying.escape-conceal"].endswith(
-        "the prompt shows every control character made visible"
+        "the prompt shows every control character and long run of spaces made visible"
     )
 
 
@@ -162,8 +165,8 @@ def test_a_sandboxed_run_command_is_attacked_under_project_wildcard_grants(proje
     assert statuses(report) == dict.fromkeys(ids("keying"), BLOCKED)
     assert report.results[0].how == (
         'keyed run_command:"git status && git push --force origin main" (command list), '
-        "not covered by run_command:git, run_command:git:*, run_command:*; the prompt refused "
-        "it; nothing ran"
+        "not covered by run_command:git:status, run_command:git, run_command:git:*, "
+        "run_command:*; the prompt refused it; nothing ran"
     )
 
 
@@ -184,12 +187,13 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
 
     def escapes(entry: KeyingEntry) -> bool:
         keyed = key_command(entry.command)
-        # Protected paths are refused whatever the keyer says, and so are programs no grant names.
-        return entry.wildcard and keyed.compound and not keyed.protected
+        # Protected paths are refused whatever the keyer says, and so are programs no grant
+        # names; deny rules still see every command inside the string.
+        return entry.wildcard and keyed.compound and not keyed.protected and not entry.deny
 
     expected = {e.id: ESCAPED if escapes(e) else BLOCKED for e in keying_entries()}
     assert statuses(report) == expected
-    assert sum(s is ESCAPED for s in expected.values()) == 58
+    assert sum(s is ESCAPED for s in expected.values()) == 92
     assert not report.ok
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "

@@ -71,10 +71,14 @@ def test_key_of_a_simple_and_of_a_compound_command(project: Path) -> None:
     simple = as_json(codecoder("key", "--json", "--", "git status -s", project=project))
     assert {k: simple[k] for k in ("tool", "key", "compound", "argv")} == {
         "tool": "run_command",
-        "key": "run_command:git",
+        "key": "run_command:git:status",
         "compound": False,
         "argv": ["git", "status", "-s"],
     }
+    assert [grant["entry"] for grant in simple["grants"]] == [
+        "run_command:git:status",
+        "run_command:git",
+    ]
     compound = as_json(codecoder("key", "--json", "--", "git status && git push", project=project))
     assert {k: compound[k] for k in ("key", "compound", "argv")} == {
         "key": 'run_command:"git status && git push"',

@@ -7,34 +7,44 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.commandkey import CommandKey, key_command, mentions_protected_path
-from runtime.tool import KeyStyle, PermissionKey
+from runtime.tool import DenyView, GrantLevel, KeyStyle, PermissionKey
 
 # (command, compound, raw key of a simple command or None for compound, argv or None)
 CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [
     # Ordinary simple commands.
-    ("git status", False, "run_command:git", ("git", "status")),
-    ("git log --oneline -n 5", False, "run_command:git", ("git", "log", "--oneline", "-n", "5")),
+    ("git status", False, "run_command:git:status", ("git", "status")),
+    (
+        "git log --oneline -n 5",
+        False,
+        "run_command:git:log",
+        ("git", "log", "--oneline", "-n", "5"),
+    ),
     ("ls -la src/", False, "run_command:ls", ("ls", "-la", "src/")),
-    ("python3 -m pytest -q", False, "run_command:python3", ("python3", "-m", "pytest", "-q")),
-    ("cargo build --release", False, "run_command:cargo", ("cargo", "build", "--release")),
+    (
+        "python3 -m pytest -q",
+        False,
+        "run_command:python3:-m:pytest",
+        ("python3", "-m", "pytest", "-q"),
+    ),
+    ("cargo build --release", False, "run_command:cargo:build", ("cargo", "build", "--release")),
     (
         "git commit -m 'fix: a b'",
         False,
-        "run_command:git",
+        "run_command:git:commit",
         ("git", "commit", "-m", "fix: a b"),
     ),
     ('grep -r "TODO" src', False, "run_command:grep", ("grep", "-r", "TODO", "src")),
-    ("npm run test:unit", False, "run_command:npm", ("npm", "run", "test:unit")),
-    ("/usr/bin/git status", False, "run_command:/usr/bin/git", ("/usr/bin/git", "status")),
+    ("npm run test:unit", False, "run_command:npm:run:test[:]unit", ("npm", "run", "test:unit")),
+    ("/usr/bin/git status", False, "run_command:/usr/bin/git:status", ("/usr/bin/git", "status")),
     ("./build.sh", False, "run_command:./build.sh", ("./build.sh",)),
     ("echo hello", False, "run_command:echo", ("echo", "hello")),
-    ("  git status  ", False, "run_command:git", ("git", "status")),
-    ("git\tstatus", False, "run_command:git", ("git", "status")),
-    ("git log --format=%H%n%s", False, "run_command:git", ("git", "log", "--format=%H%n%s")),
+    ("  git status  ", False, "run_command:git:status", ("git", "status")),
+    ("git\tstatus", False, "run_command:git:status", ("git", "status")),
+    ("git log --format=%H%n%s", False, "run_command:git:log", ("git", "log", "--format=%H%n%s")),
     (
         "git push origin HEAD:refs/heads/main",
         False,
-        "run_command:git",
+        "run_command:git:push",
         ("git", "push", "origin", "HEAD:refs/heads/main"),
     ),
     ("scp a.txt user@host:/tmp/", False, "run_command:scp", ("scp", "a.txt", "user@host:/tmp/")),
@@ -46,24 +56,24 @@ CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [
     (
         'git commit -m "#123 done"',
         False,
-        "run_command:git",
+        "run_command:git:commit",
         ("git", "commit", "-m", "#123 done"),
     ),
     ("printf 'a$b\\n'", False, "run_command:printf", ("printf", "a$b\\n")),
     ('echo "it\'s"', False, "run_command:echo", ("echo", "it's")),
     ("echo 'say \"hi\"'", False, "run_command:echo", ("echo", 'say "hi"')),
-    ("git commit -m 'café'", False, "run_command:git", ("git", "commit", "-m", "café")),
+    ("git commit -m 'café'", False, "run_command:git:commit", ("git", "commit", "-m", "café")),
     ("test -f setup.py", False, "run_command:test", ("test", "-f", "setup.py")),
     ("true", False, "run_command:true", ("true",)),
     ("pwd", False, "run_command:pwd", ("pwd",)),
     ("kill -9 1234", False, "run_command:kill", ("kill", "-9", "1234")),
-    ("git log -C", False, "run_command:git", ("git", "log", "-C")),
-    ("git grep -C 3 foo", False, "run_command:git", ("git", "grep", "-C", "3", "foo")),
-    ("git --no-pager log", False, "run_command:git", ("git", "--no-pager", "log")),
-    ("git commit -c HEAD", False, "run_command:git", ("git", "commit", "-c", "HEAD")),
+    ("git log -C", False, "run_command:git:log", ("git", "log", "-C")),
+    ("git grep -C 3 foo", False, "run_command:git:grep", ("git", "grep", "-C", "3", "foo")),
+    ("git --no-pager log", False, "run_command:git:log", ("git", "--no-pager", "log")),
+    ("git commit -c HEAD", False, "run_command:git:commit", ("git", "commit", "-c", "HEAD")),
     ("find . -name '*.py'", False, "run_command:find", ("find", ".", "-name", "*.py")),
-    ("python3 -c 'print(1)'", False, "run_command:python3", ("python3", "-c", "print(1)")),
-    ("make -j4 all", False, "run_command:make", ("make", "-j4", "all")),
+    ("python3 -c 'print(1)'", True, None, None),
+    ("make -j4 all", False, "run_command:make:all", ("make", "-j4", "all")),
     (
         "pytest tests/test_a.py::test_b",
         False,
@@ -76,11 +86,26 @@ CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [
         "run_command:curl",
         ("curl", "-sS", "https://example.com/a?b=c&d=e"),
     ),
-    ("git checkout -- file.txt", False, "run_command:git", ("git", "checkout", "--", "file.txt")),
-    ("npm install @types/node", False, "run_command:npm", ("npm", "install", "@types/node")),
-    ("pip install 'pydantic>=2.7'", False, "run_command:pip", ("pip", "install", "pydantic>=2.7")),
+    (
+        "git checkout -- file.txt",
+        False,
+        "run_command:git:checkout",
+        ("git", "checkout", "--", "file.txt"),
+    ),
+    (
+        "npm install @types/node",
+        False,
+        "run_command:npm:install",
+        ("npm", "install", "@types/node"),
+    ),
+    (
+        "pip install 'pydantic>=2.7'",
+        False,
+        "run_command:pip:install",
+        ("pip", "install", "pydantic>=2.7"),
+    ),
     ("g++ -O2 -o a a.cc", False, "run_command:g++", ("g++", "-O2", "-o", "a", "a.cc")),
-    ("GIT status", False, "run_command:GIT", ("GIT", "status")),
+    ("GIT status", False, "run_command:GIT:status", ("GIT", "status")),
     # Pipelines and lists.
     ("git log | head", True, None, None),
     ("git log |& head", True, None, None),
@@ -257,8 +282,8 @@ CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [
     ("'git status && rm'", True, None, None),
     ("'git status'", True, None, None),
     ("'g\u0456t' status", True, None, None),
-    ("'git' status", False, "run_command:git", ("git", "status")),
-    ('"git" status', False, "run_command:git", ("git", "status")),
+    ("'git' status", False, "run_command:git:status", ("git", "status")),
+    ('"git" status', False, "run_command:git:status", ("git", "status")),
     # Reserved words.
     ("if true; then ls; fi", True, None, None),
     ("'if' x", True, None, None),
@@ -332,11 +357,11 @@ def test_the_corpus_covers_at_least_a_hundred_distinct_commands() -> None:
         ("g\\it", "backslash escape"),
         ("FOO=1 git", "assignment"),
         ("'FOO=1' git", "assignment"),
-        ("env ls", "launcher 'env'"),
-        ("/usr/bin/env ls", "launcher 'env'"),
-        ("bash x.sh", "launcher 'bash'"),
-        ("find . -exec rm '{}' ';'", "find -exec"),
-        ("git -c core.pager=evil log", "git -c"),
+        ("env ls", "env runs the program given in its arguments"),
+        ("/usr/bin/env ls", "/usr/bin/env runs the program given in its arguments"),
+        ("bash x.sh", "bash is a shell: it runs whatever its script or -c string says"),
+        ("find . -exec rm '{}' ';'", "find -exec: runs a command, deletes or writes files"),
+        ("git -c core.pager=evil log", "git -c: changes the repository, config or pager git uses"),
         ("cd /tmp", "shell builtin 'cd'"),
         ("'if' x", "reserved word 'if'"),
         ("%1", "job spec"),
@@ -354,34 +379,49 @@ def test_a_compound_command_says_why(command: str, reason: str) -> None:
     assert key_command(command).reason == reason
 
 
-def test_a_simple_command_has_a_key_for_its_program() -> None:
+def test_a_simple_command_has_a_key_for_its_program_and_subcommand() -> None:
+    argv = ("git", "commit", "-m", "fix: a b")
     assert key_command("git commit -m 'fix: a b'").permission_key() == PermissionKey(
         tool="run_command",
-        action="git",
-        raw="run_command:git",
+        action="git:commit",
+        raw="run_command:git:commit",
         style=KeyStyle.COMMAND,
         compound=False,
-        argv=("git", "commit", "-m", "fix: a b"),
+        argv=argv,
         protected=False,
         subject="git commit -m 'fix: a b'",
+        levels=(
+            GrantLevel("run_command:git:commit", "only `git commit …` commands"),
+            GrantLevel(
+                "run_command:git",
+                "every simple `git …` command: any subcommand (push, reset, clean …) and "
+                "arguments, but never one that runs another program or writes git config",
+            ),
+        ),
+        path=("git", "commit"),
+        views=(DenyView("git", argv, 1),),
     )
 
 
 def test_a_compound_command_has_a_key_for_the_whole_json_quoted_string() -> None:
-    assert key_command("git status && git push").permission_key() == PermissionKey(
-        tool="run_command",
-        action='"git status && git push"',
-        raw='run_command:"git status && git push"',
-        style=KeyStyle.COMMAND,
-        compound=True,
-        argv=None,
-        protected=False,
-        subject="git status && git push",
+    key = key_command("git status && git push").permission_key()
+    assert (key.action, key.raw, key.compound, key.argv, key.subject, key.levels, key.path) == (
+        '"git status && git push"',
+        'run_command:"git status && git push"',
+        True,
+        None,
+        "git status && git push",
+        (GrantLevel('run_command:"git status && git push"', "exactly this command"),),
+        (),
     )
 
 
 def test_the_key_is_for_the_tool_it_is_asked_for() -> None:
-    assert key_command("cargo test").permission_key("run_container").raw == "run_container:cargo"
+    key = key_command("cargo test").permission_key("run_container")
+    assert (key.raw, [level.entry for level in key.levels]) == (
+        "run_container:cargo:test",
+        ["run_container:cargo:test", "run_container:cargo"],
+    )
 
 
 def test_a_compound_key_shows_invisible_characters_as_escapes() -> None:
@@ -407,14 +447,16 @@ def test_a_command_key_is_the_whole_value() -> None:
         program="ls",
         reason="simple",
         protected=False,
+        levels=(),
+        covers="every simple `ls …` command, with any arguments",
+        views=(DenyView("ls", ("ls", "-la"), 1),),
     )
-    assert key_command("ls | wc") == CommandKey(
-        command="ls | wc",
-        compound=True,
-        argv=None,
-        program=None,
-        reason="pipeline",
-        protected=False,
+    compound = key_command("ls | wc")
+    assert (compound.compound, compound.argv, compound.program, compound.reason) == (
+        True,
+        None,
+        None,
+        "pipeline",
     )
 
 

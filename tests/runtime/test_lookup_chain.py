@@ -187,12 +187,42 @@ def test_always_this_session_is_remembered_for_the_session_only(make_runtime) ->
     asker = RecordingAsker(Answer.SESSION)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
-    first, second = call(runtime, "git status", session), call(runtime, "git log", session)
+    first = call(runtime, "git status", session)
+    second = call(runtime, "git status --short", session)
     assert (first.decision.source, second.decision.source) == (Source.SESSION, Source.SESSION)
+    assert (first.decision.matched, second.decision.matched) == ("run_command:git:status",) * 2
     assert second.decision.answer is None and len(asker.requests) == 1
     other = call(runtime, "git status", runtime.session())
     assert isinstance(other.error, DeniedByUser) and len(asker.requests) == 2
     assert not (runtime.project_dir / "codecoder.json").exists()
+
+
+def test_always_this_session_grants_only_the_subcommand_the_human_saw(make_runtime) -> None:
+    asker = RecordingAsker(Answer.SESSION)
+    runtime = make_runtime(asker=asker)
+    session = runtime.session()
+    assert call(runtime, "git status --short", session).decision.source is Source.SESSION
+    asker.answer = Answer.DENY
+    cleaned = call(runtime, "git clean -fdx", session)
+    assert isinstance(cleaned.error, DeniedByUser) and len(asker.requests) == 2
+    assert [request.argv for request in ran(runtime)] == [("git", "status", "--short")]
+
+
+def test_the_program_wide_choice_is_offered_apart_and_says_what_it_covers(make_runtime) -> None:
+    asker = RecordingAsker(Answer.SESSION_PROGRAM)
+    runtime = make_runtime(asker=asker)
+    session = runtime.session()
+    first = call(runtime, "git status", session)
+    request = asker.requests[0]
+    assert request.choices == (Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY)
+    assert [(answer, level.entry) for answer, level in request.grants] == [
+        (Answer.SESSION, "run_command:git:status"),
+        (Answer.SESSION_PROGRAM, "run_command:git"),
+    ]
+    assert "every simple `git …` command" in request.grant_for(Answer.SESSION_PROGRAM).covers
+    assert first.decision.matched == "run_command:git"
+    assert call(runtime, "git log", session).decision.matched == "run_command:git"
+    assert len(asker.requests) == 1
 
 
 def test_a_session_grant_expires(make_runtime, project) -> None:
@@ -288,8 +318,21 @@ def test_always_this_project_for_a_sandboxed_tool_is_written_and_used_by_a_new_p
     outcome = call(first, "cargo test")
     assert (outcome.ok, outcome.decision.source) == (True, Source.PROJECT)
     saved = json.loads((project / "codecoder.json").read_text())
-    assert saved == {**DOCKER_BOUND, "allowlist": {"run_command:cargo": "AlwaysThisProject"}}
-    assert call(first, "cargo build").decision.source is Source.PROJECT
+    assert saved == {**DOCKER_BOUND, "allowlist": {"run_command:cargo:test": "AlwaysThisProject"}}
+    assert call(first, "cargo test --release").decision.source is Source.PROJECT
+    second = make_runtime(asker=never_ask)
+    assert call(second, "cargo test -q").decision.matched == "run_command:cargo:test"
+    assert "the runtime asked for run_command:cargo:publish" in str(
+        call(second, "cargo publish").error
+    )
+
+
+def test_always_this_project_program_wide_records_the_program(make_runtime, project) -> None:
+    write_config(project, DOCKER_BOUND)
+    first = make_runtime(asker=RecordingAsker(Answer.PROJECT_PROGRAM))
+    assert call(first, "cargo test").decision.matched == "run_command:cargo"
+    saved = json.loads((project / "codecoder.json").read_text())
+    assert saved["allowlist"] == {"run_command:cargo": "AlwaysThisProject"}
     second = make_runtime(asker=never_ask)
     assert call(second, "cargo fmt").decision.matched == "run_command:cargo"
 

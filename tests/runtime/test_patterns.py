@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from runtime.commandkey import key_command
-from runtime.patterns import KeyPattern, PatternError, PatternIndex
+from runtime.dispatcher import validate_arguments
+from runtime.patterns import KeyPattern, PatternError, PatternIndex, never_matches
 from runtime.tool import KeyStyle, PermissionKey
+from runtime.tools import builtin_tools
+
+TOOLS = builtin_tools()
 
 
 def cmd(command: str) -> PermissionKey:
@@ -15,6 +19,18 @@ def cmd(command: str) -> PermissionKey:
 
 def path(tool: str, relpath: str) -> PermissionKey:
     return PermissionKey.named(tool, relpath, style=KeyStyle.PATH, subject=relpath)
+
+
+def move(source: str, destination: str) -> PermissionKey:
+    key = (
+        TOOLS["move_file"]
+        .permission(
+            validate_arguments(TOOLS["move_file"], {"source": source, "destination": destination})
+        )
+        .key
+    )
+    assert key is not None
+    return key
 
 
 def allows(pattern: str, key: PermissionKey) -> bool:
@@ -33,8 +49,26 @@ def denies(pattern: str, key: PermissionKey) -> bool:
         ("run_command:git:*", "git push", True),
         ("run_command:*", "cargo build", True),
         ("run_command:git:status", "git status -s", True),
+        ("run_command:git:status", "git --no-pager status", True),
         ("run_command:git:status", "git push", False),
         ("run_command:git:status", "git log status", False),
+        ("run_command:git:status:short", "git status --short", False),
+        ("run_command:npm:run:test", "npm run test -- --watch", True),
+        ("run_command:npm:run:test", "npm run-script test", True),
+        ("run_command:npm:run:test", "npm run build", False),
+        ("run_command:npm:run", "npm run build", True),
+        ("run_command:npm:*:test", "npm run test", True),
+        ("run_command:npm:run:test[:]unit", "npm run test:unit", True),
+        ("run_command:npm:run:test", "npm run test:unit", False),
+        ("run_command:python3:-m:pytest", "python3 -m pytest -q", True),
+        ("run_command:python3:-m:pytest", "python3 -m pip install x", False),
+        ('run_command:"git status"', "git status", True),
+        ('run_command:"git status"', "git status -s", False),
+        ("run_command:git", "git config core.fsmonitor evil", False),
+        ("run_command:git:*", "git config core.fsmonitor evil", False),
+        ("run_command:*", "git config core.fsmonitor evil", False),
+        ("run_command:git:config", "git config --get user.name", True),
+        ("run_command:git:config", "git config user.name x", False),
         ("run_command:git", "gitk", False),
         ("run_command:git", "/usr/bin/git status", False),
         ("run_command:/usr/bin/git", "/usr/bin/git status", True),
@@ -66,6 +100,34 @@ def test_grant_patterns_for_commands(pattern: str, command: str, expected: bool)
         ("run_command:rm", "echo $(rm -rf /)", True),
         ("run_command:rm", "ls -la", False),
         ("run_command:*", "ls | wc", True),
+        # After quote removal, inside every kind of compound command and launcher.
+        ("run_command:git:push", "git pu''sh origin main && true", True),
+        ("run_command:git:push", "git pu\\sh origin main; true", True),
+        ("run_command:git:push", 'git "pu"sh origin', True),
+        ("run_command:git:push", "true && g'i't push", True),
+        ("run_command:git:push", "sudo git push", True),
+        ("run_command:git:push", "timeout 5 git push", True),
+        ("run_command:git:push", "xargs git push < /dev/null", True),
+        ("run_command:git:push", "bash -c 'git push origin'", True),
+        ("run_command:git:push", "sh -c \"bash -c 'git push'\"", True),
+        ("run_command:git:push", "find . -exec git push ';'", True),
+        ("run_command:git:push", "echo $(git push)", True),
+        ("run_command:git:push", "(cd x && git push)", True),
+        ("run_command:git:push", "[[ -n x ]] && git push", True),
+        ("run_command:git:push", "x=$((1)); git push", True),
+        # Normalised program names: paths, git-core binaries, case.
+        ("run_command:git:push", "/usr/lib/git-core/git-push origin main", True),
+        ("run_command:git:push", "/usr/lib/git-core/git-push origin && true", True),
+        ("run_command:git:push", "GIT push", True),
+        ("run_command:/usr/bin/git:push", "git push", True),
+        # A subcommand the parser cannot know could be the denied one.
+        ("run_command:git:push", "git pp origin", True),
+        ("run_command:git:push", "git $SUB origin && true", True),
+        ("run_command:git:push", "$GIT push && true", True),
+        ("run_command:git:push", "git status && echo $HOME", False),
+        ("run_command:git:push", "git log --oneline && true", False),
+        ("run_command:npm:run:deploy", "npm run-script deploy", True),
+        ("run_command:npm:run:deploy", "npm run test", False),
     ],
 )
 def test_deny_patterns_match_eagerly(pattern: str, command: str, expected: bool) -> None:
@@ -90,6 +152,19 @@ def test_deny_patterns_match_eagerly(pattern: str, command: str, expected: bool)
         ("write_file:src/app.py", "src/app.pyc", False),
         ("write_file:a+b(1).txt", "a+b(1).txt", True),
         ("edit_file:tests/**", "tests/a.py", False),
+        ("write_file:src/[ab].c", "src/a.c", True),
+        ("write_file:src/[ab].c", "src/c.c", False),
+        ("write_file:src/[!ab].c", "src/c.c", True),
+        ("write_file:src/[a-c]?.c", "src/bx.c", True),
+        ("write_file:src/[!a]", "src//", False),
+        # Escaped: the literal path only.
+        ("write_file:[*][*]", "**", True),
+        ("write_file:[*][*]", "a/b", False),
+        ("write_file:[*][*].wat", "**.wat", True),
+        ("write_file:[*][*].wat", "x.wat", False),
+        ("write_file:a[?]", "a?", True),
+        ("write_file:a[?]", "ab", False),
+        ("write_file:[[]x[]]", "[x]", True),
     ],
 )
 def test_path_patterns_are_globs_over_the_relative_path(
@@ -104,9 +179,17 @@ def test_malformed_patterns_are_refused(raw: str) -> None:
         KeyPattern.parse(raw)
 
 
-def test_a_command_pattern_has_at_most_a_program_and_a_subcommand() -> None:
-    with pytest.raises(PatternError, match="tool:program:subcommand"):
-        KeyPattern.parse("run_command:git:remote:add").check(KeyStyle.COMMAND)
+def test_a_command_pattern_is_read_level_by_level() -> None:
+    assert KeyPattern.parse("run_command:npm:run:test[:]unit").levels == (
+        "npm",
+        "run",
+        "test:unit",
+    )
+    KeyPattern.parse("run_command:npm:run:test").check(KeyStyle.COMMAND)
+    with pytest.raises(PatternError, match="brackets only escape one character"):
+        KeyPattern.parse("run_command:git:[ab]").check(KeyStyle.COMMAND)
+    with pytest.raises(PatternError, match="empty level"):
+        KeyPattern.parse("run_command:git::push").check(KeyStyle.COMMAND)
     with pytest.raises(PatternError, match="not valid JSON"):
         KeyPattern.parse('run_command:"unterminated').check(KeyStyle.COMMAND)
 
@@ -123,12 +206,23 @@ def test_the_index_finds_the_same_matches_as_a_full_scan() -> None:
         "write_file:src/app.py",
         "write_file:**/*.py",
         "commit",
+        "run_command:git:status",
+        "run_command:/usr/bin/git:push",
+        'run_command:"git status"',
+        "move_file:secrets/**",
+        "move_file:src/** -> lib/**",
     ]
-    styles = {"run_command": KeyStyle.COMMAND, "write_file": KeyStyle.PATH, "commit": KeyStyle.NAME}
-    index: PatternIndex[str] = PatternIndex()
+    styles = {
+        "run_command": KeyStyle.COMMAND,
+        "write_file": KeyStyle.PATH,
+        "move_file": KeyStyle.PATH,
+        "commit": KeyStyle.NAME,
+    }
     parsed = [KeyPattern.parse(p) for p in patterns]
+    indexes: dict[bool, PatternIndex[str]] = {False: PatternIndex(), True: PatternIndex(deny=True)}
     for p in parsed:
-        index.add(p, p.raw, styles[p.tool])
+        for index in indexes.values():
+            index.add(p, p.raw, styles[p.tool])
     keys = [
         cmd("git push"),
         cmd("ls -l"),
@@ -139,11 +233,17 @@ def test_the_index_finds_the_same_matches_as_a_full_scan() -> None:
         path("write_file", "README.md"),
         path("write_file", "src/app.py"),
         PermissionKey.named("commit"),
+        cmd("git status"),
+        cmd("sudo git push"),
+        cmd("/usr/bin/git status"),
+        move("secrets/key", "public/key"),
+        move("src/a.py", "lib/a.py"),
+        move("secrets/a", "secrets/b"),
     ]
     for key in keys:
-        for deny in (False, True):
+        for deny, index in indexes.items():
             scanned = sorted(p.raw for p in parsed if p.matches(key, deny=deny))
-            found = sorted(raw for _, raw in index.find(key, deny=deny))
+            found = sorted(raw for _, raw in index.find(key))
             assert found == scanned, (key.raw, deny)
 
 
@@ -170,3 +270,82 @@ def test_path_grants_sharing_a_first_directory_are_told_apart_by_their_whole_pre
     assert [raw for _, raw in index.find(deep)] == [1234]
     assert len(list(index.candidates(deep))) == 1
     assert [raw for _, raw in index.find(path("write_file", "src/app.py"))] == [-1]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "source", "destination", "granted", "denied"),
+    [
+        ("move_file:secrets/**", "secrets/key", "public/key", False, True),
+        ("move_file:secrets/**", "public/key", "secrets/key", False, True),
+        ("move_file:secrets/**", "secrets/a", "secrets/b", True, True),
+        ("move_file:src/** -> lib/**", "src/a.py", "lib/a.py", True, True),
+        ("move_file:src/** -> lib/**", "lib/a.py", "src/a.py", False, False),
+        ("move_file:src/a -[>] b -> c", "src/a -> b", "c", True, True),
+    ],
+)
+def test_a_move_is_matched_on_its_source_and_its_destination(
+    pattern: str, source: str, destination: str, granted: bool, denied: bool
+) -> None:
+    key = move(source, destination)
+    assert (allows(pattern, key), denies(pattern, key)) == (granted, denied)
+
+
+def test_a_move_grant_recorded_from_an_answer_covers_that_move_only() -> None:
+    key = move("a*/x", "b -> c")
+    (level,) = key.grant_levels
+    assert level.entry == "move_file:a[*]/x -> b -[>] c"
+    assert allows(level.entry, key)
+    assert not allows(level.entry, move("ab/x", "b -> c"))
+
+
+@pytest.mark.parametrize(
+    ("tool", "raw", "deny", "reason", "suggestion"),
+    [
+        ("run_command", "run_command:git push", True, "whitespace", "run_command:git:push"),
+        ("run_command", "run_command: rm", True, "whitespace", "run_command:rm"),
+        ("run_command", "run_command:bash", False, "always compound", None),
+        ("run_command", "run_command:sudo", False, "always compound", None),
+        ("run_command", "run_command:cd", False, "always compound", None),
+        ("run_command", "run_command:git:pp", False, "not a git builtin", None),
+        ("run_command", "run_command:git:difftool", False, "always compound", None),
+        ("run_command", "run_command:git:stash:list", False, "at most 1", "run_command:git:stash"),
+        ("run_command", "run_command:ls:-la", False, "at most 0", "run_command:ls"),
+        ("read_file", "read_file:.env", True, "Permission::None", None),
+        ("web_fetch", "web_fetch:*", False, "Permission::None", None),
+        ("write_file", "write_file:./x", True, "normalised", "write_file:x"),
+        ("write_file", "write_file:a//b", False, "normalised", "write_file:a/b"),
+        ("write_file", "write_file:/abs", True, "never absolute", "write_file:abs"),
+        ("write_file", "write_file:dir/", True, "never ends with", "write_file:dir/**"),
+        ("write_file", "write_file:../x", True, "never leave", None),
+        ("write_file", "write_file:~/x", True, "not expanded", None),
+        ("move_file", "move_file:a -> ./b", True, "normalised", "move_file:a -> b"),
+    ],
+)
+def test_an_entry_that_can_never_match_says_why_and_how_to_spell_it(
+    tool: str, raw: str, deny: bool, reason: str, suggestion: str | None
+) -> None:
+    found = never_matches(
+        KeyPattern.parse(raw), TOOLS[tool].key_style, asks=TOOLS[tool].asks, deny=deny
+    )
+    assert found is not None and reason in found.reason
+    assert found.suggestion == suggestion
+
+
+@pytest.mark.parametrize(
+    ("tool", "raw", "deny"),
+    [
+        ("run_command", "run_command:git:push", True),
+        ("run_command", "run_command:git:status", False),
+        ("run_command", "run_command:npm:run:test", False),
+        ("run_command", "run_command:bash", True),
+        ("run_command", "run_command:mytool:build", False),
+        ("run_command", 'run_command:"git status && git push"', False),
+        ("run_command", "run_command:*", False),
+        ("write_file", "write_file:tests/**", False),
+        ("write_file", "write_file:[*][*]", False),
+        ("move_file", "move_file:src/** -> lib/**", False),
+    ],
+)
+def test_an_entry_that_can_match_is_not_reported(tool: str, raw: str, deny: bool) -> None:
+    pattern = KeyPattern.parse(raw)
+    assert never_matches(pattern, TOOLS[tool].key_style, asks=True, deny=deny) is None

@@ -446,9 +446,7 @@ def test_a_duplicate_key_warns_on_the_ignored_line_and_the_last_one_wins(tmp_pat
             "run_container:cargo": "AlwaysThisSession",
             "write_file:docs/**": "AlwaysThisProject",
             "run_container:cargo": "AlwaysThisProject"
-          },
-          "deny": ["run_command:git:push"],
-          "deny": []
+          }
         }
         """,
     )
@@ -471,14 +469,34 @@ def test_a_duplicate_key_warns_on_the_ignored_line_and_the_last_one_wins(tmp_pat
                 3,
                 5,
             ),
-            Diagnostic(
-                "warning",
-                "duplicate_key",
-                "deny appears again on line 8; the entry on line 7 is ignored (the last one wins)",
-                None,
-                7,
-                3,
-            ),
+        ),
+    )
+
+
+def test_a_second_deny_section_is_an_error_and_both_are_obeyed(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        {
+          "allowlist": {"write_file:docs/**": "AlwaysThisProject"},
+          "deny": ["run_command:git:push"],
+          "deny": ["run_command:rm"]
+        }
+        """,
+    )
+
+    loaded = load_project_file(path)
+    assert (loaded.usable, loaded.allowlist) == (False, ())
+    assert [deny.pattern for deny in loaded.deny] == ["run_command:git:push", "run_command:rm"]
+    assert loaded.diagnostics == (
+        Diagnostic(
+            "error",
+            "duplicate_section",
+            'the section "deny" appears again on line 4; a JSON reader keeps only the last '
+            "one, so what this one says would be silently lost: merge the two",
+            None,
+            3,
+            3,
         ),
     )
 

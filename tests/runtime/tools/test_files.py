@@ -21,7 +21,15 @@ from pydantic import ValidationError
 from environments.wasm import WasmEnvironment
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, SandboxUnavailable
-from runtime.tool import Category, KeyStyle, Permission, PermissionKey, ToolContext, ToolResult
+from runtime.tool import (
+    Category,
+    GrantLevel,
+    KeyStyle,
+    Permission,
+    PermissionKey,
+    ToolContext,
+    ToolResult,
+)
 from runtime.tools import files as files_module
 from runtime.tools.files import FILE_TOOLS, run_wasm_preopens
 
@@ -114,7 +122,16 @@ def test_write_file_is_keyed_by_the_normalised_workspace_path() -> None:
         style=KeyStyle.PATH,
         protected=False,
         subject="src/app.py",
+        levels=(GrantLevel("write_file:src/app.py", "only src/app.py"),),
     )
+
+
+def test_a_path_with_glob_characters_is_granted_as_that_path_only() -> None:
+    found = key("write_file", path="docs/**/a*b?[1].md", content="")
+    assert found is not None
+    assert [level.entry for level in found.grant_levels] == [
+        "write_file:docs/[*][*]/a[*]b[?][[]1[]].md"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -150,12 +167,13 @@ def test_near_misses_of_protected_paths_are_not_protected(path: str) -> None:
     assert found is not None and not found.protected
 
 
-def test_move_file_is_keyed_by_its_destination() -> None:
+def test_move_file_is_keyed_by_its_source_and_destination() -> None:
     found = key("move_file", source="src/a.py", destination="tests/a.py")
     assert found is not None
-    assert (found.raw, found.subject, found.protected) == (
-        "move_file:tests/a.py",
+    assert (found.raw, found.subject, found.paths, found.protected) == (
+        "move_file:src/a.py -> tests/a.py",
         "src/a.py -> tests/a.py",
+        ("src/a.py", "tests/a.py"),
         False,
     )
 
