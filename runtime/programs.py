@@ -376,7 +376,7 @@ def _interpreter(
 # be `!cmd`), an external `git-foo` found on PATH, or an internal helper: compound.
 _GIT_SIMPLE = frozenset(
     {
-        *("add", "am", "annotate", "apply", "archive", "bisect", "blame", "branch", "bundle"),
+        *("add", "am", "annotate", "apply", "archive", "blame", "branch", "bundle"),
         *("cat-file", "check-attr", "check-ignore", "check-mailmap", "check-ref-format"),
         *("checkout", "checkout-index", "cherry", "cherry-pick", "clean", "clone", "column"),
         *("commit", "commit-graph", "commit-tree", "config", "count-objects", "describe", "diff"),
@@ -390,7 +390,7 @@ _GIT_SIMPLE = frozenset(
         *("range-diff", "read-tree", "rebase", "reflog", "remote", "repack", "replace", "rerere"),
         *("reset", "restore", "rev-list", "rev-parse", "revert", "rm", "send-pack", "shortlog"),
         *("show", "show-branch", "show-index", "show-ref", "sparse-checkout", "stage", "stash"),
-        *("status", "stripspace", "submodule", "switch", "symbolic-ref", "tag", "unpack-file"),
+        *("status", "stripspace", "switch", "symbolic-ref", "tag", "unpack-file"),
         *("unpack-objects", "update-index", "update-ref", "update-server-info", "var"),
         *("verify-commit", "verify-pack", "verify-tag", "version", "whatchanged", "worktree"),
         *("write-tree",),
@@ -401,6 +401,11 @@ _GIT_RUNS = {
     "difftool": "runs a diff tool (`-x`/`--extcmd`, `difftool.<tool>.cmd`)",
     "mergetool": "runs a merge tool (`mergetool.<tool>.cmd`)",
     "filter-branch": "runs the shell filters it is given",
+    "bisect": "runs `bisect run` commands, and is a shell script (git 2.39) that runs what PATH finds",
+    "submodule": (
+        "runs `submodule foreach` commands, and is a shell script (git 2.39) that runs what "
+        "PATH finds"
+    ),
     "hook": "runs the repository's hooks",
     "maintenance": "schedules and runs background jobs",
     "for-each-repo": "runs git commands in the repositories a config lists",
@@ -523,10 +528,6 @@ def _git(program: str, args: Sequence[str], search_path: str) -> Form:
                 f"{program} {sub} {word!r}: git runs git-remote-{url.group(1)} for this URL"
             )
     _, operands = _options_and_operands(rest)
-    if sub == "bisect" and operands[:1] == ["run"]:
-        return Form(f"{program} bisect run: runs the command it is given")
-    if sub == "submodule" and "foreach" in operands:
-        return Form(f"{program} submodule foreach: runs the command it is given")
     if sub == "help" and (operands or has_option(rest, ("--web", "-w", "--info", "-i"))):
         return Form(f"{program} help: starts a manual viewer or a browser")
     if sub == "config" and _git_config_writes(rest):

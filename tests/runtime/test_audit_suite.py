@@ -127,8 +127,8 @@ def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innoc
         if entry.expect == "argv" or entry.deny:
             continue
         narrower = not entry.program_wide and attack.levels != innocent.levels
-        assert attack.compound or attack.protected or attack.program != innocent.program or (
-            narrower
+        assert (
+            attack.compound or attack.protected or attack.program != innocent.program or (narrower)
         ), entry.id
 
 

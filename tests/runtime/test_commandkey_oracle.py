@@ -10,9 +10,12 @@ to nothing, so an expansion the keyer missed shows up as a different argv.
 from __future__ import annotations
 
 import itertools
+import os
 import operator
+import shlex
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,3 +208,191 @@ def test_bash_runs_exactly_what_a_simple_key_says(bash: Bash) -> None:
 
     check()
     assert outcomes["simple"] >= 100 and outcomes["compound"] >= 100, dict(outcomes)
+
+
+# --- real programs whose options, subcommands or scripts run other programs ------------------
+#
+# The stubs above record a program without running it, so they cannot show a program running
+# another one. Here the keyed program is the real one (behind a wrapper that records it and
+# execs the binary), in a scratch git repository with two commits and files to work on, and
+# everything else it could run is a recording stub: `payload`, the pager and editor names git
+# and others fall back to, and `sh`/`bash` looked up on PATH. A command keyed simple must leave
+# exactly one record, its own argv: anything more is a program the key did not name.
+
+PAYLOAD_STUBS = ("payload", "touch", "less", "more", "vi", "vim", "ssh", "pager", "editor")
+PASS_THROUGH = ("sh", "bash")
+
+REAL_VOCABULARY: dict[str, tuple[str, ...]] = {
+    "git": (
+        *("status", "log", "grep", "rebase", "difftool", "config", "bisect", "clone", "help"),
+        *("submodule", "diff", "show", "version", "pp", "archive", "fetch", "ls-remote"),
+        *("-O", "-Opayload", "--open-files-in-pager=payload", "-x", "--exec=payload", "-c"),
+        *("core.pager=payload", "core.fsmonitor=payload", "--upload-pack=payload", "-u"),
+        *("ext::payload", "evil://x", "--ext-diff", "--no-pager", "-P", "-p", "run", "foreach"),
+        *("payload", "HEAD", "HEAD~1", "-e", "x", "--output=out", ".", "copy", "-y", "-a"),
+        *("--list", "alias.pp", "!payload", "--textconv", "-i", "--remote=.", "--exec"),
+    ),
+    "sed": (
+        *("-n", "-e", "-i", "-E", "-s", "--sandbox", "p", "1e payload", "s/a/payload/e"),
+        *("w out", "1,2p", "s/a/b/", "e payload", "s/a/b/w out2", "1!G;h;$!d", "y/ab/ba/"),
+        *("f", "g", "$p", "/a/p", "s/a/b/ge", "W out3", "2q", "1r f", "-f", "f"),
+    ),
+    "awk": (
+        *("{print}", 'BEGIN{system("payload")}', '{print | "payload"}', '{print > "out"}'),
+        *("$1 > 2", '"payload" | getline', "-F", ":", "-v", "a=1", "f", "-f", "NR==1"),
+        *('{printf "%s", $0 > "out"}', "{print $1}", "-W", "exec"),
+    ),
+    "find": (
+        *(".", "-name", "*", "f", "-exec", "payload", ";", "{}", "+", "-print", "-execdir"),
+        *("-ok", "-fprint", "out", "-type", "-maxdepth", "1", "-okdir", "-fls"),
+    ),
+    "perl": (
+        *("-e", 'system "payload"', "-n", "-p", "-M", "strict;system q(payload)", "tool.pl"),
+        *("-w", "-E", "-MO=Deparse", "-x", "f", "-l"),
+    ),
+    "make": (
+        *("-f", "Makefile", "-C", ".", "SHELL=payload", "all", "--eval=x: ; payload", "-j2"),
+        *("-n", "-s", "x", "MAKE=payload"),
+    ),
+    "tar": (
+        *("-cf", "a.tar", "f", "--to-command=payload", "-xf", "-I", "payload", "-tf"),
+        *("--checkpoint-action=exec=payload", "--checkpoint=1", "-O", "host:a.tar", "-v"),
+    ),
+    "xargs": ("payload", "-0", "-n", "1", "-I", "{}", "echo"),
+    "env": ("payload", "-i", "A=1"),
+    "timeout": ("5", "payload", "-s", "KILL"),
+    "python3": ("-c", "import os; os.system('payload')", "tool.py", "-B", "-u", "-m", "json.tool"),
+    "sqlite3": ("db.sqlite", ".shell payload", "-safe", "SELECT 1", ".system payload", "-cmd"),
+    "node": ("-e", "require('child_process').execSync('payload')", "tool.js", "-p", "1"),
+}
+
+REAL_BINARIES = {
+    "python3": sys.executable,
+    **{name: shutil.which(name) for name in REAL_VOCABULARY if name != "python3"},
+}
+REAL_PROGRAMS = tuple(sorted(name for name, found in REAL_BINARIES.items() if found))
+
+WRAPPER = """#!/bin/sh
+printf '%s\\0' "$#" "${{0##*/}}" "$@" >> "$LOG"
+exec {binary} "$@"
+"""
+
+
+@dataclass(frozen=True)
+class RealBash:
+    """A bash whose PATH has the real programs (recorded) and recording stubs for the rest."""
+
+    executable: str
+    path: str
+    template: Path
+    root: Path
+
+    def run(self, command: str) -> list[tuple[str, ...]]:
+        workdir = self.root / "work"
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        shutil.copytree(self.template, workdir, symlinks=True)
+        log = self.root / "log"
+        log.write_bytes(b"")
+        subprocess.run(
+            [self.executable, "--noprofile", "--norc", "-c", command],
+            env={
+                "PATH": self.path,
+                "LOG": str(log),
+                "HOME": str(self.root / "home"),
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_TERMINAL_PROMPT": "0",
+                "BASH_FUNC_command_not_found_handle%%": NOT_FOUND_HANDLER,
+            },
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+        return parse_log(log.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def real_bash(tmp_path_factory: pytest.TempPathFactory) -> RealBash:
+    executable = shutil.which("bash")
+    if executable is None or shutil.which("git") is None:
+        pytest.skip("bash and git are needed")
+    root = tmp_path_factory.mktemp("real-oracle")
+    real, stubs, home = root / "real", root / "stubs", root / "home"
+    for directory in (real, stubs, home):
+        directory.mkdir()
+    for name in REAL_PROGRAMS:
+        wrapper = real / name
+        wrapper.write_text(WRAPPER.format(binary=REAL_BINARIES[name]))
+        wrapper.chmod(0o755)
+    for name in PAYLOAD_STUBS:
+        (stubs / name).write_text(STUB)
+        (stubs / name).chmod(0o755)
+    for name in PASS_THROUGH:
+        (stubs / name).write_text(WRAPPER.format(binary=f"/bin/{name}"))
+        (stubs / name).chmod(0o755)
+    template = root / "template"
+    template.mkdir()
+    for name, text in {
+        "f": "a b\nb a\n",
+        "tool.py": "pass\n",
+        "tool.pl": "1;\n",
+        "tool.js": "\n",
+        "Makefile": "all:\n\t@:\nx:\n\t@:\n",
+    }.items():
+        (template / name).write_text(text)
+    plain = {"PATH": "/usr/bin:/bin", "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=template, env=plain, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (template / "f").write_text("a b\nc d\n")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    (template / "f").write_text("changed\n")
+    return RealBash(executable, f"{real}:{stubs}", template, root)
+
+
+@st.composite
+def real_commands(draw: st.DrawFn) -> str:
+    program = draw(st.sampled_from(REAL_PROGRAMS))
+    vocabulary = REAL_VOCABULARY[program]
+    words = draw(st.lists(st.sampled_from(vocabulary), min_size=1, max_size=4))
+    return " ".join([program, *(shlex.quote(word) for word in words)])
+
+
+def test_the_real_oracle_sees_a_program_run_by_another(real_bash: RealBash) -> None:
+    assert real_bash.run("git grep -Opayload -e a") == [
+        ("git", "grep", "-Opayload", "-e", "a"),
+        ("payload", "f"),
+    ]
+    assert real_bash.run("sed -n '1e payload' f")[1:] == [("payload",)]
+
+
+def test_a_simple_command_runs_only_the_program_it_is_keyed_by(real_bash: RealBash) -> None:
+    outcomes: Counter[str] = Counter()
+    search_path = real_bash.path
+
+    @settings(max_examples=int(os.environ.get('ORACLE_EXAMPLES', '400')), deadline=None)
+    @given(command=real_commands())
+    @example(command="git status --short")
+    @example(command="git log --oneline -n 1")
+    @example(command="git diff HEAD~1 -- f")
+    @example(command="sed -n 1,2p f")
+    @example(command="awk '{print $1}' f")
+    @example(command="find . -name f")
+    @example(command="make -j2")
+    @example(command="python3 tool.py")
+    def check(command: str) -> None:
+        key = key_command(command, search_path)
+        outcomes["compound" if key.compound else "simple"] += 1
+        event(f"{command.split()[0]} {'compound' if key.compound else 'simple'}")
+        if key.argv is None:
+            return
+        assert real_bash.run(command) == [key.argv], f"{command!r} was keyed {key.reason}"
+
+    check()
+    assert outcomes["simple"] >= 40 and outcomes["compound"] >= 100, dict(outcomes)
