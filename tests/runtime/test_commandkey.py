@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -534,3 +535,255 @@ def test_protected_paths_are_matched_as_path_components(text: str, protected: bo
 )
 def test_a_command_naming_a_protected_path_is_protected(command: str, protected: bool) -> None:
     assert key_command(command).protected is protected
+
+
+# --- the program table and the launcher rule -----------------------------------------------
+
+ORDINARY = [
+    ("git log --oneline -n 5", "run_command:git:log"),
+    ("git diff HEAD~1 -- README.md", "run_command:git:diff"),
+    ("git status --short", "run_command:git:status"),
+    ("ls -la src", "run_command:ls"),
+    ("pytest -q tests/test_x.py", "run_command:pytest"),
+    ("sed -n 1,20p f", "run_command:sed"),
+    ("grep -rn foo src", "run_command:grep"),
+    ("grep -rn test src", "run_command:grep"),
+    ("npm test", "run_command:npm:test"),
+    ("npm run test", "run_command:npm:run:test"),
+    ("cargo build --release", "run_command:cargo:build"),
+    ("make -j4", "run_command:make"),
+    ("make test", "run_command:make:test"),
+    ("python3 -m pytest -q", "run_command:python3:-m:pytest"),
+    ("python3 tool.py --fast", "run_command:python3:tool.py"),
+    ("awk '{print $1}' f", "run_command:awk"),
+    ("find . -name '*.py'", "run_command:find"),
+    ("go test ./...", "run_command:go:test"),
+    ("git config --get user.name", "run_command:git:config"),
+    ("tar -czf a.tar.gz src", "run_command:tar"),
+    ("rg -n TODO src", "run_command:rg"),
+]
+
+
+@pytest.mark.parametrize(("command", "raw"), ORDINARY)
+def test_ordinary_agent_commands_stay_simple_and_grantable(command: str, raw: str) -> None:
+    keyed = key_command(command)
+    assert (keyed.compound, keyed.permission_key().raw) == (False, raw)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # git: options, subcommands and URLs that run programs; config writes; aliases.
+        "git grep -O'sh -c x' -e a",
+        "git grep --open-files-in-pager=vim a",
+        "git grep -nOvim a",
+        "git rebase -x 'make test' HEAD~3",
+        "git rebase --exec='make test' HEAD~3",
+        "git rebase --exe=x HEAD~1",
+        "git difftool -x meld HEAD",
+        "git mergetool",
+        "git clone -u evil . x",
+        "git clone --upload-pack=evil . x",
+        "git clone 'ext::sh -c evil' x",
+        "git clone fd::3 x",
+        "git fetch evil://host/x",
+        "git ls-remote foo::bar",
+        "git clone --template=/tmp/t . x",
+        "git clone -c core.fsmonitor=evil . x",
+        "git clone --config core.hooksPath=h . x",
+        "git init --template=/tmp/t",
+        "git bisect run make",
+        "git bisect start",
+        "git filter-branch --msg-filter evil HEAD",
+        "git submodule foreach evil",
+        "git submodule update",
+        "git config core.fsmonitor evil",
+        "git config --global core.pager evil",
+        "git config alias.pp push",
+        "git config --add x.y z",
+        "git config set core.pager evil",
+        "git config --unset user.name",
+        "git config -e",
+        "git pp",
+        "git st",
+        "git lfs pull",
+        "git hook run pre-commit",
+        "git credential fill",
+        "git -p log",
+        "git --paginate log",
+        "git log --ext-diff",
+        "git diff --output=/tmp/x",
+        "git archive --exec=evil --remote=x HEAD",
+        "git help status",
+        "git help -w status",
+        "git --exec-path=. status",
+        "/usr/lib/git-core/git-grep -Oevil x",
+        # Interpreters given inline code.
+        "python3 -c 'import os'",
+        "python3 -Bc 'import os'",
+        "python -c x",
+        "/usr/bin/python3.11 -c x",
+        "perl -e 'system 1'",
+        "perl -ne print f",
+        "perl -E say",
+        "perl '-Mstrict;system q(x)' f",
+        "node -e x",
+        "node --eval=x",
+        "node -p 1",
+        "node --inspect tool.js",
+        "ruby -e x",
+        "php -r x",
+        "php -d auto_prepend_file=x f.php",
+        "lua -e x",
+        "Rscript -e x",
+        "julia -e x",
+        # sed, awk, sqlite3, editors, make, tar, find, rg, …
+        "sed e",
+        "sed '1e touch x' f",
+        "sed 's/a/b/e' f",
+        "sed 's|a|b|e' f",
+        "sed 's/a/b/w out' f",
+        "sed -n 'w out' f",
+        "sed '/x/W out' f",
+        "sed -e p -e 'e id' f",
+        "sed --expression='1e id' f",
+        "sed -i s/a/b/ f",
+        "sed --in-place s/a/b/ f",
+        "sed -ni p f",
+        "sed -f script.sed f",
+        "sed 's/a/b/' -z --unknown f",
+        "sed 's/a' f",
+        "awk 'BEGIN{system(\"x\")}'",
+        "awk '{print | \"sh\"}' f",
+        "awk '\"id\" | getline' f",
+        "awk '{print > \"out\"}' f",
+        "awk -f prog.awk f",
+        "gawk -l ext '{}' f",
+        "gawk -i inc.awk '{}' f",
+        "gawk '@load \"x\"' f",
+        "mawk -W exec prog f",
+        "sqlite3 db 'select 1'",
+        "sqlite3 db .shell",
+        "sqlite3 -cmd '.shell id' db",
+        "sqlite3 -init x db",
+        "vim -c '!id' f",
+        "vim +'!id' f",
+        "ex -s f",
+        "nvim --cmd x",
+        "emacs --batch --eval x",
+        "less '+!id' f",
+        "make -f /tmp/evil.mk",
+        "make -C ../other",
+        "make SHELL=/tmp/x",
+        "make CC=evil all",
+        "make --eval='x: ; id'",
+        "tar -xPf a.tar",
+        "tar xPf a.tar",
+        "tar -xf host:a.tar",
+        "tar -cf - --use-compress-program=evil src",
+        "find . -fprint0 out",
+        "rg --pre evil x",
+        "rg --pre=evil x",
+        "rg -z x",
+        "sort --compress-program=evil f",
+        "split --filter=evil f",
+        "fd -x evil",
+        "curl -K cfg",
+        "wget -e 'x=y' u",
+        "gcc -wrapper evil a.c",
+        "gcc -fplugin=evil.so a.c",
+        "gcc @opts a.c",
+        "npm exec evil",
+        "npm x evil",
+        "npm init evil",
+        "npm config set script-shell /tmp/x",
+        "npm --script-shell=/tmp/x test",
+        "npm explore x -- evil",
+        "yarn dlx evil",
+        "pnpm exec evil",
+        "cargo --config 'target.x.runner=\"evil\"' run",
+        "cargo foo",
+        "go test -exec evil ./...",
+        "go build -toolexec=evil",
+        "go env -w CC=evil",
+        "pip config set global.x y",
+        # Launchers, known and unknown.
+        "setarch x86_64 touch M",
+        "linux32 touch M",
+        "linux64 touch M",
+        "ssh-agent touch M",
+        "logsave /dev/null touch M",
+        "perf stat touch M",
+        "dbus-run-session touch M",
+        "ssh host id",
+        "docker run img id",
+        "kubectl exec pod -- id",
+        "patch -p1 -i x.patch",
+        "systemctl start x",
+        "crontab f",
+        "xdg-open f",
+        "runwith touch M",
+        "runwith ./evil",
+        "runwith /bin/sh",
+        "runwith --exec=touch",
+        "runwith 'import os; os.system(1)'",
+        "runwith '(system \"id\")'",
+        "runwith '!id'",
+    ],
+)
+def test_a_form_that_runs_another_program_is_compound(command: str) -> None:
+    assert key_command(command).compound, key_command(command).reason
+
+
+def test_an_unknown_launcher_on_path_fails_closed(tmp_path: Path) -> None:
+    """A launcher the table has never heard of, installed on PATH, that execs its argument."""
+    launcher = tmp_path / "bin" / "obscure-launcher"
+    launcher.parent.mkdir()
+    launcher.write_text('#!/bin/sh\nexec "$@"\n')
+    launcher.chmod(0o755)
+    search_path = f"{launcher.parent}:/usr/bin:/bin"
+    for command in (
+        "obscure-launcher touch M",
+        "obscure-launcher -x 5 touch M",
+        "obscure-launcher /usr/bin/touch M",
+        "obscure-launcher ./payload",
+        "obscure-launcher --run=touch M",
+        "obscure-launcher 'touch M'",
+    ):
+        keyed = key_command(command, search_path)
+        assert keyed.compound and "launcher rule" in keyed.reason, command
+    # Its own plain uses stay simple: nothing in them names a program.
+    assert not key_command("obscure-launcher --help", search_path).compound
+    assert not key_command("obscure-launcher status", search_path).compound
+
+
+def test_a_relative_path_entry_makes_every_bare_name_a_program(tmp_path: Path) -> None:
+    assert key_command("mytool status", "/nonexistent").compound is False
+    assert key_command("mytool status", ".:/usr/bin").compound is True
+
+
+def test_a_tilde_inside_a_word_is_literal_but_not_after_an_equals_sign() -> None:
+    assert key_command("git diff HEAD~1 -- README.md").argv == (
+        "git",
+        "diff",
+        "HEAD~1",
+        "--",
+        "README.md",
+    )
+    for command in ("ls ~", "ls ~/x", "echo a=~/x", "echo x:~/y", "git log --since=~1"):
+        assert key_command(command).compound, command
+
+
+@pytest.mark.parametrize(
+    ("command", "program"),
+    [
+        ("git push origin", "git"),
+        ("/usr/bin/git push", "git"),
+        ("/usr/lib/git-core/git-push origin", "git"),
+        ("Python3.11 tool.py", "python"),
+        ("/usr/bin/PYTHON3 x.py", "python"),
+    ],
+)
+def test_deny_rules_see_a_program_by_its_canonical_name(command: str, program: str) -> None:
+    (view,) = key_command(command).views
+    assert view.program == program

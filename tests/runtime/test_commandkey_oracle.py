@@ -10,8 +10,8 @@ to nothing, so an expansion the keyer missed shows up as a different argv.
 from __future__ import annotations
 
 import itertools
-import os
 import operator
+import os
 import shlex
 import shutil
 import subprocess
@@ -376,7 +376,7 @@ def test_a_simple_command_runs_only_the_program_it_is_keyed_by(real_bash: RealBa
     outcomes: Counter[str] = Counter()
     search_path = real_bash.path
 
-    @settings(max_examples=int(os.environ.get('ORACLE_EXAMPLES', '400')), deadline=None)
+    @settings(max_examples=int(os.environ.get("ORACLE_EXAMPLES", "400")), deadline=None)
     @given(command=real_commands())
     @example(command="git status --short")
     @example(command="git log --oneline -n 1")

@@ -144,6 +144,59 @@ def test_a_deny_rule_refuses_without_asking_even_when_granted(make_runtime, proj
     assert call(runtime, "git status").decision.source is Source.PROJECT
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git pu''sh origin main && true",
+        "git pu\\sh origin main; true",
+        'true && g"i"t "pu"sh',
+        "/usr/lib/git-core/git-push origin main",
+        "/usr/lib/git-core/git-push origin main && true",
+        "git pp origin main",
+        "timeout 60 git push",
+        "bash -c 'git push origin main'",
+        "echo $(git push)",
+        "x=$((1)); git push",
+    ],
+)
+def test_a_deny_rule_cannot_be_dodged_and_a_compound_holding_it_is_refused_unasked(
+    make_runtime, project, command: str
+) -> None:
+    write_config(project, {"deny": ["run_command:git:push"]})
+    asker = RecordingAsker(Answer.ONCE)
+    runtime = make_runtime(asker=asker)
+    outcome = call(runtime, command)
+    assert isinstance(outcome.error, DeniedByRule), command
+    assert (outcome.decision.source, asker.requests, ran(runtime)) == (Source.DENY, [], [])
+
+
+def test_a_move_is_refused_when_a_deny_rule_covers_its_source(make_runtime, project) -> None:
+    write_config(project, {"deny": ["move_file:secrets/**"]})
+    asker = RecordingAsker(Answer.ONCE)
+    runtime = make_runtime(asker=asker)
+    with runtime.session() as session:
+        for source, destination in [("secrets/key", "public/key"), ("public/x", "secrets/x")]:
+            outcome = session.call("move_file", {"source": source, "destination": destination})
+            assert isinstance(outcome.error, DeniedByRule), (source, destination)
+    assert asker.requests == []
+
+
+def test_a_path_named_like_a_glob_is_granted_as_that_path_only(make_runtime, project) -> None:
+    asker = RecordingAsker(Answer.PROJECT)
+    runtime = make_runtime(asker=asker)
+    with runtime.session() as session:
+        first = session.call("write_file", {"path": "**", "content": "x"})
+        assert first.decision.matched == "write_file:[*][*]"
+        saved = json.loads((project / "codecoder.json").read_text())
+        assert saved["allowlist"] == {"write_file:[*][*]": "AlwaysThisProject"}
+        other = session.call("write_file", {"path": "src/app.py", "content": "x"})
+    assert isinstance(other.error, DeniedByUser) and len(asker.requests) == 2
+    fresh = make_runtime(asker=never_ask)
+    with fresh.session() as session:
+        again = session.call("write_file", {"path": "**", "content": "y"})
+    assert again.decision.matched == "write_file:[*][*]"
+
+
 # --- project allowlist and the ceiling check at load ----------------------------------------
 
 
@@ -202,7 +255,6 @@ def test_always_this_session_grants_only_the_subcommand_the_human_saw(make_runti
     runtime = make_runtime(asker=asker)
     session = runtime.session()
     assert call(runtime, "git status --short", session).decision.source is Source.SESSION
-    asker.answer = Answer.DENY
     cleaned = call(runtime, "git clean -fdx", session)
     assert isinstance(cleaned.error, DeniedByUser) and len(asker.requests) == 2
     assert [request.argv for request in ran(runtime)] == [("git", "status", "--short")]

@@ -11,7 +11,8 @@ import pexpect
 
 from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
-from runtime.prompt import AskRequest, lookalikes, render, visible
+from runtime.prompt import AskRequest, for_terminal, lookalikes, render, visible
+from runtime.tool import GrantLevel
 
 
 def test_visible_makes_escapes_and_invisible_characters_visible() -> None:
@@ -102,3 +103,75 @@ def test_end_of_input_at_the_prompt_denies(project: Path) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 3
+
+
+def test_visible_shows_a_long_run_of_spaces_as_a_marker_with_its_length() -> None:
+    assert visible("ls" + " " * 4000 + "; rm -rf ~") == "ls[4000 spaces]; rm -rf ~"
+    assert visible("a       b") == "a       b"  # seven: still text
+    assert visible("a" + " " * 8 + "b") == "a[8 spaces]b"
+
+
+def test_for_terminal_keeps_lines_and_neutralises_escapes_and_padding() -> None:
+    text = (
+        "ok\x1b[8mhidden\x1b[0m\r\nnext\tcol\x1b(0qqq\x9b2J"
+        + " " * 200
+        + "tail"
+        + "\n" * 30
+        + "end"
+    )
+    assert for_terminal(text) == (
+        "ok\\e[8mhidden\\e[0m\nnext\tcol\\e(0qqq\\x9b2J[200 spaces]tail\n[29 blank lines]\nend"
+    )
+    assert for_terminal("  indented\n\n\nthree blank lines kept\n") == (
+        "  indented\n\n\nthree blank lines kept\n"
+    )
+
+
+def test_the_prompt_offers_the_narrow_key_and_the_program_wide_one_and_says_what_each_covers() -> (
+    None
+):
+    narrow = GrantLevel("run_command:git:status", "only `git status …` commands")
+    wide = GrantLevel("run_command:git", "every simple `git …` command: any subcommand")
+    request = AskRequest(
+        tool="run_command",
+        environment=EnvironmentTag.SHELL,
+        key="run_command:git:status",
+        subject="git status --short",
+        choices=(Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY),
+        grants=((Answer.SESSION, narrow), (Answer.SESSION_PROGRAM, wide)),
+    )
+    assert render(request).splitlines()[-4:] == [
+        "  [o] allow once",
+        "  [s] always this session: only `git status …` commands [run_command:git:status]",
+        "  [a] always this session: every simple `git …` command: any subcommand [run_command:git]",
+        "  [d] deny",
+    ]
+
+
+def test_a_padded_command_shows_its_payload_in_a_real_terminal(project: Path) -> None:
+    child = spawn(project, "echo ok" + " " * 3000 + "; touch PWNED")
+    child.expect(r"choice \[o/s/d\]: ")
+    assert "echo ok[3000 spaces]; touch PWNED" in child.before
+    child.sendline("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3 and not (project / "PWNED").exists()
+
+
+def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    command = "printf 'visible\\033[8mhidden\\033(0qq\\033[0m\\n'"
+    args = ["-m", "runtime", "call", "run_command", json.dumps({"command": command})]
+    child = pexpect.spawn(
+        sys.executable,
+        [*args, "--answer", "once"],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "visible\\e[8mhidden\\e(0qq\\e[0m" in child.before
+    assert "\x1b" not in child.before.replace("\x1b[?1034h", "")
