@@ -273,3 +273,54 @@ def test_check_warns_about_each_loosened_docker_setting_and_rejects_impossible_o
     proc = codecoder("check", "--json", project=project)
     [diagnostic] = as_json(proc)["diagnostics"]
     assert (proc.returncode, diagnostic["code"]) == (1, "invalid_docker_settings")
+
+
+def test_check_flags_every_entry_that_can_never_match_and_says_how_to_spell_it(
+    project: Path,
+) -> None:
+    (project / "codecoder.json").write_text(
+        "{\n"
+        '  "deny": ["run_command:git push", "run_command: rm", "read_file:.env",\n'
+        '           "write_file:./x", "write_file:/abs", "write_file:dir/"],\n'
+        '  "allowlist": {"web_fetch:*": "AlwaysThisProject",\n'
+        '                "run_wasm:tools/./fmt.wasm": "AlwaysThisProject"}\n'
+        "}\n"
+    )
+    proc = codecoder("check", "--json", project=project)
+    assert proc.returncode == 1
+    found = {
+        (d["severity"], d["key"], d["line"])
+        for d in as_json(proc)["diagnostics"]
+        if d["code"] == "never_matches"
+    }
+    assert found == {
+        ("error", "run_command:git push", 2),
+        ("error", "run_command: rm", 2),
+        ("error", "read_file:.env", 2),
+        ("error", "write_file:./x", 3),
+        ("error", "write_file:/abs", 3),
+        ("error", "write_file:dir/", 3),
+        ("warning", "web_fetch:*", 4),
+        ("warning", "run_wasm:tools/./fmt.wasm", 5),
+    }
+    text = codecoder("check", project=project).stdout
+    assert "to mean that, write run_command:git:push" in text
+    assert "to mean that, write write_file:dir/**" in text
+    assert "read_file needs no permission (Permission::None)" in text
+
+
+def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) -> None:
+    (project / "codecoder.json").write_text(
+        '{"deny": ["run_command:rm"],\n "deny": ["run_command:git:push"]}\n'
+    )
+    proc = codecoder("check", "--json", project=project)
+    assert proc.returncode == 1
+    assert [(d["severity"], d["code"]) for d in as_json(proc)["diagnostics"]] == [
+        ("error", "duplicate_section")
+    ]
+    listed = as_json(codecoder("allowlist", "list", "--json", project=project))
+    assert [d["key"] for d in listed["deny"]] == ["run_command:rm", "run_command:git:push"]
+    refused = codecoder(
+        "call", "run_command", '{"command": "rm x"}', "--non-interactive", project=project
+    )
+    assert refused.returncode == 3 and "deny rule 'run_command:rm'" in refused.stderr
