@@ -9,14 +9,13 @@ before bashlex is ever called. The repeated case is the one every call of a sess
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterator
 
 import bashlex
 
 from benchmarks.measure import Measured, compare
 from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from runtime.commandkey import key_command
+from runtime.commandkey import clear_cache, key_command
 
 __all__ = ["AREA"]
 
@@ -49,18 +48,13 @@ SPECS = (
 
 
 def _first_time(command: str) -> Callable[[], object]:
-    """Key `command` as if never seen: the cache cleared first, or (if the cache has no
-    `cache_clear`) a fresh argument appended each time."""
-    clear = getattr(key_command, "cache_clear", None)
-    if callable(clear):
+    """Key `command` as if never seen: the cache cleared first."""
 
-        def cleared() -> object:
-            clear()
-            return key_command(command)
+    def cleared() -> object:
+        clear_cache()
+        return key_command(command)
 
-        return cleared
-    counter = itertools.count()
-    return lambda: key_command(f"{command} {next(counter)}")
+    return cleared
 
 
 @contextlib.contextmanager

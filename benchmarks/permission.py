@@ -30,14 +30,14 @@ FIVE_US = Target("max_value", 5.0, "≤ 5 µs")
 SPECS = (
     FigureSpec(
         "permission.decide.session",
-        "decide(): key granted for the session (run_command:git, @shell)",
+        "decide(): key granted for the session (run_command:git:status, @shell)",
         "us",
         DICT,
         FIVE_US,
     ),
     FigureSpec(
         "permission.decide.project",
-        "decide(): key granted by codecoder.json (run_command:cargo, @docker)",
+        "decide(): key granted by codecoder.json (cargo build under run_command:cargo, @docker)",
         "us",
         DICT,
         FIVE_US,

@@ -76,6 +76,10 @@ class KeyPattern:
     tool: str
     action: str  # "" when the pattern is the bare tool name
     levels: tuple[str, ...] = field(default=(), compare=False)
+    # As a deny rule reads a command pattern: the program's canonical name (or `*`) and the
+    # lower-cased levels after it, wildcards left out.
+    deny_program: str = field(default="", compare=False)
+    deny_levels: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def parse(cls, raw: str) -> KeyPattern:
@@ -90,7 +94,15 @@ class KeyPattern:
             WILDCARD if level == "*" else _BRACKETED.sub(r"\1", level)
             for level in _split_levels(action)
         )
-        return cls(raw=raw, tool=tool, action=action, levels=levels)
+        program = levels[0] if levels else ""
+        return cls(
+            raw=raw,
+            tool=tool,
+            action=action,
+            levels=levels,
+            deny_program="*" if program == WILDCARD else canonical_name(program),
+            deny_levels=tuple(level.lower() for level in levels[1:] if level != WILDCARD),
+        )
 
     def check(self, style: KeyStyle) -> None:
         """Raise PatternError when the pattern cannot be read as a pattern of that style."""
@@ -144,8 +156,7 @@ class KeyPattern:
         if key.style is KeyStyle.COMMAND:
             if self.is_exact_compound:
                 return _quoted(self.action) == key.subject
-            program, *subs = self.levels
-            program = "*" if program == WILDCARD else canonical_name(program)
+            program, subs = self.deny_program, self.deny_levels
             return any(_view_matches(program, subs, view) for view in key.views)
         if key.style is KeyStyle.PATH:
             return self._covers_paths(key, every=False)
@@ -198,14 +209,12 @@ def _levels_match(levels: tuple[str, ...], path: tuple[str, ...]) -> bool:
     return True
 
 
-def _view_matches(program: str, subs: list[str], view: DenyView) -> bool:
-    if program != "*" and view.program not in (program, ANY):
+def _view_matches(program: str, subs: tuple[str, ...], view: DenyView) -> bool:
+    if program != "*" and view.program != program and view.program != ANY:
         return False
-    if not subs or subs == [WILDCARD]:
+    if not subs:
         return True
-    wanted = [sub.lower() for sub in subs if sub != WILDCARD]
-    if view.sub_any and wanted:
-        wanted = wanted[1:]
+    wanted = subs[1:] if view.sub_any else subs
     j = 0
     words = view.words
     for k in range(view.start, len(words)):
@@ -432,13 +441,16 @@ class PatternIndex(Generic[T]):
 
     def find(self, key: PermissionKey) -> Iterator[tuple[KeyPattern, T]]:
         """Every (pattern, payload) whose pattern matches the key."""
+        deny = self._deny
+        if len(key.paths) < 2:
+            for pattern, payload in self.candidates(key):
+                if pattern.matches(key, deny=deny):
+                    yield pattern, payload
+            return
         seen: set[int] = set()
         for pattern, payload in self.candidates(key):
-            if id(pattern) in seen:
-                continue
-            if pattern.matches(key, deny=self._deny):
-                if len(key.paths) > 1:
-                    seen.add(id(pattern))
+            if id(pattern) not in seen and pattern.matches(key, deny=deny):
+                seen.add(id(pattern))
                 yield pattern, payload
 
     def candidates(self, key: PermissionKey) -> Iterable[tuple[KeyPattern, T]]:

@@ -401,7 +401,9 @@ _GIT_RUNS = {
     "difftool": "runs a diff tool (`-x`/`--extcmd`, `difftool.<tool>.cmd`)",
     "mergetool": "runs a merge tool (`mergetool.<tool>.cmd`)",
     "filter-branch": "runs the shell filters it is given",
-    "bisect": "runs `bisect run` commands, and is a shell script (git 2.39) that runs what PATH finds",
+    "bisect": (
+        "runs `bisect run` commands, and is a shell script (git 2.39) that runs what PATH finds"
+    ),
     "submodule": (
         "runs `submodule foreach` commands, and is a shell script (git 2.39) that runs what "
         "PATH finds"
