@@ -70,6 +70,7 @@ from runtime.tool import DenyView, GrantLevel, KeyStyle, PermissionKey, escape_l
 __all__ = [
     "CommandKey",
     "clear_cache",
+    "compound_views",
     "key_command",
     "mentions_protected_path",
     "never_simple",
@@ -82,7 +83,8 @@ class CommandKey:
 
     `levels` are the words after the program that the key names (`("status",)`), `None` when
     the program table cannot name them (the narrowest grant is then the exact command);
-    `covers` says what a grant for the program alone covers; `views` are what deny rules see.
+    `covers` says what a grant for the program alone covers; `views` are what deny rules see
+    of a simple command (of a compound one: `compound_views`).
     """
 
     command: str
@@ -274,7 +276,6 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             program=None,
             reason=str(compound),
             protected=protected,
-            views=_compound_views(command),
         )
     # Quote removal can reveal a name the raw text hides (`.g'i't/hooks`).
     protected = protected or any(mentions_protected_path(word) for word in argv)
@@ -416,7 +417,13 @@ def never_simple(program: str) -> str | None:
 # --- what deny rules see in a compound command ---------------------------------------------
 
 
-def _compound_views(command: str) -> tuple[DenyView, ...]:
+@functools.lru_cache(maxsize=1024)
+def compound_views(command: str) -> tuple[DenyView, ...]:
+    """What deny rules see in a compound command (see the module docstring).
+
+    Computed when a deny rule is first matched against the command, not when it is keyed: a
+    compound key needs no parse of its own, and most projects deny nothing.
+    """
     views: dict[tuple[str, int, tuple[str, ...]], DenyView] = {}
     for argv in _commands_in(command, 0):
         lowered = tuple(word.lower() for word in argv)

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from runtime.commandkey import never_simple
+from runtime.commandkey import compound_views, never_simple
 from runtime.programs import ANY, canonical_name, command_depth
 from runtime.tool import DenyView, KeyStyle, PermissionKey
 
@@ -157,7 +157,10 @@ class KeyPattern:
             if self.is_exact_compound:
                 return _quoted(self.action) == key.subject
             program, subs = self.deny_program, self.deny_levels
-            return any(_view_matches(program, subs, view) for view in key.views)
+            # A key without views (a compound command, or a command key built elsewhere) is
+            # read from its command line: what a deny rule sees never depends on the keyer.
+            views = key.views or compound_views(key.subject)
+            return any(_view_matches(program, subs, view) for view in views)
         if key.style is KeyStyle.PATH:
             return self._covers_paths(key, every=False)
         return False
@@ -223,6 +226,12 @@ def _view_matches(program: str, subs: tuple[str, ...], view: DenyView) -> bool:
         if words[k] == wanted[j]:
             j += 1
     return j == len(wanted)
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted_entry(tool: str, command: str) -> str:
+    """The quoted entry that covers exactly `command`: `run_command:"git status"`."""
+    return f"{tool}:{json.dumps(command, ensure_ascii=True)}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -465,8 +474,8 @@ class PatternIndex(Generic[T]):
         yield from self._exact.get(key.raw, ())
         if key.style is KeyStyle.COMMAND and not key.compound and tool in self._quoted:
             # A quoted entry covers exactly its command line, simple or not.
-            yield from self._exact.get(f"{tool}:{json.dumps(key.subject, ensure_ascii=True)}", ())
-        if key.compound:
+            yield from self._exact.get(_quoted_entry(tool, key.subject), ())
+        if key.compound or (self._deny and key.style is KeyStyle.COMMAND and not key.views):
             if self._deny:  # deny rules are few: every one of the tool's is tested
                 for raw, items in self._exact.items():
                     if raw != key.raw and items[0][0].tool == tool:

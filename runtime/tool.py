@@ -102,8 +102,10 @@ class PermissionKey:
 
     For command keys, `path` is what grants are matched against (the program as written, then
     the subcommand levels the program table names: `("git", "status")`), and `views` what deny
-    rules are matched against: for each command the parser can see in the string, its
-    program's canonical name (`git` for `/usr/lib/git-core/git-push`) and the words after it.
+    rules are matched against: the program's canonical name (`git` for
+    `/usr/lib/git-core/git-push`) and the words after it. A compound key's views (every command
+    the parser can see in the string) are read when a deny rule needs them
+    (`runtime.commandkey.compound_views`).
     A key that names several paths (a move: source and destination) lists them in `paths`.
     """
 
