@@ -52,6 +52,32 @@ levels, or a program the table does not know whose first argument is a plain wor
 (`mytool build`), gets that word or none. `None` means the table cannot name the levels safely
 (an interpreter with an option it does not know): the narrowest grant is then the exact command.
 
+Decisions the table makes, and why:
+
+* `sed -i` is compound, though it writes only the files it names: a grant for sed earned by
+  reading (`sed -n 1,20p f`) must not cover rewriting `~/.bashrc`, and edit_file does in-place
+  edits in the sandbox. sed's `e`, `s///e`, `w`, `W` and `s///w` are found by reading the script
+  as GNU sed does; a script this reader cannot follow, or one read from a file (`-f`), is
+  compound.
+* awk is simple only when its program is in the arguments and has no `system`, `|`, `@load`/
+  `@include`, network file or `print > file`; `-f`, `-i`, `-l`, `-E`, `--profile`, `-W` are
+  compound (code from elsewhere, or files written that the arguments do not name).
+* sqlite3 with SQL or dot-commands is compound unless `-safe` is given: `.shell`, `.system`,
+  `load_extension()`, `edit()`, `ATTACH` and `.output` make reading SQL for danger a losing
+  game, and `-safe` is sqlite's own switch that refuses all of them.
+* make runs the project's recipes (that is what a grant for make means, as for `npm test` or
+  `pytest`); recipes or makefiles from elsewhere (`-f`, `-C`, `-I`, `--eval`) and command-line
+  variables (`SHELL=…`, `CC=…`, which replace any recipe's commands) are compound.
+* Editors (vim, ex, emacs, nano, …) are simple only with plain file operands: any option or
+  `+cmd` can run commands. `less`/`more` likewise for `+cmd` and log files.
+* git: only the builtins in `_GIT_SIMPLE`; `bisect` and `submodule` are shell scripts in git
+  2.39 that run what PATH finds (and `bisect run`, `submodule foreach` run commands), so they
+  are compound with difftool, mergetool, filter-branch and the other `_GIT_RUNS`. `git config`
+  reads are `git:config`; a write is compound, so no grant for git covers setting
+  core.fsmonitor, core.pager, hooks or aliases. Global options that pick another repository,
+  config or exec path (`-c`, `-C`, `--git-dir`, `--bare`, `--exec-path=`) or start a pager
+  (`-p`) are compound, and so is any global option the table does not know.
+
 Adding a program: give it the entry whose rule fits, with the options from its manual that run
 programs, evaluate code or write unnamed files; a test in `tests/runtime/test_commandkey*.py`
 that attacks each of them; nothing else. When in doubt, leave it out: the launcher rule is the

@@ -175,3 +175,24 @@ def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: 
     assert child.exitstatus == 0
     assert "visible\\e[8mhidden\\e(0qq\\e[0m" in child.before
     assert "\x1b" not in child.before.replace("\x1b[?1034h", "")
+
+
+def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
+    from runtime.commandkey import key_command
+    from runtime.mcp_server import elicitation_schema
+
+    key = key_command("git status").permission_key()
+    narrow, wide = key.levels
+    request = AskRequest(
+        tool="run_command",
+        environment=EnvironmentTag.SHELL,
+        key=key.raw,
+        subject=key.subject,
+        choices=(Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY),
+        grants=((Answer.SESSION, narrow), (Answer.SESSION_PROGRAM, wide)),
+    )
+    field = elicitation_schema(request, "2025-11-25")["properties"]["decision"]
+    titles = {choice["const"]: choice["title"] for choice in field["oneOf"]}
+    assert titles["session"].endswith("only `git status …` commands [run_command:git:status]")
+    assert "every simple `git …` command" in titles["session-program"]
+    assert titles["session-program"].endswith("[run_command:git]")
