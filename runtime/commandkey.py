@@ -3,8 +3,8 @@
 A command is either **simple** or **compound**, and the difference decides its key:
 
 * A simple command is one program with literal arguments, `git log --oneline -n 5`. Its key is
-  the program, `run_command:git`, and it is executed *without a shell* as exactly the argv
-  computed here, so what runs is what was keyed.
+  the program and its levels, `run_command:git:log`, and it is executed *without a shell* as
+  exactly the argv computed here, so what runs is what was keyed.
 * Everything else is compound and keyed by the whole string, JSON-quoted:
   `run_command:"git status && git push"`. It runs in bash, exactly as the human approved it.
 
@@ -40,7 +40,8 @@ always starts with `"`, a character no simple program name may contain. `ensure_
 look-alike and invisible characters into `\\uXXXX`, so they cannot hide in a key either.
 
 What deny rules see (`CommandKey.views`): for a simple command, its program's canonical name
-and its words; for a compound one, every command bashlex finds in it (after quote removal,
+and its words; for a compound one (`compound_views`, computed when a deny rule first needs
+it), every command bashlex finds in it (after quote removal,
 inside substitutions, and again inside strings handed to shells such as `bash -c '…'`), at
 every word that could be a program (so `sudo git push` is seen as `git push` too), plus a
 textual scan of the whole string with quotes and backslashes removed, which stands in where
