@@ -548,6 +548,8 @@ def _git(program: str, args: Sequence[str], search_path: str) -> Form:
     if option is not None:
         return Form(f"{program} {sub} {option}: runs another program or writes elsewhere")
     for word in rest:
+        if word.startswith("-"):
+            word = word.split("=", 1)[1] if "=" in word else ""
         if _GIT_TRANSPORT.match(word):
             return Form(f"{program} {sub} {word!r}: a transport that runs a program")
         url = _GIT_URL.match(word)
@@ -556,6 +558,11 @@ def _git(program: str, args: Sequence[str], search_path: str) -> Form:
                 f"{program} {sub} {word!r}: git runs git-remote-{url.group(1)} for this URL"
             )
     _, operands = _options_and_operands(rest)
+    if sub in ("push", "send-pack") and operands and _local_repository(operands[0]):
+        return Form(
+            f"{program} {sub} {operands[0]!r}: pushing into a repository on this machine runs "
+            "its hooks"
+        )
     if sub == "help" and (operands or has_option(rest, ("--web", "-w", "--info", "-i"))):
         return Form(f"{program} help: starts a manual viewer or a browser")
     if sub == "config" and _git_config_writes(rest):
@@ -564,6 +571,17 @@ def _git(program: str, args: Sequence[str], search_path: str) -> Form:
             "programs (core.fsmonitor, core.pager, aliases, hooks)"
         )
     return Form(None, (sub,), covers)
+
+
+def _local_repository(remote: str) -> bool:
+    """Whether a push destination may be a path on this machine: anything but a plain remote
+    name (`origin`) or a URL (`https://…`, `git@host:path`). A plain name that is not a
+    configured remote but a directory is a path too; telling them apart needs the repository's
+    config, which keying does not read."""
+    if remote.startswith(("/", ".", "~", "file:")):
+        return True
+    head = remote.split("/", 1)[0]
+    return ("/" in remote or "." in remote) and ":" not in head and "@" not in head
 
 
 def _git_config_writes(args: Sequence[str]) -> bool:
@@ -893,8 +911,26 @@ def _tar(program: str, args: Sequence[str], search_path: str) -> Form:
     found = has_option(words, _TAR_RUNS, "fCTXbgHKLNVK")
     if found is not None:
         return Form(f"{program} {found}: runs a program or writes outside its directory")
+    found = has_option(words, ("-x", "--extract", "--get"), "fCTXbgHKLNVK")
+    if found is not None:
+        return Form(
+            f"{program} {found}: extracts files the archive names, not the arguments (an "
+            "archive can hold .git/hooks/…)"
+        )
     if "--force-local" not in args and any(":" in word for word in args):
         return Form(f"{program}: an archive name with a colon is reached through rsh or ssh")
+    return Form(None, (), covers)
+
+
+def _unzip(program: str, args: Sequence[str], search_path: str) -> Form:
+    covers = f"every simple `{program} …` command that lists or tests an archive"
+    if has_option(args, ("-l", "-t", "-v", "-Z", "-z", "-p"), "dxP") is None:
+        return Form(
+            f"{program}: extracts files the archive names, not the arguments (an archive can "
+            "hold .git/hooks/…)"
+        )
+    if has_option(args, ("-:",), "dxP") is not None:
+        return Form(f"{program} -:: writes outside its directory")
     return Form(None, (), covers)
 
 
@@ -1202,9 +1238,9 @@ def _table() -> tuple[dict[str, Rule], dict[str, int]]:
         ("php",),
         _interpreter(
             ("-r", "-R", "-B", "-E"),
-            compound=("-d", "-a", "-S", "-t", "-z"),
+            compound=("-d", "-a", "-S", "-t", "-z", "-c"),
             flags=("-n", "-l", "-v", "-i", "-m", "-q", "-h", "-H", "-w", "-s"),
-            values=("-c", "-f"),
+            values=("-f",),
             bundles="rRBEFdcft",
         ),
         depth=1,
@@ -1345,14 +1381,25 @@ def _table() -> tuple[dict[str, Rule], dict[str, int]]:
             "runs a program through ssh options", ("-o", "-F", "-S", "-D"), "oFSDiPlJc"
         )
     table["zip"] = _plain("runs an unzip command", ("-TT", "--unzip-command"), "bnt")
-    table["unzip"] = _plain("writes outside its directory", ("-:",), "dxP")
+    table["unzip"] = _unzip
     table["curl"] = _plain(
-        "reads options from a file or loads an engine",
-        ("-K", "--config", "--engine"),
-        "oOdeHuxAbcCDEKrTwXYyz",
+        "reads options from a file, loads an engine or lets the server name the file",
+        ("-K", "--config", "--engine", "-J", "--remote-header-name"),
+        "odeHuxAbcCDEKrTwXYyz",
     )
     table["wget"] = _plain(
-        "runs commands or a program", ("-e", "--execute", "--use-askpass", "--config"), "oOaeiPU"
+        "runs commands or a program, or writes files the server names",
+        (
+            *("-e", "--execute", "--use-askpass", "--config", "-r", "--recursive", "-m"),
+            *("--mirror", "-i", "--input-file", "--content-disposition", "--trust-server-names"),
+        ),
+        "oOaeiPUAIDX",
+    )
+    for name in ("gzip", "gunzip"):
+        table[name] = _plain("writes a file named inside the archive", ("-N", "--name"))
+    add(
+        ("cpio", "pax", "7z", "7za", "7zr", "unrar", "ar", "bsdcpio"),
+        _launcher("extracts archives, whose members name the files it writes"),
     )
     add(("gcc", "cc", "clang", "g++", "c++", "clang++"), _compiler)
     for name in table:

@@ -112,15 +112,15 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 117, "permission-files": 23, "wasm": 31, "docker": 32}
-    assert len({a.id for a in corpus}) == len(corpus) == 203
+    assert per_layer == {"keying": 119, "permission-files": 23, "wasm": 31, "docker": 32}
+    assert len({a.id for a in corpus}) == len(corpus) == 205
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
 def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innocent_grant() -> None:
     # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign.
     entries = keying_entries()
-    assert len(entries) == 117
+    assert len(entries) == 119
     for entry in entries:
         attack, innocent = key_command(entry.command), key_command(entry.innocent)
         assert not innocent.compound, entry.id
@@ -193,7 +193,7 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
 
     expected = {e.id: ESCAPED if escapes(e) else BLOCKED for e in keying_entries()}
     assert statuses(report) == expected
-    assert sum(s is ESCAPED for s in expected.values()) == 92
+    assert sum(s is ESCAPED for s in expected.values()) == 94
     assert not report.ok
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "
@@ -336,9 +336,9 @@ def test_an_excluded_layer_is_left_out_and_the_rest_passes(
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0].split() == ["RESULT", "LAYER", "ATTEMPT", "HOW"]
-    assert len(lines) == 1 + 117 + 2
-    assert lines[-2] == "keying: 117 attempts, 117 blocked"
-    assert lines[-1].startswith("117 attempts in ")
+    assert len(lines) == 1 + 119 + 2
+    assert lines[-2] == "keying: 119 attempts, 119 blocked"
+    assert lines[-1].startswith("119 attempts in ")
     assert lines[-1].endswith("s: every attempt was blocked")
 
 
@@ -404,11 +404,11 @@ def test_the_default_configuration_blocks_every_attempt(
 
     assert data["layers"] == {layer: count(layer) for layer in LAYERS}
     assert data["layers"]["keying"] == {
-        "blocked": 117,
+        "blocked": 119,
         "escaped": 0,
         "not-run": 0,
         "not-applicable": 0,
-        "total": 117,
+        "total": 119,
     }
     assert (code, data["ok"]) == ((1, False) if KNOWN_ESCAPES else (0, True))
 

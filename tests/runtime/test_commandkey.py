@@ -561,6 +561,12 @@ ORDINARY = [
     ("git config --get user.name", "run_command:git:config"),
     ("tar -czf a.tar.gz src", "run_command:tar"),
     ("rg -n TODO src", "run_command:rg"),
+    ("git push origin main", "run_command:git:push"),
+    ("git push -u origin feature/x", "run_command:git:push"),
+    ("git push git@github.com:a/b.git main", "run_command:git:push"),
+    ("tar -tzf deps.tgz", "run_command:tar"),
+    ("unzip -l deps.zip", "run_command:unzip"),
+    ("curl -sSO https://example.com/a.txt", "run_command:curl"),
 ]
 
 
@@ -618,6 +624,23 @@ def test_ordinary_agent_commands_stay_simple_and_grantable(command: str, raw: st
         "git help -w status",
         "git --exec-path=. status",
         "/usr/lib/git-core/git-grep -Oevil x",
+        "git archive --remote=ext::sh HEAD",
+        "git push ../evil.git main",
+        "git push ./bare main",
+        "git push evil.git main",
+        "git push file:///tmp/x main",
+        "git push /tmp/repo main",
+        # Archives and downloads that write files the arguments do not name.
+        "tar -xzf deps.tgz",
+        "tar xf deps.tar",
+        "tar --extract -f deps.tar",
+        "unzip deps.zip",
+        "wget -r http://example.com/",
+        "wget --mirror http://example.com/",
+        "curl -OJ http://example.com/x",
+        "gunzip -N x.gz",
+        "cpio -i -F a.cpio",
+        "7z x a.7z",
         # Interpreters given inline code.
         "python3 -c 'import os'",
         "python3 -Bc 'import os'",
