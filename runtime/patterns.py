@@ -52,6 +52,7 @@ MOVE_SEPARATOR = " -> "
 WILDCARD = "\x00*"  # a `*` level of a command pattern (no level of a key contains NUL)
 _BRACKETED = re.compile(r"\[(.)\]")
 _PROGRAM_NAME = re.compile(r"[A-Za-z0-9_@%+,./-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class PatternError(ValueError):
@@ -85,13 +86,13 @@ class KeyPattern:
     def parse(cls, raw: str) -> KeyPattern:
         if not raw or raw != raw.strip():
             raise PatternError(f"pattern {raw!r} is empty or has surrounding whitespace")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
+        if _CONTROL.search(raw):
             raise PatternError(f"pattern {raw!r} contains control characters")
         tool, _, action = raw.partition(":")
         if not tool:
             raise PatternError(f"pattern {raw!r} names no tool")
         levels = tuple(
-            WILDCARD if level == "*" else _BRACKETED.sub(r"\1", level)
+            WILDCARD if level == "*" else _BRACKETED.sub(r"\1", level) if "[" in level else level
             for level in _split_levels(action)
         )
         program = levels[0] if levels else ""
@@ -181,6 +182,8 @@ class KeyPattern:
 
 def _split_levels(action: str) -> list[str]:
     """`a:b[:]c:d` → `["a", "b[:]c", "d"]`: split on colons outside brackets."""
+    if "[" not in action:
+        return action.split(":")
     levels: list[str] = []
     current: list[str] = []
     i = 0
