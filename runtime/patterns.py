@@ -26,7 +26,9 @@ deny rule for a command matches a command the parser can see anywhere in a compo
 at any word (so `sudo git push` and `find -exec git push` are `git push` too), by canonical
 program name (`/usr/bin/git`, `/usr/lib/git-core/git-push`), with its levels anywhere after the
 program in order (`git -C repo push`); a subcommand the parser cannot know (`git $X`, a git
-alias) counts as the one the rule names. A deny for a path matches either path of a move.
+alias) counts as the one the rule names. A deny for a path matches either path of a move, and
+a move of a directory that could hold what it covers (`move_file:secrets/**` stops moving
+`secrets`; a rule starting with `**` stops every move, since any directory could hold a match).
 
 `never_matches` says why an entry can never match a call, and how to spell what was meant;
 `codecoder check` reports it.
@@ -176,8 +178,28 @@ class KeyPattern:
             )
         if arrow:
             return False
-        matched = (_glob(self.action).fullmatch(path) is not None for path in paths)
-        return all(matched) if every else any(matched)
+        if every:
+            return all(_glob(self.action).fullmatch(path) is not None for path in paths)
+        if len(paths) > 1:
+            # A move can carry a whole directory: a deny rule for what is inside stops it too.
+            return any(_covers_within(self.action, path) for path in paths)
+        return _glob(self.action).fullmatch(paths[0]) is not None
+
+
+def _covers_within(glob: str, path: str) -> bool:
+    """Whether `glob` matches `path` or could match something inside it, were it a directory:
+    the glob's literal directories lead into `path` (`secrets/**` for `secrets`), a wildcard
+    tail matches below it, or the glob starts with `**` (it matches inside any directory)."""
+    if glob.startswith("**") or _glob(glob).fullmatch(path):
+        return True
+    if _glob(glob).fullmatch(f"{path}/\x00"):
+        return True
+    literal: list[str] = []
+    for segment in glob.split("/"):
+        if any(char in segment for char in "*?["):
+            break
+        literal.append(segment)
+    return "/".join(literal).startswith(f"{path}/")
 
 
 def _split_levels(action: str) -> list[str]:

@@ -281,6 +281,12 @@ def test_path_grants_sharing_a_first_directory_are_told_apart_by_their_whole_pre
         ("move_file:src/** -> lib/**", "src/a.py", "lib/a.py", True, True),
         ("move_file:src/** -> lib/**", "lib/a.py", "src/a.py", False, False),
         ("move_file:src/a -[>] b -> c", "src/a -> b", "c", True, True),
+        # A directory moved whole carries what a deny rule covers inside it.
+        ("move_file:secrets/**", "secrets", "public", False, True),
+        ("move_file:secrets/keys/*.pem", "secrets", "public", False, True),
+        ("move_file:secrets/**", "public", "secrets", False, True),
+        ("move_file:secrets/**", "secretsx", "public", False, False),
+        ("move_file:**/*.pem", "certs", "public", False, True),
     ],
 )
 def test_a_move_is_matched_on_its_source_and_its_destination(
