@@ -500,7 +500,11 @@ class PatternIndex(Generic[T]):
         if key.style is KeyStyle.COMMAND and not key.compound and tool in self._quoted:
             # A quoted entry covers exactly its command line, simple or not.
             yield from self._exact.get(_quoted_entry(tool, key.subject), ())
-        if key.compound or (self._deny and key.style is KeyStyle.COMMAND and not key.views):
+        if key.compound or (
+            # A command key without views, or a move (which can carry a directory holding what
+            # a rule under it covers): deny rules are few, so every one is tested.
+            self._deny and ((key.style is KeyStyle.COMMAND and not key.views) or len(key.paths) > 1)
+        ):
             if self._deny:  # deny rules are few: every one of the tool's is tested
                 for raw, items in self._exact.items():
                     if raw != key.raw and items[0][0].tool == tool:

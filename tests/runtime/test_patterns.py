@@ -211,6 +211,7 @@ def test_the_index_finds_the_same_matches_as_a_full_scan() -> None:
         'run_command:"git status"',
         "move_file:secrets/**",
         "move_file:src/** -> lib/**",
+        "move_file:vault/keys/*.pem",
     ]
     styles = {
         "run_command": KeyStyle.COMMAND,
@@ -239,6 +240,8 @@ def test_the_index_finds_the_same_matches_as_a_full_scan() -> None:
         move("secrets/key", "public/key"),
         move("src/a.py", "lib/a.py"),
         move("secrets/a", "secrets/b"),
+        move("vault", "public"),
+        move("secrets", "public"),
     ]
     for key in keys:
         for deny, index in indexes.items():
