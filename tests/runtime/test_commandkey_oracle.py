@@ -217,7 +217,9 @@ def test_bash_runs_exactly_what_a_simple_key_says(bash: Bash) -> None:
 # execs the binary), in a scratch git repository with two commits and files to work on, and
 # everything else it could run is a recording stub: `payload`, the pager and editor names git
 # and others fall back to, and `sh`/`bash` looked up on PATH. A command keyed simple must leave
-# exactly one record, its own argv: anything more is a program the key did not name.
+# exactly one record, its own argv: anything more is a program the key did not name. (Helpers a
+# program runs by its own design, such as tar -z running gzip, are left out of the vocabulary:
+# what PATH resolves their names to is the execution environment's concern, not the key's.)
 
 PAYLOAD_STUBS = ("payload", "touch", "less", "more", "vi", "vim", "ssh", "pager", "editor")
 PASS_THROUGH = ("sh", "bash")
