@@ -161,7 +161,7 @@ def _deciding(
         engines = []
         for runtime in (big, little):
             session = runtime.session()
-            session.allowlist.grant(listing.key)
+            session.allowlist.grant(listing.key, tag)
             engine = session.engine
             got = engine.decide(tool, environment, permission).source
             if got != source:

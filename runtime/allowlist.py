@@ -1,7 +1,9 @@
 """The two allowlists of the lookup chain.
 
-* `SessionAllowlist`: in memory, `(tool, key) → expiry` (a timestamp, or -1 for never), dropped
-  with the session.
+* `SessionAllowlist`: in memory, `(tool, key, environment) → expiry` (a timestamp, or -1 for
+  never), dropped with the session. A grant covers calls in the environment it was approved in
+  only: approved while `run_command` was bound to @docker, it does not cover the same command
+  on @shell after the binding changed and the file was reloaded.
 * `ProjectAllowlist`: the grants and deny rules of codecoder.json as last loaded. Edits to the file
   are not picked up until `Runtime.reload()`; grants made by this process are added as they are
   written.
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from runtime.ceiling import EnvironmentTag
 from runtime.patterns import KeyPattern, PatternIndex
 from runtime.tool import KeyStyle, PermissionKey
 
@@ -23,32 +26,42 @@ Clock = Callable[[], float]
 
 class SessionAllowlist:
     def __init__(self, ttl: float = NEVER, clock: Clock | None = None) -> None:
-        self._grants: dict[tuple[str, str], float] = {}
-        self._digests: dict[tuple[str, str], str | None] = {}
+        self._grants: dict[tuple[str, str, EnvironmentTag], float] = {}
+        self._digests: dict[tuple[str, str, EnvironmentTag], str | None] = {}
         self._ttl = ttl
         self._clock = clock or time.time
 
     def grant(
-        self, key: PermissionKey, ttl: float | None = None, digest: str | None = None
+        self,
+        key: PermissionKey,
+        environment: EnvironmentTag,
+        ttl: float | None = None,
+        digest: str | None = None,
     ) -> float:
-        """Record a grant for exactly this key (and digest); returns its expiry (-1 = never)."""
+        """Record a grant for exactly this key (and digest) in `environment`; returns its expiry
+        (-1 = never)."""
         ttl = self._ttl if ttl is None else ttl
         expiry = NEVER if ttl < 0 else self._clock() + ttl
-        self._grants[(key.tool, key.raw)] = expiry
-        self._digests[(key.tool, key.raw)] = digest
+        self._grants[(key.tool, key.raw, environment)] = expiry
+        self._digests[(key.tool, key.raw, environment)] = digest
         return expiry
 
-    def lookup(self, key: PermissionKey, digest: str | None = None) -> tuple[bool, float] | None:
-        """None when there is no grant (for this digest); otherwise (still valid, expiry)."""
-        expiry = self._grants.get((key.tool, key.raw))
-        if expiry is None or self._digests.get((key.tool, key.raw)) != digest:
+    def lookup(
+        self, key: PermissionKey, environment: EnvironmentTag, digest: str | None = None
+    ) -> tuple[bool, float] | None:
+        """None when there is no grant (in this environment, for this digest); otherwise
+        (still valid, expiry)."""
+        entry = (key.tool, key.raw, environment)
+        expiry = self._grants.get(entry)
+        if expiry is None or self._digests.get(entry) != digest:
             return None
         valid = expiry == NEVER or self._clock() < expiry
         if not valid:
-            del self._grants[(key.tool, key.raw)]
+            del self._grants[entry]
         return valid, expiry
 
     def revoke(self, raw: str) -> bool:
+        """Drop every grant of this key, in every environment."""
         found = [k for k in self._grants if k[1] == raw]
         for k in found:
             del self._grants[k]
@@ -57,8 +70,12 @@ class SessionAllowlist:
     def clear(self) -> None:
         self._grants.clear()
 
-    def entries(self) -> list[tuple[str, str, float]]:
-        return [(tool, raw, expiry) for (tool, raw), expiry in sorted(self._grants.items())]
+    def entries(self) -> list[tuple[str, str, EnvironmentTag, float]]:
+        """(tool, key, environment approved in, expiry) of every grant."""
+        return [
+            (tool, raw, environment, expiry)
+            for (tool, raw, environment), expiry in sorted(self._grants.items())
+        ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,7 @@ from runtime.errors import (
 from runtime.project import PROJECT_FILE
 from runtime.prompt import AskRequest, non_interactive, render, visible
 from runtime.session import Runtime, Session
-from runtime.tool import PermissionKey, ShellSettings, Tool
+from runtime.tool import CallSite, PermissionKey, ShellSettings, Tool
 from runtime.tools.files import run_wasm_preopens
 
 __all__ = [
@@ -554,9 +554,12 @@ class _Audit:
         return json.dumps(document, indent=2) + "\n"
 
     def key(self, call: ToolCall) -> PermissionKey | None:
-        """The permission key of `call`, as the tool itself computes it."""
+        """The permission key of `call`, as the tool itself computes it for this project."""
         tool = self.tools[call.tool]
-        key: PermissionKey | None = tool.permission(validate_arguments(tool, call.args)).key
+        site = CallSite(self.project, self.binding(call.tool))
+        key: PermissionKey | None = tool.permission_in(
+            validate_arguments(tool, call.args), site
+        ).key
         return key
 
     def require_tool(self, name: str) -> None:
@@ -753,7 +756,7 @@ class _KeyingLayer(_LayerRunner):
             ) as runtime,
             runtime.session() as session,
         ):
-            session.allowlist.grant(innocent)
+            session.allowlist.grant(innocent, self.tag)
             control = session.call("run_command", {"command": entry.innocent})
             if not _allowed(control) or not recorder.requests:
                 raise _NotRun(
@@ -804,7 +807,13 @@ class _KeyingLayer(_LayerRunner):
         if not ran:
             return f"not allowed ({_refusal(outcome)}); nothing ran"
         argv = ran[0].argv
-        if argv is None or argv != entry.argv:
+        expected = entry.argv or ()
+        # The program as found on PATH when the call was keyed (`/usr/bin/git` for `git`).
+        if (
+            argv is None
+            or argv[1:] != expected[1:]
+            or os.path.basename(argv[0]) != os.path.basename(expected[0])
+        ):
             _escaped(f"{_grant_source(outcome)} and {self._what_ran(ran)}")
         return f"{_grant_source(outcome)}, run as the argv {list(argv)} without a shell"
 
@@ -960,7 +969,7 @@ class _PermissionFilesLayer(_LayerRunner):
         asker = _Asker()
         with self._recorded_session(directory, text, asker) as (_, session, recorder):
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, tag)
             outcome = session.call(call.tool, call.args)
         self._not_allowed(outcome, recorder, "a grant covered a protected path")
         return f"{_refusal(outcome, asker)}; nothing ran"
@@ -998,7 +1007,7 @@ class _PermissionFilesLayer(_LayerRunner):
             runtime.session() as session,
         ):
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, tag)
             outcome = session.call(call.tool, call.args)
         if not _allowed(outcome):
             raise _NotRun(
@@ -1522,7 +1531,7 @@ class _WasmLayer(_LayerRunner):
             except CodecoderError:
                 key = None  # invalid arguments: the call itself shows how they are refused
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, runtime.environment_of(call.tool))
             outcome = session.call(call.tool, call.args)
         shown = json.dumps(outcome.to_json())
         if workspace.token in shown:

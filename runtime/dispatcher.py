@@ -25,7 +25,7 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
-from runtime.tool import Tool, ToolContext, ToolResult
+from runtime.tool import CallSite, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from runtime.session import Runtime, Session
@@ -84,7 +84,8 @@ class Dispatcher:
             params = validate_arguments(tool, args)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            decision = self._engine.decide(name, tag, tool.permission(params))
+            permission = tool.permission_in(params, CallSite(runtime.project_dir, tag))
+            decision = self._engine.decide(name, tag, permission)
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -93,6 +94,7 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
+                key=permission.key,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

@@ -84,7 +84,7 @@ class PermissionEngine:
                         "codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
-            session_entry = self.session.lookup(key, key.digest)
+            session_entry = self.session.lookup(key, environment, key.digest)
             if session_entry is not None:
                 valid, _ = session_entry
                 if valid:
@@ -157,7 +157,7 @@ class PermissionEngine:
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
         if answer is Answer.SESSION:
-            self.session.grant(key, digest=key.digest)
+            self.session.grant(key, environment, digest=key.digest)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):

@@ -179,11 +179,11 @@ class InteractiveSession:
     def _allowlist(self, rest: str) -> bool:
         self._say("session grants (until /quit):")
         entries = self.session.allowlist.entries()
-        for tool, key, expiry in entries:
+        for tool, key, environment, expiry in entries:
             until = "no expiry"
             if expiry != NEVER:
                 until = "until " + time.strftime("%X", time.localtime(expiry))
-            self._say(f"  {visible(key)}  ({visible(tool)}, {until})")
+            self._say(f"  {visible(key)}  ({visible(tool)} in {environment.value}, {until})")
         if not entries:
             self._say("  (none)")
         config = self.runtime.config

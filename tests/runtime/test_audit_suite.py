@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -145,9 +146,11 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
     assert by_id["keying.deny-absolute-path"] == (
         "refused by the deny rule run_command:git:push; nothing ran"
     )
+    # The program as the runtime found it on PATH when it keyed the call: no second lookup.
+    git = shutil.which("git")
     assert by_id["keying.quoted-metacharacters"] == (
         "allowed (session: run_command:git), run as the argv "
-        "['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
+        f"['{git}', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
     assert by_id["keying.escape-conceal"].endswith(
         "the prompt shows every control character made visible"

@@ -40,7 +40,13 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-ESCAPES = ["out/secret", "abs/secret", "self-root/etc/passwd", "../out/secret", "a/../../out/secret"]
+ESCAPES = [
+    "out/secret",
+    "abs/secret",
+    "self-root/etc/passwd",
+    "../out/secret",
+    "a/../../out/secret",
+]
 
 
 @pytest.mark.parametrize("path", ESCAPES)

@@ -92,7 +92,7 @@ def test_an_answer_for_the_session_holds_until_quit_and_shows_in_the_allowlist(
     assert "· session: session allowlist ·" in second
     assert run(child, "/allowlist").splitlines() == [
         "session grants (until /quit):",
-        "  run_command:echo  (run_command, no expiry)",
+        "  run_command:echo  (run_command in @shell, no expiry)",
         f"project grants ({project / 'codecoder.json'}):",
         "  (none)",
         "deny rules:",

@@ -215,7 +215,9 @@ def test_minus_one_means_a_session_grant_never_expires(make_runtime) -> None:
     runtime = make_runtime(asker=RecordingAsker(Answer.SESSION), clock=lambda: now[0])
     session = runtime.session()
     call(runtime, "ls", session)
-    assert session.allowlist.entries() == [("run_command", "run_command:ls", -1)]
+    assert session.allowlist.entries() == [
+        ("run_command", "run_command:ls", EnvironmentTag.SHELL, -1)
+    ]
     now[0] = 10**12
     assert call(runtime, "ls", session).decision.source is Source.SESSION
 
@@ -387,6 +389,30 @@ def test_a_command_naming_a_protected_path_is_allowed_at_most_once(make_runtime,
     once = call(runtime, "cp evil .git/hooks/pre-commit", session)
     assert once.decision.source is Source.ONCE
     assert call(runtime, "cp a b", session).decision.source is Source.PROJECT
+
+
+def test_a_session_grant_covers_only_the_environment_it_was_approved_in(
+    make_runtime, project
+) -> None:
+    # Approved while run_command ran in the container; the binding is then removed and the
+    # file reloaded: the same command would now run on the host, which nobody approved.
+    write_config(project, DOCKER_BOUND)
+    asker = RecordingAsker(Answer.SESSION)
+    runtime = make_runtime(asker=asker)
+    session = runtime.session()
+    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    write_config(project, {})
+    runtime.reload()
+
+    on_host = call(runtime, "git status", session)
+
+    assert isinstance(on_host.error, DeniedByUser)
+    assert [(r.key, r.environment) for r in asker.requests] == [
+        ("run_command:git", EnvironmentTag.DOCKER),
+        ("run_command:git", EnvironmentTag.SHELL),
+    ]
+    assert runtime._environments[EnvironmentTag.SHELL].requests == []
 
 
 # --- reload ---------------------------------------------------------------------------------

@@ -541,9 +541,7 @@ def test_magic_links_and_absolute_links_lead_nowhere(tracked: Path, target: str)
     assert " D src/a.txt" in output(tracked, "git_status")
 
 
-def test_gitignore_files_behind_or_as_symlinks_are_not_read(
-    tracked: Path, outside: Path
-) -> None:
+def test_gitignore_files_behind_or_as_symlinks_are_not_read(tracked: Path, outside: Path) -> None:
     # A .gitignore that is a symlink out would be read as patterns: its lines could be probed by
     # watching which files disappear from the untracked list.
     (tracked / ".gitignore").symlink_to(outside / ".gitignore")
