@@ -1,15 +1,24 @@
 """The `codecoder` command line.
 
-Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission denied.
-Every command that a script would read takes `--json`.
+Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission
+denied, 130 interrupted by Ctrl-C, 143 ended by SIGTERM. Every command that a script would read
+takes `--json`.
+
+An interruption stops the call in progress where it is: SIGTERM is turned into `Terminated` (a
+KeyboardInterrupt) in the main thread, so both unwind the same way; @shell kills the command's
+whole process group, @docker removes the container the command ran in, the dispatcher writes
+the call's audit record with outcome `interrupted`, and the command exits without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,6 +39,28 @@ from runtime.session import Runtime, default_asker
 from runtime.tools import CHILD_TOOLSET
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwinds like Ctrl-C (see the module docstring)."""
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` in the main thread (outside of it, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"codecoder: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except UsageError as exc:
         print(f"codecoder: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -227,7 +262,7 @@ def _call(args: argparse.Namespace) -> int:
     _report_config(runtime)
     payload = _json_arg(args.arguments, "arguments")
     try:
-        with runtime.session() as session:
+        with interruptible(), runtime.session() as session:
             outcome = session.call(args.tool, payload)
     finally:
         runtime.close()
@@ -290,7 +325,7 @@ def _replay(args: argparse.Namespace) -> int:
     _report_config(runtime)
     codes: list[int] = []
     try:
-        with runtime.session() as session:
+        with interruptible(), runtime.session() as session:
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -413,7 +448,8 @@ def _schema(args: argparse.Namespace) -> int:
 def _session(args: argparse.Namespace) -> int:
     from runtime.interactive import run_session
 
-    return run_session(args.project)
+    with interruptible():
+        return run_session(args.project)
 
 
 def _reload(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.allowlist import NEVER
-from runtime.cli import format_diagnostic
+from runtime.cli import Terminated, format_diagnostic
 from runtime.dispatcher import CallOutcome
 from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
@@ -76,6 +76,8 @@ class InteractiveSession:
             self._out.flush()
             try:
                 line = self._in.readline()
+            except Terminated:
+                raise
             except KeyboardInterrupt:
                 self._say("\n(interrupted: /quit to leave)")
                 continue
@@ -85,7 +87,10 @@ class InteractiveSession:
             try:
                 if not self.handle(line.strip()):
                     return 0
+            except Terminated:
+                raise
             except KeyboardInterrupt:
+                # The call in progress was stopped (its process group killed) and audited.
                 self._say("\n(interrupted)")
 
     def handle(self, line: str) -> bool:

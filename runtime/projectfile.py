@@ -69,6 +69,7 @@ from pydantic_core import ErrorDetails
 from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.errors import ConfigError
+from runtime.state import workspace_directory
 
 __all__ = [
     "AgentSection",
@@ -828,9 +829,7 @@ def _update(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
 
 
 def _exclusive_lock(path: Path) -> contextlib.AbstractContextManager[None]:
-    lock_directory = path.parent / ".codecoder"
-    lock_directory.mkdir(exist_ok=True)
-    return exclusive_lock(lock_directory / f"{path.name}.lock")
+    return exclusive_lock(workspace_directory(path.parent) / f"{path.name}.lock")
 
 
 def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None]:

@@ -45,6 +45,7 @@ from runtime.errors import ConfigError, SandboxUnavailable, UsageError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.state import project_state_directory
 from runtime.tool import Tool, ToolDefinition
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
@@ -79,7 +80,7 @@ class Runtime:
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._owned: set[EnvironmentTag] = set()
         if audit_log is _DEFAULT_AUDIT:
-            audit_log = self.project_dir / ".codecoder" / "audit.jsonl"
+            audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
         self.audit = AuditLog(audit_log)
         self.clock = clock

@@ -34,6 +34,18 @@ def echo_handler(request: CommandRequest) -> CommandResult:
     return CommandResult(exit_code=0, stdout=shown + "\n", stderr="", duration=0.001)
 
 
+@pytest.fixture(autouse=True)
+def private_state_and_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own state directory (trust records, audit logs, notes) and an empty
+    user configuration: nothing of the machine's own leaks in, nothing of a test leaks out."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    return home
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from runtime.state import project_state_directory
 from tests.conftest import write_config
 
 SEED = (
@@ -269,3 +274,59 @@ def test_check_warns_about_each_loosened_docker_setting_and_rejects_impossible_o
     proc = codecoder("check", "--json", project=project)
     [diagnostic] = as_json(proc)["diagnostics"]
     assert (proc.returncode, diagnostic["code"]) == (1, "invalid_docker_settings")
+
+
+# --- interrupts ----------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _wait_for(path: Path, lines: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= lines:
+            return [int(pid) for pid in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never got {lines} pids")
+
+
+@pytest.mark.parametrize(
+    ("signal_number", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
+    project: Path, signal_number: int, code: int, word: str
+) -> None:
+    pids = project / "pids"
+    command = f"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait"
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    argv = [sys.executable, "-m", "runtime", "call", "run_command", json.dumps({"command": command})]
+    proc = subprocess.Popen(
+        [*argv, "--answer", "once", "--project", str(project)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    bash, sleeper = _wait_for(pids, 2)
+
+    proc.send_signal(signal_number)
+    _, stderr = proc.communicate(timeout=30)
+
+    assert proc.returncode == code
+    assert stderr.strip().splitlines()[-1] == f"codecoder: {word}"
+    assert "Traceback" not in stderr
+    assert not _alive(bash) and not _alive(sleeper)
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (record["outcome"], record["source"], record["error"]) == (
+        "interrupted",
+        "once",
+        "Terminated" if signal_number == signal.SIGTERM else "KeyboardInterrupt",
+    )

@@ -19,6 +19,7 @@ from runtime.errors import (
     UnknownTool,
 )
 from runtime.prompt import non_interactive
+from runtime.state import project_state_directory
 from runtime.tool import (
     Category,
     Parameters,
@@ -460,7 +461,7 @@ def test_every_call_leaves_one_audit_record_with_its_source(make_runtime, projec
     assert all(
         r["session"] == session.id and r["environment"] in ("@docker", None) for r in records
     )
-    assert runtime.audit.path == project / ".codecoder" / "audit.jsonl"
+    assert runtime.audit.path == project_state_directory(project) / "audit.jsonl"
 
 
 @pytest.mark.parametrize("answer", list(Answer))
