@@ -306,9 +306,9 @@ def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
     pids = project / "pids"
     command = f"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait"
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    argv = [sys.executable, "-m", "runtime", "call", "run_command", json.dumps({"command": command})]
+    call = ["call", "run_command", json.dumps({"command": command}), "--answer", "once"]
     proc = subprocess.Popen(
-        [*argv, "--answer", "once", "--project", str(project)],
+        [sys.executable, "-m", "runtime", *call, "--project", str(project)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
