@@ -504,6 +504,9 @@ class _Audit:
         )
         self.config = self.project_runtime.config
         self.tools = self.project_runtime.tools
+        # The scratch copies are trusted as far as the project's file is: the attempts run
+        # against what the runtime obeys for this project.
+        self.trusted = self.config.trust.obeyed
         self.token = f"codecoder-audit-{secrets.token_hex(8)}"
         self.root = Path(tempfile.mkdtemp(prefix="codecoder-audit-"))
         self._workspace: _Workspace | None = None
@@ -584,7 +587,11 @@ class _Audit:
         """A runtime on the scratch workspace, starting environments as it would for the project."""
         if self._sandbox_runtime is None:
             self._sandbox_runtime = Runtime(
-                self.workspace.path, asker=non_interactive, audit_log=None, tools=self.tools
+                self.workspace.path,
+                asker=non_interactive,
+                audit_log=None,
+                tools=self.tools,
+                trusted=self.trusted,
             )
         return self._sandbox_runtime
 
@@ -753,6 +760,7 @@ class _KeyingLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -874,6 +882,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=self.audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1003,6 +1012,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments={tag: environment},
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1055,6 +1065,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1070,7 +1081,12 @@ class _PermissionFilesLayer(_LayerRunner):
         recorder, recorders = _recorders()
         with (
             Runtime(
-                directory, asker=asker, environments=recorders, audit_log=None, tools=audit.tools
+                directory,
+                asker=asker,
+                environments=recorders,
+                audit_log=None,
+                tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1093,6 +1109,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=self.audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1523,6 +1540,7 @@ class _WasmLayer(_LayerRunner):
                 environments={EnvironmentTag.WASM: env},
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):

@@ -32,11 +32,13 @@ from runtime.errors import (
     ToolError,
     UsageError,
 )
-from runtime.projectfile import Diagnostic, remove_allow_entry
+from runtime.project import ProjectConfig
+from runtime.projectfile import Diagnostic, exclusive_lock_of, remove_allow_entry
 from runtime.prompt import Asker, AskRequest, fixed, non_interactive, visible
 from runtime.schemas import export
 from runtime.session import Runtime, default_asker
 from runtime.tools import CHILD_TOOLSET
+from runtime.trust import TrustState, digest_of, forget, record_trust
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
@@ -102,8 +104,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="the command line, or with --tool the arguments as JSON")
     p.set_defaults(handler=_key)
 
-    p = command("check", "validate codecoder.json against the tools and the ceiling rule")
+    p = command(
+        "check",
+        "validate codecoder.json and the user's file against the tools and the ceiling rule; "
+        "show what the project file widens, whether it is trusted, and where each rule is from",
+    )
     p.set_defaults(handler=_check)
+
+    p = command(
+        "trust",
+        "show what the project's codecoder.json widens and trust it as it is now (its digest "
+        "is recorded in the runtime's state directory; a changed file is untrusted again)",
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--show", action="store_true", help="only show what it widens; trust nothing")
+    p.add_argument("--revoke", action="store_true", help="withdraw the trust given before")
+    p.set_defaults(handler=_trust)
 
     p = command("call", "run one tool call through the whole permission chain")
     p.add_argument("tool")
@@ -225,6 +241,7 @@ def _key(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     runtime = _runtime(args)
+    config = runtime.config
     diagnostics = runtime.diagnostics
     ok = not any(d.severity == "error" for d in diagnostics)
     if args.json:
@@ -232,18 +249,94 @@ def _check(args: argparse.Namespace) -> int:
             {
                 "ok": ok,
                 "file": str(runtime.project_file),
+                "user_file": str(config.user_file.path) if config.user_file else None,
+                "trust": config.trust.to_json(),
+                "rules": [rule.to_json() for rule in config.rules],
                 "diagnostics": [d.to_json() for d in diagnostics],
             }
         )
-    else:
-        for d in diagnostics:
-            print(format_diagnostic(runtime.project_file, d))
-        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
+        return EXIT_OK if ok else EXIT_FAILED
+    for d in diagnostics:
+        print(format_diagnostic(runtime.project_file, d))
+    if config.rules:
+        print("rules in effect:")
+        for rule in config.rules:
+            where = f"{rule.file}:{rule.line}" if rule.line else rule.file
+            print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
+    print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + _trust_note(config))
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _trust_note(config: ProjectConfig) -> str:
+    trust = config.trust
+    count = len(trust.widenings)
+    if trust.state is TrustState.UNTRUSTED:
+        return (
+            f"; not trusted: {count} widening(s) ignored (see `codecoder trust --show`, then "
+            "`codecoder trust`)"
+        )
+    if trust.state is TrustState.TRUSTED:
+        return f"; trusted ({count} widening(s) obeyed)"
+    return ""
+
+
+def _trust(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    project = runtime.project_dir
+    if args.revoke:
+        removed = forget(project)
+        message = "trust withdrawn" if removed else "nothing was trusted"
+        _out({"revoked": removed}) if args.json else print(f"{runtime.project_file}: {message}")
+        return EXIT_OK
+    config = runtime.config
+    widenings = config.trust.widenings
+    if args.json and (args.show or not widenings):
+        _out({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": False})
+        return EXIT_OK
+    if not args.json:
+        print(f"{runtime.project_file} ({config.trust.state.value}):")
+        for w in widenings:
+            where = f"line {w.line}: " if w.line else ""
+            print(f"  {where}{visible(w.what)}")
+        if not widenings:
+            print("  it widens nothing: there is nothing to trust")
+    errors = [d for d in config.diagnostics if d.severity == "error" and d.file is None]
+    if args.show or not widenings:
+        return EXIT_OK
+    if errors or not config.file.usable:
+        print("codecoder: the file has errors; fix them first (`codecoder check`)", file=sys.stderr)
+        return EXIT_FAILED
+    if not args.yes:
+        if not sys.stdin.isatty():
+            _usage("trust asks for confirmation on a terminal; pass --yes to trust without it")
+        answer = input("trust these, for this exact file? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing trusted")
+            return EXIT_FAILED
+    data = config.file.data or b""
+    try:
+        with exclusive_lock_of(runtime.project_file):
+            # Exactly the bytes shown: a file changed since was not what the human reviewed.
+            current = runtime.project_file.read_bytes()
+            if current != data:
+                print("codecoder: codecoder.json changed while it was shown; run trust again")
+                return EXIT_FAILED
+            record_trust(project, data, [w.what for w in widenings])
+    except (OSError, ConfigError) as exc:
+        print(f"codecoder: cannot record trust: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _out({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": True})
+    else:
+        print(
+            f"trusted {runtime.project_file} ({digest_of(data)[:16]}…); running servers apply "
+            "it at `codecoder reload`"
+        )
+    return EXIT_OK
+
+
 def format_diagnostic(path: Path, d: Diagnostic) -> str:
-    where = f"{path}"
+    where = d.file or f"{path}"
     if d.line is not None:
         where += f":{d.line}" + (f":{d.column}" if d.column is not None else "")
     return f"{where}: {d.severity}: [{d.code}] {visible(d.message)}"
@@ -312,6 +405,8 @@ def _report_config(runtime: Runtime) -> None:
         print(
             "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
         )
+    elif runtime.config.trust.state is TrustState.UNTRUSTED:
+        print(f"codecoder: {runtime.project_file}{_trust_note(runtime.config)}", file=sys.stderr)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -389,7 +484,11 @@ def _allowlist(args: argparse.Namespace) -> int:
         else:
             print(f"revoked {args.key}" if removed else f"{args.key} is not in the allowlist")
         return EXIT_OK if removed else EXIT_FAILED
-    problems = {d.key: d for d in runtime.diagnostics if d.key and d.severity == "error"}
+    problems = {
+        d.key: d
+        for d in runtime.diagnostics
+        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+    }
     entries = [
         {
             "key": e.pattern,

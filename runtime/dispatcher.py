@@ -106,7 +106,7 @@ class Dispatcher:
             error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             return self._finish(name, None, error, decision, started)
-        except BaseException as exc:  # KeyboardInterrupt, SIGTERM (runtime.cli): audit, go on
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (runtime.cli): audit, go on
             self._finish(name, None, None, decision, started, interrupted=type(exc).__name__)
             raise
         return self._finish(name, result, None, decision, started)

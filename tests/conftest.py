@@ -15,6 +15,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
 from runtime.prompt import AskRequest
 from runtime.session import Runtime
+from runtime.trust import record_trust
 
 
 class RecordingAsker:
@@ -53,10 +54,19 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def write_config(root: Path, config: dict[str, Any] | str) -> Path:
+def write_config(root: Path, config: dict[str, Any] | str, *, trusted: bool = True) -> Path:
+    """Write the project's codecoder.json and, unless `trusted=False`, trust it as the human
+    would with `codecoder trust` (a test about what a file grants is not about trust)."""
     path = root / "codecoder.json"
     path.write_text(config if isinstance(config, str) else json.dumps(config, indent=2) + "\n")
+    if trusted:
+        trust_project(root)
     return path
+
+
+def trust_project(root: Path) -> None:
+    """Record the project's codecoder.json, as it is now, as trusted."""
+    record_trust(root.resolve(), (root / "codecoder.json").read_bytes(), ())
 
 
 @pytest.fixture

@@ -121,9 +121,36 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
             "allowlist": {"run_command:git": "AlwaysThisProject"},
         },
     )
-    assert as_json(codecoder("check", "--json", project=project)) == {
+    checked = as_json(codecoder("check", "--json", project=project))
+    file = str(project / "codecoder.json")
+    assert checked == {
         "ok": True,
-        "file": str(project / "codecoder.json"),
+        "file": file,
+        "user_file": None,
+        "trust": {
+            "state": "trusted",
+            "digest": checked["trust"]["digest"],
+            "widenings": [
+                {
+                    "section": "environments",
+                    "key": "run_command",
+                    "what": "runs run_command in @docker",
+                    "line": 3,
+                    "column": 5,
+                },
+                {
+                    "section": "allowlist",
+                    "key": "run_command:git",
+                    "what": "grants run_command:git for the project",
+                    "line": 6,
+                    "column": 5,
+                },
+            ],
+        },
+        "rules": [
+            {"kind": "environment", "value": "run_command: @docker", "file": file, "line": 3},
+            {"kind": "allow", "value": "run_command:git", "file": file, "line": 6},
+        ],
         "diagnostics": [],
     }
     write_config(project, '{\n  "allowlist": {\n    "run_command:git": AlwaysThisProject\n}}\n')
