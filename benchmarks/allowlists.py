@@ -125,7 +125,10 @@ def _loading(
     path = project / "codecoder.json"
     text = path.read_text()
     figures = {
-        "allowlists.load.project": (lambda: load_project(project, tools), JSON_LOADS),
+        "allowlists.load.project": (
+            lambda: load_project(project, tools, trusted=True),
+            JSON_LOADS,
+        ),
         "allowlists.load.file": (lambda: load_project_file(path), JSON_LOADS),
     }
     return compare(
