@@ -285,8 +285,11 @@ def _trust(args: argparse.Namespace) -> int:
     project = runtime.project_dir
     if args.revoke:
         removed = forget(project)
-        message = "trust withdrawn" if removed else "nothing was trusted"
-        _out({"revoked": removed}) if args.json else print(f"{runtime.project_file}: {message}")
+        if args.json:
+            _out({"revoked": removed})
+        else:
+            withdrawn = "trust withdrawn" if removed else "nothing was trusted"
+            print(f"{runtime.project_file}: {withdrawn}")
         return EXIT_OK
     config = runtime.config
     widenings = config.trust.widenings

@@ -193,7 +193,11 @@ class InteractiveSession:
             self._say("  (none)")
         config = self.runtime.config
         self._say(f"project grants ({visible(str(self.runtime.project_file))}):")
-        problems = {d.key: d.code for d in config.diagnostics if d.key and d.severity == "error"}
+        problems = {
+            d.key: d.code
+            for d in config.diagnostics
+            if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+        }
         for entry in config.file.allowlist:
             state = "grants"
             if not entry.grants or entry.pattern in problems:
