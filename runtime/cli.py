@@ -37,6 +37,7 @@ from runtime.projectfile import Diagnostic, exclusive_lock_of, remove_allow_entr
 from runtime.prompt import Asker, AskRequest, fixed, non_interactive, visible
 from runtime.schemas import export
 from runtime.session import Runtime, default_asker
+from runtime.tool import CallSite
 from runtime.tools import CHILD_TOOLSET
 from runtime.trust import TrustState, digest_of, forget, record_trust
 
@@ -222,7 +223,8 @@ def _key(args: argparse.Namespace) -> int:
         runtime = _runtime(args)
         tool = runtime.tools.get(args.tool) or _usage(f"unknown tool {args.tool!r}")
         params = validate_arguments(tool, _json_arg(args.input, "arguments"))
-        key = tool.permission(params).key
+        site = CallSite(runtime.project_dir, runtime.environment_of(tool.name))
+        key = tool.permission_in(params, site).key
         data = {
             "tool": tool.name,
             "permission": "ask" if key else "none",
