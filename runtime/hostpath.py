@@ -42,20 +42,19 @@ class Program:
     """
 
     name: str
-    path: Path | None
-    real: Path | None
+    path: str | None
+    real: str | None
     writable: bool
-    workspace: Path
+    workspace: str
 
     @property
     def key_action(self) -> str:
         """The key's action for a program in a writable place: `./rel/path` inside the
         workspace, the absolute path elsewhere. Both contain `/`, which no plain name can."""
         assert self.path is not None
-        try:
-            return "./" + self.path.relative_to(self.workspace).as_posix()
-        except ValueError:
-            return str(self.path)
+        if _inside(self.path, self.workspace):
+            return "./" + os.path.relpath(self.path, self.workspace)
+        return self.path
 
     def where(self) -> str:
         """Where it lives, in words, for the prompt."""
@@ -71,50 +70,80 @@ class Program:
 
 
 def locate(name: str, workspace: Path, environ: Mapping[str, str] | None = None) -> Program:
-    """Look `name` (no `/` in it) up in PATH as execvp would from `workspace`, and judge it."""
+    """Look `name` (no `/` in it) up in PATH as execvp would from `workspace` (a resolved
+    path), and judge it. Strings and bare syscalls: this runs for every call on @shell."""
     environ = os.environ if environ is None else environ
-    workspace = workspace.resolve()
+    root = str(workspace)
     for entry in environ.get("PATH", os.defpath).split(os.pathsep):
-        directory = workspace / entry if not os.path.isabs(entry) else Path(entry)
-        candidate = Path(os.path.normpath(directory / name))
+        relative = not entry.startswith("/")
+        # access() first: a miss is a False, not an exception, which for the dozen PATH
+        # entries before /usr/bin is most of the cost.
+        found = f"{root}/{entry}/{name}" if relative else f"{entry}/{name}"
+        if not os.access(found, os.X_OK):
+            continue
         try:
-            info = candidate.stat()
+            info = os.stat(found)
         except OSError:
             continue
-        if not stat.S_ISREG(info.st_mode) or not os.access(candidate, os.X_OK):
+        if not stat.S_ISREG(info.st_mode):
             continue
-        real = candidate.resolve()
+        candidate = os.path.normpath(found)
+        real = _real_path(candidate)
         writable = (
-            not os.path.isabs(entry)
-            or sandbox_writable(candidate, workspace)
-            or sandbox_writable(real, workspace)
+            relative or _writable(candidate, root) or (real != candidate and _writable(real, root))
         )
-        return Program(name, candidate, real, writable, workspace)
-    return Program(name, None, None, False, workspace)
+        return Program(name, candidate, real, writable, root)
+    return Program(name, None, None, False, root)
+
+
+def _real_path(path: str) -> str:
+    """The path with every symlink resolved, by the kernel (os.path.realpath walks it in
+    Python, a few times slower)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    finally:
+        os.close(fd)
 
 
 def sandbox_writable(path: Path, workspace: Path) -> bool:
     """Whether a sandbox (or another user) could have written the file at `path`: it lies in
     the workspace, or it or a directory above it can be written by others (other users may
     write it, or another user owns it)."""
-    if _inside(path, workspace):
+    return _writable(str(path), str(workspace))
+
+
+_TRUSTED_OWNERS: tuple[int, ...] = (0, os.geteuid())
+
+
+def _writable(path: str, root: str) -> bool:
+    if _inside(path, root):
         return True
-    trusted_owners = {0, os.geteuid()}
-    for place in (path, *path.parents):
+    trusted_owners = _TRUSTED_OWNERS
+    place, parent = path, os.path.dirname(path)
+    while True:
         try:
-            info = place.lstat() if place == path else place.stat()
+            info = os.lstat(place) if place == path else os.stat(place)
         except FileNotFoundError:
-            continue  # judged by the directories above it
+            info = None  # judged by the directories above it
         except OSError:
             return True  # what cannot be checked is not trusted
-        if info.st_uid not in trusted_owners:
-            return True
-        sticky = info.st_mode & stat.S_ISVTX and place != path.parent
-        # A sticky directory (/tmp) lets others create names in it, not replace what sits in
-        # a subdirectory they do not own: it counts only when it holds the file itself.
-        if info.st_mode & stat.S_IWOTH and not stat.S_ISLNK(info.st_mode) and not sticky:
-            return True
-    return False
+        if info is not None:
+            if info.st_uid not in trusted_owners:
+                return True
+            # A sticky directory (/tmp) lets others create names in it, not replace what sits
+            # in a subdirectory they do not own: it counts only when it holds the file itself.
+            sticky = info.st_mode & stat.S_ISVTX and place != parent
+            if info.st_mode & stat.S_IWOTH and not stat.S_ISLNK(info.st_mode) and not sticky:
+                return True
+        if place == "/":
+            return False
+        place = os.path.dirname(place)
 
 
 def host_path(workspace: Path, environ: Mapping[str, str] | None = None) -> str:
@@ -130,9 +159,10 @@ def host_path(workspace: Path, environ: Mapping[str, str] | None = None) -> str:
 
 
 def _writable_directory(directory: Path, workspace: Path) -> bool:
-    real = directory.resolve()
-    return sandbox_writable(directory / "_", workspace) or sandbox_writable(real / "_", workspace)
+    entry, real = str(directory), os.path.realpath(directory)
+    root = str(workspace)
+    return _writable(os.path.join(entry, "_"), root) or _writable(os.path.join(real, "_"), root)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -31,6 +31,7 @@ from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive, visible
 from runtime.session import Runtime, Session, default_asker
+from runtime.trust import TrustState
 
 __all__ = ["InteractiveSession", "run_session"]
 
@@ -245,6 +246,11 @@ class InteractiveSession:
         state = f"{errors} error(s)" if errors else "ok"
         if not self.runtime.config.file.usable:
             state += "; not usable: no grants are taken from it"
+        trust = self.runtime.config.trust
+        if trust.state is TrustState.UNTRUSTED:
+            state += (
+                f"; not trusted: {len(trust.widenings)} widening(s) ignored until `codecoder trust`"
+            )
         self._say(f"{what} {visible(str(self.runtime.project_file))}: {state}")
 
     def _say(self, text: str) -> None:

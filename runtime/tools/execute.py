@@ -112,7 +112,7 @@ class RunCommand(Tool[RunCommandParameters]):
         program = locate(name, site.workspace)
         if program.path is None:
             return Permission.ask(key)  # found nowhere: it will fail as "command not found"
-        argv = (str(program.path), *key.argv[1:])
+        argv = (program.path, *key.argv[1:])
         if not program.writable:
             return Permission.ask(dataclasses.replace(key, argv=argv))
         action = program.key_action
