@@ -305,11 +305,15 @@ def _trust(args: argparse.Namespace) -> int:
             print(f"  {where}{visible(w.what)}")
         if not widenings:
             print("  it widens nothing: there is nothing to trust")
-    errors = [d for d in config.diagnostics if d.severity == "error" and d.file is None]
     if args.show or not widenings:
         return EXIT_OK
-    if errors or not config.file.usable:
-        print("codecoder: the file has errors; fix them first (`codecoder check`)", file=sys.stderr)
+    if not config.file.usable:
+        # What cannot be read cannot have been reviewed. (Entries that are wrong in a readable
+        # file, a ceiling violation or a forbidden read root, grant nothing, trusted or not.)
+        print(
+            "codecoder: codecoder.json is not usable; fix it first (`codecoder check`)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if not args.yes:
         if not sys.stdin.isatty():
