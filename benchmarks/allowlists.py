@@ -125,7 +125,10 @@ def _loading(
     path = project / "codecoder.json"
     text = path.read_text()
     figures = {
-        "allowlists.load.project": (lambda: load_project(project, tools), JSON_LOADS),
+        "allowlists.load.project": (
+            lambda: load_project(project, tools, trusted=True),
+            JSON_LOADS,
+        ),
         "allowlists.load.file": (lambda: load_project_file(path), JSON_LOADS),
     }
     return compare(
@@ -161,7 +164,7 @@ def _deciding(
         engines = []
         for runtime in (big, little):
             session = runtime.session()
-            session.allowlist.grant(listing.key)
+            session.allowlist.grant(listing.key, tag)
             engine = session.engine
             got = engine.decide(tool, environment, permission).source
             if got != source:

@@ -129,7 +129,7 @@ def _measure(
     shell_session = shell_runtime.session()
     quiet_session = quiet_runtime.session()
     for session in (shell_session, quiet_session):
-        session.allowlist.grant(git.key)
+        session.allowlist.grant(git.key, EnvironmentTag.SHELL)
     session_engine = shell_session.engine
     project_engine = docker_runtime.session().engine
     docker_tag = docker_runtime.environment_of("run_command")
@@ -208,7 +208,7 @@ def _parts(
         "permission.decide.session": {
             "deny rules": time(lambda: shell_project.denied_by(git_key)),
             "project grants": time(lambda: shell_project.granted_by(git_key)),
-            "session grants": time(lambda: session.allowlist.lookup(git_key)),
+            "session grants": time(lambda: session.allowlist.lookup(git_key, EnvironmentTag.SHELL)),
             "building the Decision": decision,
         },
         "permission.decide.project": {

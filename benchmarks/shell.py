@@ -56,7 +56,9 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     shell = ShellEnvironment()
     with make_runtime(project, environments={EnvironmentTag.SHELL: shell}) as runtime:
         session = runtime.session()
-        session.allowlist.grant(key_command(COMMAND).permission_key("run_command"))
+        session.allowlist.grant(
+            key_command(COMMAND).permission_key("run_command"), EnvironmentTag.SHELL
+        )
         args = {"command": COMMAND}
         outcome = session.call("run_command", args)
         if not outcome.ok or outcome.unwrap().data["stdout"] != "hello\n":

@@ -174,7 +174,7 @@ def _set_up(
         make_runtime(project, environments={tag: environment}, tools=tools)
     )
     session = runtime.session()
-    session.allowlist.grant(key_command("true").permission_key("run_command"))
+    session.allowlist.grant(key_command("true").permission_key("run_command"), tag)
     request = CommandRequest(cwd=project, argv=("true",))
     return _ok(session, "run_command", {"command": "true"}), lambda: environment.run(request)
 

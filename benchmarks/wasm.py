@@ -85,7 +85,8 @@ if cache == "-":
 else:
     env = WasmEnvironment(cache_dir=Path(cache))
 runtime = Runtime(
-    project, asker=non_interactive, environments={EnvironmentTag.WASM: env}, tools=tools
+    project, asker=non_interactive, environments={EnvironmentTag.WASM: env}, tools=tools,
+    audit_log=project.parent / "child.audit.jsonl",
 )
 outcome = runtime.session().call("read_file", {"path": path})
 seconds = time.perf_counter() - started

@@ -72,14 +72,18 @@ def make_runtime(
     audit: bool = True,
     tools: Mapping[str, Tool[Any]] | None = None,
 ) -> Runtime:
-    """A runtime on `project` that never asks; `audit=False` turns the audit log off."""
-    kwargs: dict[str, Any] = {} if audit else {"audit_log": None}
+    """A runtime on `project` that never asks; `audit=False` turns the audit log off.
+
+    The project's codecoder.json is trusted (the benchmark wrote it), and the audit log is kept
+    beside the project, in the scratch directory, not in the user's state directory.
+    """
     return Runtime(
         project,
         asker=non_interactive,
         environments=environments,
         tools=tools if tools is not None else builtin_tools(),
-        **kwargs,
+        audit_log=project.parent / f"{project.name}.audit.jsonl" if audit else None,
+        trusted=True,
     )
 
 

@@ -402,6 +402,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 f"the sandbox container stopped during `{call.summary}` ({gone}); "
                 "a fresh one is started for the next call"
             ) from None
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM): the command must not go on in the sandbox, and the
+            # channel still expects its answer. The container goes; the next call gets a new one.
+            self._discard(channel)
+            raise
         finally:
             if mode == "rw":
                 self._guard_protected(channel, present)

@@ -2,8 +2,10 @@
 session (runtime.ceiling).
 
 Each command runs in a new session (process group) with the workspace as its cwd and no stdin.
-At its deadline, and when it ends, the whole group is killed: a command cannot leave a
-background job behind to hold the pipes open or outlive the call.
+At its deadline, when it ends, and when the call is interrupted (Ctrl-C, SIGTERM: whatever
+exception reaches it while it waits), the whole group is killed: a command cannot leave a
+background job behind to hold the pipes open or outlive the call. Being in its own session, the
+group does not get the terminal's Ctrl-C itself; the runtime, which does, ends it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,13 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             )
         except OSError as exc:
             raise ExecutionFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-        return self._collect(proc, request, started)
+        try:
+            return self._collect(proc, request, started)
+        except BaseException:
+            _kill_group(proc.pid)
+            with contextlib.suppress(BaseException):
+                proc.wait(timeout=1)
+            raise
 
     def _collect(
         self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float

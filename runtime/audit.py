@@ -1,4 +1,15 @@
-"""The append-only audit log: one JSON line per call, with its decision and how it ended."""
+"""The append-only audit log: one JSON line per call, with its decision and how it ended.
+
+It lives in the runtime's state directory (`runtime.state.project_state_directory`, by default
+`~/.local/state/codecoder/projects/<id>/audit.jsonl`), out of reach of the tools it records: a
+host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outcomes:
+
+    ok / failed     the tool ran and succeeded / reported a failure (exit code, is_error)
+    error           the tool could not do its work (ToolError: timeout, sandbox unavailable, ...)
+    denied          refused: a deny rule, the human, the ceiling
+    invalid         the call never got as far as a decision (unknown tool, bad arguments)
+    interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
+"""
 
 from __future__ import annotations
 
@@ -51,7 +62,7 @@ class AuditLog:
         if agent:
             entry["agent"] = agent
         if self.path is not None:
-            ensure_state_dir(self.path.parent)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -70,12 +81,3 @@ class AuditLog:
             for line in fh:
                 if line.strip():
                     yield json.loads(line)
-
-
-def ensure_state_dir(directory: Path) -> None:
-    if directory.is_dir():
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    if directory.name == ".codecoder":
-        # The runtime's own records are not the project's source: keep them out of commits.
-        (directory / ".gitignore").write_text("audit.jsonl\n*.lock\n")

@@ -46,6 +46,7 @@ import shlex
 import shutil
 import socket
 import stat
+import subprocess
 import tempfile
 import threading
 import time
@@ -84,7 +85,7 @@ from runtime.errors import (
 from runtime.project import PROJECT_FILE
 from runtime.prompt import SPACE_RUN, AskRequest, describe, non_interactive, render, visible
 from runtime.session import Runtime, Session
-from runtime.tool import PermissionKey, ShellSettings, Tool
+from runtime.tool import CallSite, PermissionKey, ShellSettings, Tool
 from runtime.tools.files import run_wasm_preopens
 
 __all__ = [
@@ -173,6 +174,10 @@ class PermissionFileEntry(_Entry):
         "self-grant",
         "capability-create",
         "capability-tamper",
+        "cloned-config",
+        "nested-git",
+        "git-symlink",
+        "path-hijack",
     ]
     call: ToolCall
     entry: dict[str, str] = Field(default_factory=dict)
@@ -184,6 +189,8 @@ class PermissionFileEntry(_Entry):
     script_file: str | None = None
     follow_up: tuple[ToolCall, ...] = ()
     tamper: FileChange | None = None
+    document: dict[str, Any] | None = None
+    expect_error: str | None = None
 
 
 DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
@@ -505,6 +512,9 @@ class _Audit:
         )
         self.config = self.project_runtime.config
         self.tools = self.project_runtime.tools
+        # The scratch copies are trusted as far as the project's file is: the attempts run
+        # against what the runtime obeys for this project.
+        self.trusted = self.config.trust.obeyed
         self.token = f"codecoder-audit-{secrets.token_hex(8)}"
         self.root = Path(tempfile.mkdtemp(prefix="codecoder-audit-"))
         self._workspace: _Workspace | None = None
@@ -555,9 +565,12 @@ class _Audit:
         return json.dumps(document, indent=2) + "\n"
 
     def key(self, call: ToolCall) -> PermissionKey | None:
-        """The permission key of `call`, as the tool itself computes it."""
+        """The permission key of `call`, as the tool itself computes it for this project."""
         tool = self.tools[call.tool]
-        key: PermissionKey | None = tool.permission(validate_arguments(tool, call.args)).key
+        site = CallSite(self.project, self.binding(call.tool))
+        key: PermissionKey | None = tool.permission_in(
+            validate_arguments(tool, call.args), site
+        ).key
         return key
 
     def require_tool(self, name: str) -> None:
@@ -577,12 +590,23 @@ class _Audit:
         path.mkdir(exist_ok=True)
         return path
 
+    def fresh_dir(self, name: str) -> Path:
+        """An empty scratch directory: whatever an earlier attempt left there is removed."""
+        path = self.root / name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir()
+        return path
+
     @property
     def sandbox_runtime(self) -> Runtime:
         """A runtime on the scratch workspace, starting environments as it would for the project."""
         if self._sandbox_runtime is None:
             self._sandbox_runtime = Runtime(
-                self.workspace.path, asker=non_interactive, audit_log=None, tools=self.tools
+                self.workspace.path,
+                asker=non_interactive,
+                audit_log=None,
+                tools=self.tools,
+                trusted=self.trusted,
             )
         return self._sandbox_runtime
 
@@ -759,11 +783,12 @@ class _KeyingLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
             for level in levels:
-                session.allowlist.grant(innocent, entry=level)
+                session.allowlist.grant(innocent, self.tag, entry=level)
             control = session.call("run_command", {"command": entry.innocent})
             if not _allowed(control) or not recorder.requests:
                 raise _NotRun(
@@ -814,7 +839,13 @@ class _KeyingLayer(_LayerRunner):
         if not ran:
             return f"not allowed ({_refusal(outcome)}); nothing ran"
         argv = ran[0].argv
-        if argv is None or argv != entry.argv:
+        expected = entry.argv or ()
+        # The program as found on PATH when the call was keyed (`/usr/bin/git` for `git`).
+        if (
+            argv is None
+            or argv[1:] != expected[1:]
+            or os.path.basename(argv[0]) != os.path.basename(expected[0])
+        ):
             _escaped(f"{_grant_source(outcome)} and {self._what_ran(ran)}")
         return f"{_grant_source(outcome)}, run as the argv {list(argv)} without a shell"
 
@@ -861,6 +892,10 @@ class _PermissionFilesLayer(_LayerRunner):
             "self-grant": self._sandboxed_write,
             "capability-create": self._capability_create,
             "capability-tamper": self._capability_tamper,
+            "cloned-config": self._cloned_config,
+            "nested-git": self._nested_git,
+            "git-symlink": self._git_symlink,
+            "path-hijack": self._path_hijack,
         }
         return procedures[entry.kind](entry, entry.call)
 
@@ -877,6 +912,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=self.audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -972,7 +1008,7 @@ class _PermissionFilesLayer(_LayerRunner):
         asker = _Asker()
         with self._recorded_session(directory, text, asker) as (_, session, recorder):
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, tag)
             outcome = session.call(call.tool, call.args)
         self._not_allowed(outcome, recorder, "a grant covered a protected path")
         return f"{_refusal(outcome, asker)}; nothing ran"
@@ -1006,11 +1042,12 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments={tag: environment},
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, tag)
             outcome = session.call(call.tool, call.args)
         if not _allowed(outcome):
             raise _NotRun(
@@ -1058,6 +1095,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1073,7 +1111,12 @@ class _PermissionFilesLayer(_LayerRunner):
         recorder, recorders = _recorders()
         with (
             Runtime(
-                directory, asker=asker, environments=recorders, audit_log=None, tools=audit.tools
+                directory,
+                asker=asker,
+                environments=recorders,
+                audit_log=None,
+                tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1083,6 +1126,188 @@ class _PermissionFilesLayer(_LayerRunner):
             _escaped(f"the changed capability ran under the old grant: {_result_line(outcome)}")
         how = _refusal(outcome, asker)
         return how + (f"; reported: {reported[0]}" if reported else "")
+
+    # -- a cloned hostile repository -------------------------------------------------------
+
+    def _placeholders(self) -> dict[str, str]:
+        outside = str(self.audit.workspace.outside)
+        return {
+            "@OUTSIDE_REL@": outside.lstrip("/"),
+            "@OUTSIDE@": outside,
+            "@TOKEN@": self.audit.token,
+        }
+
+    def _cloned_config(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        assert entry.document is not None
+        values = self._placeholders()
+        document = _substituted(ToolCall(tool="-", args=entry.document), values).args
+        call = _substituted(call, values)
+        directory = self.audit.fresh_dir("cloned")
+        (directory / PROJECT_FILE).write_text(json.dumps(document, indent=2) + "\n")
+        recorder, environments = _recorders()
+        environments.pop(EnvironmentTag.WASM)  # the read tools really read: that is the attack
+        environments.pop(EnvironmentTag.RUNTIME)
+        asker = _Asker()
+        # Never trusted: this is the file as it came with the repository (no trust override).
+        with (
+            Runtime(
+                directory,
+                asker=asker,
+                environments=environments,
+                audit_log=None,
+                tools=self.audit.tools,
+            ) as runtime,
+            runtime.session() as session,
+        ):
+            config = runtime.config
+            in_effect = _widenings_in_effect(config, directory)
+            reported = {d.key for d in config.diagnostics if d.code in _CLONED_REPORTS}
+            outcome = session.call(call.tool, call.args)
+        if in_effect:
+            _escaped(f"the cloned file was obeyed: {'; '.join(in_effect)}")
+        unreported = [w.key for w in config.trust.widenings if w.key not in reported]
+        forbidden = [d.key or "" for d in config.diagnostics if d.code == "read_root_forbidden"]
+        if unreported or not (reported or forbidden):
+            _escaped(f"widenings taken silently, not reported: {unreported or 'all'}")
+        shown = json.dumps(outcome.to_json())
+        if self.audit.token in shown.replace(f"/{self.audit.token}", ""):
+            _escaped(f"the bait outside the workspace was shown: {_result_line(outcome)}")
+        if outcome.ok or recorder.requests:
+            _escaped(f"the call went through: {_result_line(outcome)}")
+        if entry.expect_error is not None and entry.expect_error not in str(outcome.error):
+            raise _NotRun(f"the call failed otherwise than expected: {_result_line(outcome)}")
+        how = f"{config.trust.state.value}: " + (
+            f"{len(config.trust.widenings)} widening(s) reported and ignored"
+            if config.trust.widenings
+            else f"refused outright ({', '.join(sorted(set(forbidden)))}: read_root_forbidden)"
+        )
+        if outcome.decision is not None and outcome.decision.source is Source.NONE:
+            return f"{how}; {call.tool} (which never asks) failed: {_result_line(outcome)}"
+        return f"{how}; {call.tool} {_refusal(outcome, asker)}"
+
+    def _git_repository(self, name: str) -> Path:
+        from dulwich import porcelain
+
+        directory = self.audit.fresh_dir(name)
+        porcelain.init(str(directory))
+        (directory / "src").mkdir()
+        (directory / "src" / "secret.txt").write_text("inside the workspace\n")
+        porcelain.add(str(directory), paths=[str(directory / "src" / "secret.txt")])
+        porcelain.commit(str(directory), b"audit", author=b"A <a@b>", committer=b"A <a@b>")
+        return directory
+
+    def _git_symlink(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        audit = self.audit
+        audit.require_tool(call.tool)
+        directory = self._git_repository("git-symlink")
+        shutil.rmtree(directory / "src")
+        (directory / "src").symlink_to(audit.workspace.outside)
+        with Runtime(
+            directory, asker=_Asker(), audit_log=None, tools=audit.tools, trusted=audit.trusted
+        ) as runtime:
+            outcome = runtime.session().call(call.tool, call.args)
+        if audit.token in json.dumps(outcome.to_json()):
+            _escaped(f"{call.tool} showed the bait outside the workspace through the symlink")
+        if outcome.error is not None:
+            raise _NotRun(f"{call.tool} failed: {_result_line(outcome)}")
+        shown = _last_line(outcome.unwrap().output)
+        return f"{call.tool}: {shown}; nothing beyond the symlink was read"
+
+    def _nested_git(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        audit = self.audit
+        git = shutil.which("git")
+        if git is None:
+            raise _NotApplicable("git is not installed: the commit tool cannot run here")
+        audit.require_tool(call.tool)
+        directory = audit.fresh_dir("nested-git")
+        markers = audit.fresh_dir("nested-git-markers")
+        quiet = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
+
+        def run(*argv: str, cwd: Path = directory) -> None:
+            subprocess.run(
+                [git, "-c", "user.name=A", "-c", "user.email=a@b", *argv],
+                cwd=cwd,
+                env=quiet,
+                capture_output=True,
+                check=True,
+            )
+
+        run("init", "-q")
+        run("config", "user.name", "Audit")
+        run("config", "user.email", "audit@example.org")
+        run("init", "-q", "sub")
+        (directory / "sub" / "f.txt").write_text("one\n")
+        run("add", "f.txt", cwd=directory / "sub")
+        run("commit", "-qm", "sub", cwd=directory / "sub")
+        (directory / "top.txt").write_text("one\n")
+        run("add", "top.txt", "sub")
+        run("commit", "-qm", "top")
+        # What a sandbox could leave behind if nothing stopped it.
+        with (directory / "sub" / ".git" / "config").open("a") as config:
+            config.write(f"[core]\n\tfsmonitor = \"sh -c 'touch {markers}/fsmonitor'\"\n")
+        for hook in ("pre-commit", "post-commit", "post-index-change"):
+            path = directory / "sub" / ".git" / "hooks" / hook
+            path.write_text(f"#!/bin/sh\ntouch {markers}/hook-{hook}\n")
+            path.chmod(0o755)
+        (directory / "sub" / "f.txt").write_text("changed\n")
+        (directory / "top.txt").write_text("changed\n")
+        environments = {EnvironmentTag.SHELL: audit.environment(EnvironmentTag.SHELL)}
+        asker = _Asker(Answer.ONCE)
+        with Runtime(
+            directory, asker=asker, environments=environments, audit_log=None, tools=audit.tools
+        ) as runtime:
+            outcome = runtime.session().call(call.tool, call.args)
+        ran = sorted(os.listdir(markers))
+        if ran:
+            _escaped(f"the commit ran what the nested repository names: {', '.join(ran)}")
+        if not outcome.ok:
+            raise _NotRun(f"the commit failed: {_result_line(outcome)}")
+        return f"committed ({_result_line(outcome)}); nothing the nested repository names ran"
+
+    def _path_hijack(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        audit = self.audit
+        audit.require_tool(call.tool)
+        if audit.binding(call.tool) is not EnvironmentTag.SHELL:
+            raise _NotApplicable(
+                f"{call.tool} runs in {audit.binding(call.tool).value} here, whose own PATH the "
+                "host's does not reach"
+            )
+        directory = audit.fresh_dir("path-hijack")
+        program = str(call.args["command"]).split()[0]
+        planted = directory / ".venv" / "bin" / program
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text(f"#!/bin/sh\necho {audit.token}\n")
+        planted.chmod(0o755)
+        innocent = audit.key(call)  # as keyed before the plant was on PATH
+        assert innocent is not None
+        recorder, environments = _recorders()
+        asker = _Asker()
+        path = os.environ.get("PATH", os.defpath)
+        os.environ["PATH"] = f"{planted.parent}{os.pathsep}{path}"
+        try:
+            with (
+                Runtime(
+                    directory,
+                    asker=asker,
+                    environments=environments,
+                    audit_log=None,
+                    tools=audit.tools,
+                    trusted=audit.trusted,
+                ) as runtime,
+                runtime.session() as session,
+            ):
+                session.allowlist.grant(innocent, EnvironmentTag.SHELL)
+                outcome = session.call(call.tool, call.args)
+        finally:
+            os.environ["PATH"] = path
+        if _allowed(outcome) or recorder.requests:
+            _escaped(
+                f"the planted {program} was covered by {innocent.raw}: {_grant_source(outcome)}"
+            )
+        shown = asker.requests[0].subject if asker.requests else ""
+        if ".venv/bin" not in shown:
+            _escaped(f"the prompt did not say where {program} lives: {shown!r}")
+        return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
 
     def _after_reload(self, calls: Sequence[ToolCall]) -> str:
         """What a /reload of the (possibly rewritten) file grants: each call must still ask."""
@@ -1096,6 +1321,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 environments=environments,
                 audit_log=None,
                 tools=self.audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1106,6 +1332,28 @@ class _PermissionFilesLayer(_LayerRunner):
                 self._not_allowed(outcome, recorder, "after /reload the self-granted entry applied")
                 refused.append(f"{call.tool} {json.dumps(call.args)} asked")
         return "after /reload: " + ", ".join(refused)
+
+
+_CLONED_REPORTS: Final = frozenset({"untrusted", "read_root_forbidden"})
+
+
+def _widenings_in_effect(config: Any, workspace: Path) -> list[str]:
+    """What a never-trusted project file managed to put in effect (empty: nothing)."""
+    found: list[str] = []
+    if len(config.allowlist):
+        found.append(f"{len(config.allowlist)} grant(s)")
+    if config.bindings:
+        found.append(f"bindings {config.bindings}")
+    for name, directory in config.read_roots.items():
+        if workspace.resolve() not in (directory, *directory.parents):
+            found.append(f"read root {name} = {directory}")
+    if config.docker != DockerSettings():
+        found.append(f"docker settings {config.docker}")
+    if config.web.allow_hosts or config.web.search_url is not None:
+        found.append("web hosts")
+    if config.agent.base_url is not None or config.agent.api_key_env != "OPENAI_API_KEY":
+        found.append("agent server or key")
+    return found
 
 
 def _substituted(call: ToolCall, values: Mapping[str, str]) -> ToolCall:
@@ -1526,6 +1774,7 @@ class _WasmLayer(_LayerRunner):
                 environments={EnvironmentTag.WASM: env},
                 audit_log=None,
                 tools=audit.tools,
+                trusted=self.audit.trusted,
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1534,7 +1783,7 @@ class _WasmLayer(_LayerRunner):
             except CodecoderError:
                 key = None  # invalid arguments: the call itself shows how they are refused
             if key is not None:
-                session.allowlist.grant(key)
+                session.allowlist.grant(key, runtime.environment_of(call.tool))
             outcome = session.call(call.tool, call.args)
         shown = json.dumps(outcome.to_json())
         if workspace.token in shown:

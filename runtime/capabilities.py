@@ -73,6 +73,7 @@ from environments.dockersettings import parse_size
 from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ConfigError
+from runtime.state import workspace_directory
 from runtime.tool import KeyStyle, PermissionKey
 
 __all__ = [
@@ -618,6 +619,7 @@ def write_capability(
 
 
 def _make_directories(project_dir: Path, relative: str) -> Path:
+    workspace_directory(project_dir)  # .codecoder/ with its .gitignore
     path = project_dir
     for part in relative.split("/"):
         path = path / part

@@ -1,15 +1,24 @@
 """The `codecoder` command line.
 
-Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission denied.
-Every command that a script would read takes `--json`.
+Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission
+denied, 130 interrupted by Ctrl-C, 143 ended by SIGTERM. Every command that a script would read
+takes `--json`.
+
+An interruption stops the call in progress where it is: SIGTERM is turned into `Terminated` (a
+KeyboardInterrupt) in the main thread, so both unwind the same way; @shell kills the command's
+whole process group, @docker removes the container the command ran in, the dispatcher writes
+the call's audit record with outcome `interrupted`, and the command exits without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -23,13 +32,38 @@ from runtime.errors import (
     ToolError,
     UsageError,
 )
-from runtime.projectfile import Diagnostic, remove_allow_entry
+from runtime.project import ProjectConfig
+from runtime.projectfile import Diagnostic, exclusive_lock_of, remove_allow_entry
 from runtime.prompt import Asker, AskRequest, fixed, for_terminal, non_interactive, visible
 from runtime.schemas import export
 from runtime.session import Runtime, default_asker
+from runtime.tool import CallSite
 from runtime.tools import CHILD_TOOLSET
+from runtime.trust import TrustState, digest_of, forget, record_trust
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwinds like Ctrl-C (see the module docstring)."""
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` in the main thread (outside of it, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.handler(args)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"codecoder: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except UsageError as exc:
         print(f"codecoder: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -67,8 +105,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", help="the command line, or with --tool the arguments as JSON")
     p.set_defaults(handler=_key)
 
-    p = command("check", "validate codecoder.json against the tools and the ceiling rule")
+    p = command(
+        "check",
+        "validate codecoder.json and the user's file against the tools and the ceiling rule; "
+        "show what the project file widens, whether it is trusted, and where each rule is from",
+    )
     p.set_defaults(handler=_check)
+
+    p = command(
+        "trust",
+        "show what the project's codecoder.json widens and trust it as it is now (its digest "
+        "is recorded in the runtime's state directory; a changed file is untrusted again)",
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--show", action="store_true", help="only show what it widens; trust nothing")
+    p.add_argument("--revoke", action="store_true", help="withdraw the trust given before")
+    p.set_defaults(handler=_trust)
 
     p = command("call", "run one tool call through the whole permission chain")
     p.add_argument("tool")
@@ -175,7 +227,8 @@ def _key(args: argparse.Namespace) -> int:
         runtime = _runtime(args)
         tool = runtime.tools.get(args.tool) or _usage(f"unknown tool {args.tool!r}")
         params = validate_arguments(tool, _json_arg(args.input, "arguments"))
-        key = tool.permission(params).key
+        site = CallSite(runtime.project_dir, runtime.environment_of(tool.name))
+        key = tool.permission_in(params, site).key
         data = {
             "tool": tool.name,
             "permission": "ask" if key else "none",
@@ -194,6 +247,7 @@ def _key(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     runtime = _runtime(args)
+    config = runtime.config
     diagnostics = runtime.diagnostics
     ok = not any(d.severity == "error" for d in diagnostics)
     if args.json:
@@ -201,18 +255,101 @@ def _check(args: argparse.Namespace) -> int:
             {
                 "ok": ok,
                 "file": str(runtime.project_file),
+                "user_file": str(config.user_file.path) if config.user_file else None,
+                "trust": config.trust.to_json(),
+                "rules": [rule.to_json() for rule in config.rules],
                 "diagnostics": [d.to_json() for d in diagnostics],
             }
         )
-    else:
-        for d in diagnostics:
-            print(format_diagnostic(runtime.project_file, d))
-        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
+        return EXIT_OK if ok else EXIT_FAILED
+    for d in diagnostics:
+        print(format_diagnostic(runtime.project_file, d))
+    if config.rules:
+        print("rules in effect:")
+        for rule in config.rules:
+            where = f"{rule.file}:{rule.line}" if rule.line else rule.file
+            print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
+    print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + _trust_note(config))
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _trust_note(config: ProjectConfig) -> str:
+    trust = config.trust
+    count = len(trust.widenings)
+    if trust.state is TrustState.UNTRUSTED:
+        return (
+            f"; not trusted: {count} widening(s) ignored (see `codecoder trust --show`, then "
+            "`codecoder trust`)"
+        )
+    if trust.state is TrustState.TRUSTED:
+        return f"; trusted ({count} widening(s) obeyed)"
+    return ""
+
+
+def _trust(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    project = runtime.project_dir
+    if args.revoke:
+        removed = forget(project)
+        if args.json:
+            _out({"revoked": removed})
+        else:
+            withdrawn = "trust withdrawn" if removed else "nothing was trusted"
+            print(f"{runtime.project_file}: {withdrawn}")
+        return EXIT_OK
+    config = runtime.config
+    widenings = config.trust.widenings
+    if args.json and (args.show or not widenings):
+        _out({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": False})
+        return EXIT_OK
+    if not args.json:
+        print(f"{runtime.project_file} ({config.trust.state.value}):")
+        for w in widenings:
+            where = f"line {w.line}: " if w.line else ""
+            print(f"  {where}{visible(w.what)}")
+        if not widenings:
+            print("  it widens nothing: there is nothing to trust")
+    if args.show or not widenings:
+        return EXIT_OK
+    if not config.file.usable:
+        # What cannot be read cannot have been reviewed. (Entries that are wrong in a readable
+        # file, a ceiling violation or a forbidden read root, grant nothing, trusted or not.)
+        print(
+            "codecoder: codecoder.json is not usable; fix it first (`codecoder check`)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if not args.yes:
+        if not sys.stdin.isatty():
+            _usage("trust asks for confirmation on a terminal; pass --yes to trust without it")
+        answer = input("trust these, for this exact file? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing trusted")
+            return EXIT_FAILED
+    data = config.file.data or b""
+    try:
+        with exclusive_lock_of(runtime.project_file):
+            # Exactly the bytes shown: a file changed since was not what the human reviewed.
+            current = runtime.project_file.read_bytes()
+            if current != data:
+                print("codecoder: codecoder.json changed while it was shown; run trust again")
+                return EXIT_FAILED
+            record_trust(project, data, [w.what for w in widenings])
+    except (OSError, ConfigError) as exc:
+        print(f"codecoder: cannot record trust: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _out({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": True})
+    else:
+        print(
+            f"trusted {runtime.project_file} ({digest_of(data)[:16]}…); running servers apply "
+            "it at `codecoder reload`"
+        )
+    return EXIT_OK
+
+
 def format_diagnostic(path: Path, d: Diagnostic) -> str:
-    where = f"{path}"
+    where = d.file or f"{path}"
     if d.line is not None:
         where += f":{d.line}" + (f":{d.column}" if d.column is not None else "")
     return f"{where}: {d.severity}: [{d.code}] {visible(d.message)}"
@@ -231,7 +368,7 @@ def _call(args: argparse.Namespace) -> int:
     _report_config(runtime)
     payload = _json_arg(args.arguments, "arguments")
     try:
-        with runtime.session() as session:
+        with interruptible(), runtime.session() as session:
             outcome = session.call(args.tool, payload)
     finally:
         runtime.close()
@@ -290,6 +427,8 @@ def _report_config(runtime: Runtime) -> None:
         print(
             "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
         )
+    elif runtime.config.trust.state is TrustState.UNTRUSTED:
+        print(f"codecoder: {runtime.project_file}{_trust_note(runtime.config)}", file=sys.stderr)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -303,7 +442,7 @@ def _replay(args: argparse.Namespace) -> int:
     _report_config(runtime)
     codes: list[int] = []
     try:
-        with runtime.session() as session:
+        with interruptible(), runtime.session() as session:
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -369,7 +508,11 @@ def _allowlist(args: argparse.Namespace) -> int:
         else:
             print(f"revoked {args.key}" if removed else f"{args.key} is not in the allowlist")
         return EXIT_OK if removed else EXIT_FAILED
-    problems = {d.key: d for d in runtime.diagnostics if d.key and d.severity == "error"}
+    problems = {
+        d.key: d
+        for d in runtime.diagnostics
+        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+    }
     entries = [
         {
             "key": e.pattern,
@@ -428,7 +571,8 @@ def _schema(args: argparse.Namespace) -> int:
 def _session(args: argparse.Namespace) -> int:
     from runtime.interactive import run_session
 
-    return run_session(args.project)
+    with interruptible():
+        return run_session(args.project)
 
 
 def _reload(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
 `Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
-refused or not, leaves one audit record.
+refused or not, leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM
+(outcome `interrupted`, the interruption then carrying on up to whoever handles it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
-from runtime.tool import Tool, ToolContext, ToolResult
+from runtime.tool import CallSite, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from runtime.session import Runtime, Session
@@ -84,7 +85,8 @@ class Dispatcher:
             params = validate_arguments(tool, args)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            decision = self._engine.decide(name, tag, tool.permission(params))
+            permission = tool.permission_in(params, CallSite(runtime.project_dir, tag))
+            decision = self._engine.decide(name, tag, permission)
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -93,6 +95,7 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
+                key=permission.key,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:
@@ -103,6 +106,9 @@ class Dispatcher:
             error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             return self._finish(name, None, error, decision, started)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (runtime.cli): audit, go on
+            self._finish(name, None, None, decision, started, interrupted=type(exc).__name__)
+            raise
         return self._finish(name, result, None, decision, started)
 
     def _tool(self, name: str) -> Tool[Any]:
@@ -119,9 +125,12 @@ class Dispatcher:
         error: CodecoderError | None,
         decision: Decision | None,
         started: float,
+        interrupted: str | None = None,
     ) -> CallOutcome:
         duration = time.monotonic() - started
-        if isinstance(error, PermissionDenied):
+        if interrupted is not None:
+            outcome = "interrupted"
+        elif isinstance(error, PermissionDenied):
             outcome = "denied"
         elif isinstance(error, ToolError):
             outcome = "error"
@@ -136,7 +145,7 @@ class Dispatcher:
             decision=decision,
             outcome=outcome,
             duration=duration,
-            error=str(error) if error else None,
+            error=str(error) if error else interrupted,
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
         )
         return CallOutcome(name, result, error, decision, duration)

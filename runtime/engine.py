@@ -89,7 +89,7 @@ class PermissionEngine:
                         "codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
-            session_entry = self.session.find(key, key.digest)
+            session_entry = self.session.find(key, environment, key.digest)
             if session_entry is not None:
                 entry, valid, _ = session_entry
                 if valid:
@@ -187,7 +187,7 @@ class PermissionEngine:
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
         if answer.scope is Answer.SESSION:
-            self.session.grant(key, digest=key.digest, entry=entry)
+            self.session.grant(key, environment, digest=key.digest, entry=entry)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.allowlist import NEVER
-from runtime.cli import format_diagnostic
+from runtime.cli import Terminated, format_diagnostic
 from runtime.dispatcher import CallOutcome
 from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, for_terminal, non_interactive, visible
 from runtime.session import Runtime, Session, default_asker
+from runtime.trust import TrustState
 
 __all__ = ["InteractiveSession", "run_session"]
 
@@ -77,6 +78,8 @@ class InteractiveSession:
             self._out.flush()
             try:
                 line = self._in.readline()
+            except Terminated:
+                raise
             except KeyboardInterrupt:
                 self._say("\n(interrupted: /quit to leave)")
                 continue
@@ -86,7 +89,10 @@ class InteractiveSession:
             try:
                 if not self.handle(line.strip()):
                     return 0
+            except Terminated:
+                raise
             except KeyboardInterrupt:
+                # The call in progress was stopped (its process group killed) and audited.
                 self._say("\n(interrupted)")
 
     def handle(self, line: str) -> bool:
@@ -180,16 +186,20 @@ class InteractiveSession:
     def _allowlist(self, rest: str) -> bool:
         self._say("session grants (until /quit):")
         entries = self.session.allowlist.entries()
-        for tool, key, expiry in entries:
+        for tool, key, environment, expiry in entries:
             until = "no expiry"
             if expiry != NEVER:
                 until = "until " + time.strftime("%X", time.localtime(expiry))
-            self._say(f"  {visible(key)}  ({visible(tool)}, {until})")
+            self._say(f"  {visible(key)}  ({visible(tool)} in {environment.value}, {until})")
         if not entries:
             self._say("  (none)")
         config = self.runtime.config
         self._say(f"project grants ({visible(str(self.runtime.project_file))}):")
-        problems = {d.key: d.code for d in config.diagnostics if d.key and d.severity == "error"}
+        problems = {
+            d.key: d.code
+            for d in config.diagnostics
+            if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+        }
         for entry in config.file.allowlist:
             state = "grants"
             if not entry.grants or entry.pattern in problems:
@@ -237,6 +247,11 @@ class InteractiveSession:
         state = f"{errors} error(s)" if errors else "ok"
         if not self.runtime.config.file.usable:
             state += "; not usable: no grants are taken from it"
+        trust = self.runtime.config.trust
+        if trust.state is TrustState.UNTRUSTED:
+            state += (
+                f"; not trusted: {len(trust.widenings)} widening(s) ignored until `codecoder trust`"
+            )
         self._say(f"{what} {visible(str(self.runtime.project_file))}: {state}")
 
     def _say(self, text: str) -> None:

@@ -61,7 +61,6 @@ from mcp.server.stdio import stdio_server
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
-from runtime.audit import ensure_state_dir
 from runtime.cli import format_diagnostic
 from runtime.decision import Answer, Decision, Source
 from runtime.dispatcher import CallOutcome
@@ -70,6 +69,7 @@ from runtime.projectfile import Diagnostic
 from runtime.prompt import AskRequest, choice_detail, describe, non_interactive, visible
 from runtime.schemas import mcp_tool
 from runtime.session import Runtime, Session
+from runtime.state import workspace_directory
 
 __all__ = [
     "ANSWER_FIELD",
@@ -420,7 +420,7 @@ def _start_time(pid: int) -> str | None:
 @contextlib.contextmanager
 def _pid_file(project_dir: Path) -> Iterator[Path]:
     directory = pid_directory(project_dir)
-    ensure_state_dir(directory.parent)
+    workspace_directory(project_dir)
     directory.mkdir(exist_ok=True)
     ignore = directory / ".gitignore"
     if not ignore.exists():

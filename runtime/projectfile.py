@@ -25,12 +25,19 @@ environment bindings, limits, session_ttl and the web and agent settings fall ba
 defaults, because those could loosen them. A missing file is an empty configuration, and so is
 an empty one.
 
+The user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`, `load_user_file`) has the same
+schema without `allowlist` (grants are per project); its diagnostics carry its path in `file`.
+How the two are layered, and which settings of a project file need the human's trust, is
+`runtime.project`'s business.
+
 Writing (`add_allow_entry`, `remove_allow_entry`) changes only the allowlist object, under an
 exclusive `flock` on `.codecoder/codecoder.json.lock`, after re-reading the file from disk, so
 grants made at the same time by other processes are merged and never lost. A file with errors
 is never written (`ConfigError` says where it is broken). The new text goes to a temporary file
 in the same directory, is fsynced, renamed over the old one and the directory fsynced, so a
-crash at any moment leaves either the old file or the new one.
+crash at any moment leaves either the old file or the new one. Under the same lock the trust
+record is kept as it was (`runtime.trust.after_write`): a write by the runtime never makes an
+untrusted file trusted, nor a trusted one untrusted.
 
 Positions come from one pass over the text after `json.loads` has accepted it (see
 `_SourceIndex`), not from `json_source_map`: that package builds its pointers from the raw
@@ -44,14 +51,16 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextlib
+import dataclasses
 import glob
+import hashlib
 import ipaddress
 import json
 import os
 import re
 import stat
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -69,9 +78,11 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from runtime import trust
 from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.errors import ConfigError
+from runtime.state import workspace_directory
 
 __all__ = [
     "AgentSection",
@@ -84,8 +95,10 @@ __all__ = [
     "WebSection",
     "add_allow_entry",
     "load_project_file",
+    "load_user_file",
     "parse_host_entry",
     "remove_allow_entry",
+    "user_file_path",
 ]
 
 Severity = Literal["error", "warning"]
@@ -95,7 +108,8 @@ _PROJECT_SCOPE = Scope.PROJECT.label
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
-    """One problem found in codecoder.json; `key` is the pattern or tool it concerns, if any."""
+    """One problem found in codecoder.json (or, with `file` set, in that file); `key` is the
+    pattern or tool it concerns, if any."""
 
     severity: Severity
     code: str
@@ -103,6 +117,7 @@ class Diagnostic:
     key: str | None = None
     line: int | None = None
     column: int | None = None
+    file: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -112,6 +127,7 @@ class Diagnostic:
             "message": self.message,
             "line": self.line,
             "column": self.column,
+            "file": self.file,
         }
 
 
@@ -154,6 +170,7 @@ class WebSection:
     """
 
     allow_hosts: tuple[str, ...] = ()
+    deny_hosts: tuple[str, ...] = ()
     search_url: str | None = None
     github_api_url: str | None = None
     github_token_env: str | None = None
@@ -192,12 +209,14 @@ class ProjectFile:
     bindings: tuple[Binding, ...] = ()
     timeout: float | None = None
     max_output: int | None = None
-    session_ttl: float = -1
+    session_ttl: float | None = None  # None: not set (never expires, unless a layer below says)
     web: WebSection = WebSection()
     agent: AgentSection = AgentSection()
     read_roots: tuple[tuple[str, str], ...] = ()  # (name, directory as written)
     docker: tuple[tuple[str, Any], ...] = ()  # the @docker settings the file sets
     diagnostics: tuple[Diagnostic, ...] = ()
+    digest: str | None = field(default=None, compare=False)  # SHA-256 of the bytes read
+    data: bytes | None = field(default=None, repr=False, compare=False)  # those bytes
     _index: _SourceIndex | None = field(default=None, repr=False, compare=False)
 
     def position_of(self, pointer: str) -> tuple[int | None, int | None]:
@@ -213,12 +232,15 @@ class ProjectFile:
 
 def parse_host_entry(entry: str) -> tuple[str, int | None]:
     """`"localhost"` → `("localhost", None)`, `"127.0.0.1:8123"` → `("127.0.0.1", 8123)`,
-    `"[::1]:8080"` → `("::1", 8080)`: a host the web tools may reach despite the address rules,
-    on any port or on one. Host names are lowercased and IP addresses written canonically, so
-    an entry matches however a URL spells the same host. Raises ValueError saying what is wrong,
-    worded to follow the place it is found at (`web.allow_hosts[0] must be ...`).
+    `"[::1]:8080"` → `("::1", 8080)`, `"*.example.com"` → `("*.example.com", None)` (every
+    subdomain), `"*"` → `("*", None)` (every host): a host of the web policy, on any port or on
+    one. Host names are lowercased and IP addresses written canonically, so an entry matches
+    however a URL spells the same host. Raises ValueError saying what is wrong, worded to follow
+    the place it is found at (`web.allow_hosts[0] must be ...`).
     """
     text = entry.strip().lower()
+    if text == "*":
+        return "*", None
     port: int | None = None
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
@@ -238,6 +260,8 @@ def parse_host_entry(entry: str) -> tuple[str, int | None]:
         return str(ipaddress.ip_address(host)), port
     except ValueError:
         pass
+    if host.startswith("*.") and _HOST_NAME.fullmatch(host[2:]):
+        return host, port
     if not _HOST_NAME.fullmatch(host):
         raise ValueError(f"must be a host name, an IP address or host:port, not {_quote(entry)}")
     return host, port
@@ -255,10 +279,60 @@ def load_project_file(path: Path) -> ProjectFile:
     except OSError as exc:
         problem = Diagnostic("error", "unreadable", f"cannot read {path.name}: {_os_reason(exc)}")
         return ProjectFile(path=path, exists=True, usable=False, diagnostics=(problem,))
+    digest = hashlib.sha256(data).hexdigest()
     text = _decode(path, data)
     if isinstance(text, Diagnostic):
-        return ProjectFile(path=path, exists=True, usable=False, diagnostics=(text,))
-    return _parse(text).project_file(path)
+        return ProjectFile(
+            path=path, exists=True, usable=False, diagnostics=(text,), digest=digest, data=data
+        )
+    parsed = _parse(text).project_file(path)
+    return dataclasses.replace(parsed, digest=digest, data=data)
+
+
+def user_file_path(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CONFIG_HOME/codecoder/config.json`, by default `~/.config/codecoder/config.json`
+    (a relative XDG_CONFIG_HOME is ignored, as the XDG spec says)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
+    return root / "codecoder" / "config.json"
+
+
+def load_user_file(path: Path) -> ProjectFile:
+    """Read the user's own file: codecoder.json's schema without grants. Every diagnostic
+    carries the file's path; a grant in it is an error (grants are per project)."""
+    pf = load_project_file(path)
+    problems = list(pf.diagnostics)
+    if pf.allowlist:
+        line, column = pf.position_of("/allowlist")
+        problems.append(
+            Diagnostic(
+                "error",
+                "schema",
+                "the user file holds no grants: grants are per project, in codecoder.json "
+                "(answer AlwaysThisProject at the prompt)",
+                "allowlist",
+                line,
+                column,
+            )
+        )
+    diagnostics = tuple(dataclasses.replace(d, file=str(path)) for d in problems)
+    if any(d.severity == "error" for d in diagnostics):
+        return dataclasses.replace(
+            pf,
+            usable=False,
+            allowlist=(),
+            bindings=(),
+            read_roots=(),
+            docker=(),
+            web=WebSection(),
+            agent=AgentSection(),
+            timeout=None,
+            max_output=None,
+            session_ttl=None,
+            diagnostics=diagnostics,
+        )
+    return dataclasses.replace(pf, diagnostics=diagnostics)
 
 
 def add_allow_entry(
@@ -287,7 +361,7 @@ def add_allow_entry(
         allowlist[pattern] = value
         return True
 
-    _update(path, grant)
+    _update(path, grant, granted=(pattern, digest))
 
 
 def remove_allow_entry(path: Path, pattern: str) -> bool:
@@ -305,7 +379,7 @@ def remove_allow_entry(path: Path, pattern: str) -> bool:
             removed = True
         return removed
 
-    _update(path, revoke)
+    _update(path, revoke, revoked=pattern)
     return removed
 
 
@@ -339,6 +413,16 @@ class _Limits(BaseModel):
 
 
 def _check_host_entry(value: str) -> str:
+    host, _ = parse_host_entry(value)
+    if host == "*":
+        raise ValueError(
+            'must name hosts: "*" would let every address through; to reach only some hosts, '
+            'deny "*" in deny_hosts and name them here'
+        )
+    return value
+
+
+def _check_denied_host(value: str) -> str:
     parse_host_entry(value)
     return value
 
@@ -364,6 +448,7 @@ def _check_variable_name(value: str) -> str:
 
 
 _HostEntry = Annotated[str, AfterValidator(_check_host_entry)]
+_DeniedHost = Annotated[str, AfterValidator(_check_denied_host)]
 _BaseUrl = Annotated[str, AfterValidator(_check_base_url)]
 _VariableName = Annotated[str, AfterValidator(_check_variable_name)]
 
@@ -372,6 +457,7 @@ class _Web(BaseModel):
     model_config = _STRICT
 
     allow_hosts: list[_HostEntry] = Field(default_factory=list)
+    deny_hosts: list[_DeniedHost] = Field(default_factory=list)
     search_url: _BaseUrl | None = None
     github_api_url: _BaseUrl | None = None
     github_token_env: _VariableName | None = None
@@ -424,7 +510,7 @@ class _ProjectFileModel(BaseModel):
     # Strict(False): in strict mode pydantic accepts only enum members, and JSON has strings.
     environments: dict[str, Annotated[EnvironmentTag, Strict(False)]] = Field(default_factory=dict)
     limits: _Limits = Field(default_factory=_Limits)
-    session_ttl: float = -1
+    session_ttl: float | None = None
     web: _Web = Field(default_factory=_Web)
     agent: _Agent = Field(default_factory=_Agent)
     # Extra directories the read tools may read (never write), addressed as `@name/path`.
@@ -433,8 +519,8 @@ class _ProjectFileModel(BaseModel):
 
     @field_validator("session_ttl")
     @classmethod
-    def _never_or_positive(cls, value: float) -> float:
-        if value != -1 and not value > 0:
+    def _never_or_positive(cls, value: float | None) -> float | None:
+        if value is not None and value != -1 and not value > 0:
             raise ValueError("must be -1 (never expires) or a positive number of seconds")
         return value
 
@@ -518,6 +604,7 @@ class _Parse:
             session_ttl=model.session_ttl,
             web=WebSection(
                 allow_hosts=tuple(model.web.allow_hosts),
+                deny_hosts=tuple(model.web.deny_hosts),
                 search_url=model.web.search_url,
                 github_api_url=model.web.github_api_url,
                 github_token_env=model.web.github_token_env,
@@ -843,32 +930,43 @@ class _SourceIndex:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def _update(path: Path, change: Callable[[dict[str, Any]], bool]) -> None:
-    """Apply `change` to the document on disk under the lock; write if it says it changed."""
+def _update(
+    path: Path,
+    change: Callable[[dict[str, Any]], bool],
+    *,
+    granted: tuple[str, str | None] | None = None,
+    revoked: str | None = None,
+) -> None:
+    """Apply `change` to the document on disk under the lock; write if it says it changed, and
+    keep the file's trust as it was (`runtime.trust.after_write`) under the same lock."""
     try:
-        with _exclusive_lock(path):
+        with exclusive_lock_of(path):
             _remove_stale_temporaries(path)
-            document, mode = _read_for_update(path)
+            document, mode, before = _read_for_update(path)
             if change(document):
-                replace_atomically(path, _serialize(document), mode)
+                after = _serialize(document)
+                replace_atomically(path, after, mode)
+                trust.after_write(
+                    path.parent.resolve(), before, after, granted=granted, revoked=revoked
+                )
     except OSError as exc:
         raise ConfigError(f"cannot update {path.name}: {_os_reason(exc)}", path) from exc
 
 
-def _exclusive_lock(path: Path) -> contextlib.AbstractContextManager[None]:
-    lock_directory = path.parent / ".codecoder"
-    lock_directory.mkdir(exist_ok=True)
-    return exclusive_lock(lock_directory / f"{path.name}.lock")
+def exclusive_lock_of(path: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock every change to the project file at `path` (and to its trust) is made under."""
+    return exclusive_lock(workspace_directory(path.parent) / f"{path.name}.lock")
 
 
-def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None]:
-    """The document on disk and its permission bits; None for a file that does not exist."""
+def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None, bytes | None]:
+    """The document on disk, its permission bits and bytes; None for a file that does not
+    exist."""
     try:
         with path.open("rb") as file:
             mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
             data = file.read()
     except FileNotFoundError:
-        return {}, None
+        return {}, None, None
     text = _decode(path, data)
     parse = _parse(text) if isinstance(text, str) else _Parse(diagnostics=[text])
     if errors := parse.errors():
@@ -880,7 +978,7 @@ def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None]:
             first.column,
         )
     document: dict[str, Any] = parse.document
-    return document, mode
+    return document, mode, data
 
 
 def _insert_allowlist(document: dict[str, Any]) -> None:

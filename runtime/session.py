@@ -5,9 +5,11 @@
         outcome = session.call("run_command", {"command": "git status"})
         print(outcome.unwrap().output)
 
-A runtime reads codecoder.json once; edits are applied by `reload()` (never automatically),
-which returns the diagnostics of the file as it now is. Session grants live in the session and
-are dropped with it.
+A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
+trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
+files as they now are. A codecoder.json nobody trusted is obeyed only for what cannot widen
+access (`runtime.project`). Session grants live in the session and are dropped with it; the
+audit log is in the runtime's state directory (`runtime.audit`).
 
 The runtime's tools are its catalogue (the built-in tools by default) plus, when the catalogue
 has `run_capability`, one tool per capability of the project (`runtime.capabilities`), read at
@@ -45,6 +47,7 @@ from runtime.errors import ConfigError, SandboxUnavailable, UsageError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.state import project_state_directory
 from runtime.tool import Tool, ToolDefinition
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
@@ -66,8 +69,13 @@ class Runtime:
         audit_log: Path | object | None = _DEFAULT_AUDIT,
         tools: Mapping[str, Tool[Any]] | None = None,
         clock: Callable[[], float] | None = None,
+        trusted: bool | None = None,
     ) -> None:
+        """`trusted` overrides the trust record of the project file (`runtime.trust`): None
+        (the default) reads it; True is for a caller that has established trust otherwise
+        (`codecoder audit` runs attempts on scratch copies of a trusted file)."""
         self.project_dir = Path(project_dir).resolve()
+        self._trusted = trusted
         if not self.project_dir.is_dir():
             raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
         self._catalogue: dict[str, Tool[Any]] = dict(
@@ -79,7 +87,7 @@ class Runtime:
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._owned: set[EnvironmentTag] = set()
         if audit_log is _DEFAULT_AUDIT:
-            audit_log = self.project_dir / ".codecoder" / "audit.jsonl"
+            audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
         self.audit = AuditLog(audit_log)
         self.clock = clock
@@ -103,7 +111,7 @@ class Runtime:
             self.capabilities = load_capabilities(self.project_dir, taken=self._catalogue)
         # A new dict, never changed in place: the MCP server lists tools while a call runs.
         self.tools = {**self._catalogue, **capability_tools(self.capabilities)}
-        return load_project(self.project_dir, self.tools, self.capabilities)
+        return load_project(self.project_dir, self.tools, self.capabilities, trusted=self._trusted)
 
     def install_capability(self, capability: Capability) -> None:
         """Add (or replace) one capability's tool, as `create_capability` just wrote it.

@@ -1,9 +1,16 @@
-"""Where the runtime keeps what must stay out of the workspace's reach.
+"""Where the runtime keeps what must stay out of the workspace's reach, and its own directory
+in the workspace.
 
 The state directory (`$XDG_STATE_HOME/codecoder`, by default `~/.local/state/codecoder`) holds
 what the tools a runtime runs must not be able to change: per-project notes, records of trust,
 the audit log, quarantined plants. Each project has its own subdirectory, named by a digest of
 its resolved path, never inside the project itself.
+
+`.codecoder/` in the workspace (a protected path) holds what belongs to the project: the
+capabilities an agent wrote and their approvals, which are meant to be committed, and a few
+machine-local files (the lock of codecoder.json, the pid files of running servers), which are
+not. `workspace_directory` creates it with a `.gitignore` that ignores everything in it but
+the capabilities and their approvals, itself included, so it never shows as untracked.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["project_state_directory", "state_directory"]
+__all__ = ["project_state_directory", "state_directory", "workspace_directory"]
 
 
 def state_directory(environ: Mapping[str, str] | None = None) -> Path:
@@ -29,3 +36,29 @@ def project_state_directory(project: Path, environ: Mapping[str, str] | None = N
     """The state of one project: named by a digest of its path, not inside it."""
     digest = hashlib.sha256(str(project).encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return state_directory(environ) / "projects" / digest
+
+
+WORKSPACE_DIRECTORY = ".codecoder"
+_GITIGNORE = (
+    "# Written by codecoder. Only the capabilities and their approvals belong to the project;\n"
+    "# everything else here is local to this machine.\n"
+    "*\n!capabilities/\n!capabilities/**\n!approvals/\n!approvals/**\n"
+)
+# What earlier versions wrote, replaced when found: it left .codecoder/ itself untracked.
+_OLD_GITIGNORES = frozenset({"audit.jsonl\n*.lock\n"})
+
+
+def workspace_directory(project: Path) -> Path:
+    """`<project>/.codecoder`, created with its `.gitignore` if missing."""
+    directory = project / WORKSPACE_DIRECTORY
+    directory.mkdir(exist_ok=True)
+    ignore = directory / ".gitignore"
+    try:
+        current: str | None = ignore.read_text()
+    except FileNotFoundError:
+        current = None
+    except OSError:
+        return directory  # a .gitignore that cannot be read is the user's business
+    if current is None or current in _OLD_GITIGNORES:
+        ignore.write_text(_GITIGNORE)
+    return directory

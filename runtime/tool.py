@@ -7,6 +7,12 @@ model whose JSON Schema is what an LLM receives) plus two methods:
   It must be pure and cheap: it runs before anything else, and for every call.
 * `execute(args, ctx)` does the work in the environment the runtime hands it through `ctx`.
 
+A tool whose key depends on where the call would run overrides `permission_in(args, site)`
+instead: `run_command` on @shell looks its program up on the host's PATH, because a program
+found in a directory a sandbox can write is keyed by its path, not its name. The dispatcher
+always asks `permission_in`; `ctx.key` then carries the key that was decided, so `execute()`
+runs what was keyed (the program found at key time, not a second lookup).
+
 The dispatcher validates the arguments, calls `permission()`, decides, and only then calls
 `execute()`. A tool never checks its own permission.
 """
@@ -137,6 +143,14 @@ class PermissionKey:
 
 
 @dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a call would run: what a key may depend on besides the call's arguments."""
+
+    workspace: Path
+    environment: EnvironmentTag
+
+
+@dataclass(frozen=True, slots=True)
 class Permission:
     """`Permission.none()` runs without asking; `Permission.ask(key)` goes through the chain."""
 
@@ -186,6 +200,11 @@ class ToolContext:
     limits: ShellSettings = field(default_factory=ShellSettings)
     session: Session | None = None  # the calling session: lets `agent` start a child session
     extra: Mapping[str, Any] = field(default_factory=dict)
+    key: PermissionKey | None = None  # the key the call was decided under, when it asked
+
+    @property
+    def site(self) -> CallSite:
+        return CallSite(self.workspace, self.environment_tag)
 
 
 class Parameters(BaseModel):
@@ -229,6 +248,11 @@ class Tool(abc.ABC, Generic[P]):
     @abc.abstractmethod
     def permission(self, args: P) -> Permission:
         """What this call needs. Pure: no I/O, no side effects."""
+
+    def permission_in(self, args: P, site: CallSite) -> Permission:
+        """What this call needs where it would run; the same as `permission(args)` unless the
+        key depends on the place (see the module docstring). No side effects."""
+        return self.permission(args)
 
     @abc.abstractmethod
     def execute(self, args: P, ctx: ToolContext) -> ToolResult:

@@ -15,6 +15,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
 from runtime.prompt import AskRequest
 from runtime.session import Runtime
+from runtime.trust import record_trust
 
 
 class RecordingAsker:
@@ -34,6 +35,18 @@ def echo_handler(request: CommandRequest) -> CommandResult:
     return CommandResult(exit_code=0, stdout=shown + "\n", stderr="", duration=0.001)
 
 
+@pytest.fixture(autouse=True)
+def private_state_and_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own state directory (trust records, audit logs, notes) and an empty
+    user configuration: nothing of the machine's own leaks in, nothing of a test leaks out."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    return home
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -41,10 +54,19 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def write_config(root: Path, config: dict[str, Any] | str) -> Path:
+def write_config(root: Path, config: dict[str, Any] | str, *, trusted: bool = True) -> Path:
+    """Write the project's codecoder.json and, unless `trusted=False`, trust it as the human
+    would with `codecoder trust` (a test about what a file grants is not about trust)."""
     path = root / "codecoder.json"
     path.write_text(config if isinstance(config, str) else json.dumps(config, indent=2) + "\n")
+    if trusted:
+        trust_project(root)
     return path
+
+
+def trust_project(root: Path) -> None:
+    """Record the project's codecoder.json, as it is now, as trusted."""
+    record_trust(root.resolve(), (root / "codecoder.json").read_bytes(), ())
 
 
 @pytest.fixture

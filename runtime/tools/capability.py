@@ -496,7 +496,7 @@ def _row(capability: Capability, session: Session) -> dict[str, Any]:
     pinned = {g.digest for g in allowlist.granted_by(key) if g.digest is not None}
     project = environment.allows(Scope.PROJECT) and key.digest in pinned
     approved_other = sorted(pinned - {capability.digest})
-    found = session.allowlist.lookup(key, key.digest)
+    found = session.allowlist.lookup(key, environment, key.digest)
     in_session = found is not None and found[0]
     denied = allowlist.denied_by(key) is not None
     grant = "denied" if denied else "project" if project else "session" if in_session else "ask"

@@ -1,7 +1,16 @@
-"""The execute and git-write tools that run commands: `run_command` and `commit`."""
+"""The execute and git-write tools that run commands: `run_command` and `commit`.
+
+On @shell, `run_command` keys a simple command by the program found on the host's PATH when
+that program lies where a sandbox can write (`runtime.hostpath`), and runs the path found at
+key time; compound commands get a PATH without those directories. `commit` runs git hardened
+as `runtime.hostgit` describes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shlex
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -9,7 +18,11 @@ from pydantic import Field, field_validator
 from environments.base import CommandRequest, CommandResult
 from runtime.ceiling import EnvironmentTag
 from runtime.commandkey import key_command
+from runtime.errors import ExecutionFailed
+from runtime.hostgit import HostGit
+from runtime.hostpath import host_path, locate
 from runtime.tool import (
+    CallSite,
     Category,
     KeyStyle,
     Parameters,
@@ -89,17 +102,51 @@ class RunCommand(Tool[RunCommandParameters]):
     def permission(self, args: RunCommandParameters) -> Permission:
         return Permission.ask(key_command(args.command).permission_key(self.name))
 
+    def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
+        key = self.permission(args).key
+        assert key is not None
+        if site.environment is not EnvironmentTag.SHELL or key.argv is None:
+            return Permission.ask(key)  # in a sandbox, its own PATH; compound: see execute()
+        name = key.argv[0]
+        if "/" in name:
+            return Permission.ask(key)  # named by its path already: nothing is looked up
+        program = locate(name, site.workspace)
+        if program.path is None:
+            return Permission.ask(key)  # found nowhere: it will fail as "command not found"
+        argv = (program.path, *key.argv[1:])
+        if not program.writable:
+            return Permission.ask(dataclasses.replace(key, argv=argv))
+        # Keyed as if the command had named the program by that path, so that every level a
+        # grant may record names the path too, and deny rules still see the program's name.
+        # If the table makes that spelling compound, its whole-string key names the path and
+        # is approved only as a whole; either way what runs is the argv found here.
+        by_path = key_command(shlex.join((program.key_action, *key.argv[1:])))
+        assert by_path.argv is None or by_path.argv[1:] == key.argv[1:]
+        return Permission.ask(
+            dataclasses.replace(
+                by_path.permission_key(self.name),
+                argv=argv,
+                subject=f"{key.subject}\n({name} is {program.where()})",
+            )
+        )
+
     def execute(self, args: RunCommandParameters, ctx: ToolContext) -> ToolResult:
-        keyed = key_command(args.command)
+        key = ctx.key or self.permission_in(args, ctx.site).key
+        assert key is not None
         timeout = min(args.timeout or ctx.limits.timeout, 86_400.0)
-        # What runs is exactly what was keyed: the parsed argv without a shell, or, for a
-        # compound command approved as a whole, that very string given to bash.
+        env = None
+        if key.argv is None and ctx.environment_tag is EnvironmentTag.SHELL:
+            env = {**os.environ, "PATH": host_path(ctx.workspace)}
+        # What runs is exactly what was keyed: the argv decided (its program as found at key
+        # time) without a shell, or, for a compound command approved as a whole, that very
+        # string given to bash.
         request = CommandRequest(
             cwd=ctx.workspace,
-            argv=keyed.argv,
-            script=None if keyed.argv is not None else keyed.command,
+            argv=key.argv,
+            script=None if key.argv is not None else args.command,
             timeout=timeout,
             max_output=ctx.limits.max_output,
+            env=env,
             writable=True,  # builds write the workspace; protected paths stay read-only
         )
         result: CommandResult = ctx.environment.run(request)
@@ -148,18 +195,20 @@ class Commit(Tool[CommitParameters]):
     def permission(self, args: CommitParameters) -> Permission:
         return Permission.ask(PermissionKey.named(self.name, subject=_commit_summary(args)))
 
-    def execute(self, args: CommitParameters, ctx: ToolContext) -> ToolResult:
-        def git(*argv: str) -> CommandResult:
-            result: CommandResult = ctx.environment.run(
-                CommandRequest(
-                    cwd=ctx.workspace,
-                    argv=("git", *argv),
-                    timeout=ctx.limits.timeout,
-                    max_output=ctx.limits.max_output,
-                )
-            )
-            return result
+    def permission_in(self, args: CommitParameters, site: CallSite) -> Permission:
+        subject = _commit_summary(args)
+        try:
+            hooks = HostGit.for_workspace(site.workspace).hooks
+        except ExecutionFailed:
+            hooks = ()  # execute() refuses, saying why
+        if hooks:
+            subject += f"\n(runs the hooks {', '.join(hooks)} from .git/hooks)"
+        return Permission.ask(PermissionKey.named(self.name, subject=subject))
 
+    def execute(self, args: CommitParameters, ctx: ToolContext) -> ToolResult:
+        git = HostGit.for_workspace(ctx.workspace).runner(
+            ctx.environment.run, timeout=ctx.limits.timeout, max_output=ctx.limits.max_output
+        )
         if args.paths:
             staged = git("add", "--", *args.paths)
             if staged.exit_code != 0:

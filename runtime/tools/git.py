@@ -28,16 +28,10 @@ from typing import Any
 
 from dulwich.diff_tree import tree_changes
 from dulwich.errors import NotGitRepository
-from dulwich.ignore import IgnoreFilter, IgnoreFilterManager
-from dulwich.index import (
-    ConflictedIndexEntry,
-    Index,
-    blob_from_path_and_stat,
-    cleanup_mode,
-    get_unstaged_changes,
-)
+from dulwich.ignore import IgnoreFilter, IgnoreFilterManager, read_ignore_patterns
+from dulwich.index import ConflictedIndexEntry, Index, IndexEntry, cleanup_mode
 from dulwich.object_store import iter_tree_contents
-from dulwich.objects import S_ISGITLINK, Commit, ObjectID, Tag
+from dulwich.objects import S_ISGITLINK, Blob, Commit, ObjectID, Tag
 from dulwich.objectspec import parse_commit, parse_object
 from dulwich.patch import gen_diff_header, is_binary, patch_filename, unified_diff
 from dulwich.refs import Ref
@@ -45,6 +39,7 @@ from dulwich.repo import Repo
 from pydantic import Field, ValidationInfo, field_validator
 
 from runtime.ceiling import EnvironmentTag
+from runtime.confined import Beneath
 from runtime.errors import CodecoderError, ExecutionFailed
 from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
 
@@ -76,18 +71,32 @@ class _Repository:
     """A read-only view of the workspace's repository: HEAD, index, work tree."""
 
     def __init__(self, workspace: Path) -> None:
-        if not (workspace / ".git").exists():
+        try:
+            info = os.lstat(workspace / ".git")
+        except FileNotFoundError:
             raise ExecutionFailed(
                 f"the workspace {workspace} is not a git repository (no .git at its root)"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            # A `gitdir:` file (a linked worktree, a submodule) or a symlink points at a
+            # repository outside the workspace, which a tool that never asks must not read.
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+            raise ExecutionFailed(
+                f"the workspace's .git is {kind}: the git tools read only a repository whose "
+                ".git directory is in the workspace; use run_command to run git here"
             )
         # worktree= pins the work tree: core.worktree in a hostile config could point it at
         # any directory on the machine.
         self.repo = Repo(str(workspace), worktree=str(workspace))
         self.root = workspace
+        # Every read of the work tree goes through this: nothing behind a symlink, nothing
+        # outside the workspace, whatever a sandbox planted (see runtime.confined).
+        self.tree = Beneath(workspace)
         index_path = self.repo.index_path()
         self.index: Index | None = Index(index_path) if os.path.exists(index_path) else None
 
     def close(self) -> None:
+        self.tree.close()
         self.repo.close()
 
     # --- commits and trees --------------------------------------------------------------------
@@ -170,24 +179,49 @@ class _Repository:
     def unstaged_paths(self) -> list[bytes]:
         """Tracked paths whose work-tree file differs from the index, by raw bytes.
 
-        No filter callback: the config's clean filters are exactly what must not run. No stat
-        refresh: a read tool does not rewrite the index.
+        Like git: a file whose stat matches its index entry is not read; a path behind a
+        symlinked directory is gone. No filter runs (the config's clean filters are exactly what
+        must not run) and the index is not refreshed on disk (a read tool writes nothing).
         """
         if self.index is None:
             return []
-        return sorted(get_unstaged_changes(self.index, os.fsencode(self.root)))
+        return sorted(
+            path
+            for path, entry in self.index.items()
+            if isinstance(entry, ConflictedIndexEntry)
+            or (not entry.skip_worktree and self._differs(path, entry))
+        )
+
+    def _differs(self, path: bytes, entry: IndexEntry) -> bool:
+        st = self.tree.lstat(path)
+        if st is None:
+            return True
+        if stat.S_ISDIR(st.st_mode):
+            return not S_ISGITLINK(entry.mode)  # a nested repository is not looked into
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            return True
+        if _stat_matches(st, entry):
+            return False
+        found = self.worktree_file(path)
+        return found is None or found[1] != entry.sha
 
     def worktree_file(self, path: bytes) -> tuple[int, ObjectID, bytes] | None:
-        """(mode, object id, content) of the file at `path` now; None if it is gone."""
-        full = os.path.join(os.fsencode(self.root), path)
+        """(mode, object id, content) of the file at `path` now; None if it is gone, or is
+        anything but a regular file or a symlink (whose target text is its content)."""
+        st = self.tree.lstat(path)
+        if st is None:
+            return None
         try:
-            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                data = self.tree.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                data = self.tree.read(path)
+            else:
+                return None
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if stat.S_ISDIR(st.st_mode):
-            return None
-        blob = blob_from_path_and_stat(full, st)  # a symlink's target, never followed
-        return cleanup_mode(st.st_mode), blob.id, blob.as_raw_string()
+        blob = Blob.from_string(data)
+        return cleanup_mode(st.st_mode), blob.id, data
 
     def untracked(self, limit: int) -> tuple[list[str], bool]:
         """Untracked, unignored paths, a wholly untracked directory as `dir/` (like git)."""
@@ -195,49 +229,49 @@ class _Repository:
         tracked_dirs = {
             "/".join(p.split("/")[:i]) for p in tracked for i in range(1, p.count("/") + 1)
         }
-        exclude = os.path.join(self.repo.controldir(), "info", "exclude")
         # Only the repository's own ignore files: core.excludesFile could name any file.
-        globals_ = [IgnoreFilter.from_path(exclude)] if os.path.isfile(exclude) else []
-        ignores = IgnoreFilterManager(str(self.root), globals_, False)
+        exclude = _ignore_filter(self.tree, ".git/info/exclude")
+        ignores = _ConfinedIgnores(self.tree, [exclude] if exclude else [])
         found: list[str] = []
+        tree = self.tree
 
         def ignored(relative: str) -> bool:
             return ignores.is_ignored(relative) is True
 
-        def holds_untracked(directory: Path, relative: str) -> bool:
-            if (directory / ".git").exists():
+        def holds_untracked(relative: str) -> bool:
+            if tree.lstat(relative + ".git") is not None:
                 return True  # a nested repository, shown as one untracked directory
-            for entry in _entries(directory):
-                child = f"{relative}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if not ignored(child + "/") and holds_untracked(Path(entry.path), child + "/"):
+            for name, info in tree.scandir(relative):
+                child = f"{relative}{name}"
+                if stat.S_ISDIR(info.st_mode):
+                    if not ignored(child + "/") and holds_untracked(child + "/"):
                         return True
                 elif not ignored(child):
                     return True
             return False
 
-        def walk(directory: Path, relative: str) -> bool:
-            for entry in _entries(directory):
+        def walk(relative: str) -> bool:
+            for name, info in tree.scandir(relative):
                 if len(found) >= limit:
                     return False
-                if entry.name == ".git":
+                if name == ".git":
                     continue
-                child = f"{relative}{entry.name}"
+                child = f"{relative}{name}"
                 if child in tracked:
                     continue
-                if entry.is_dir(follow_symlinks=False):
+                if stat.S_ISDIR(info.st_mode):
                     if ignored(child + "/"):
                         continue
                     if child in tracked_dirs:
-                        if not walk(Path(entry.path), child + "/"):
+                        if not walk(child + "/"):
                             return False
-                    elif holds_untracked(Path(entry.path), child + "/"):
+                    elif holds_untracked(child + "/"):
                         found.append(child + "/")
                 elif not ignored(child):
                     found.append(child)
             return True
 
-        complete = walk(self.root, "")
+        complete = walk("")
         return found, not complete
 
 
@@ -245,12 +279,46 @@ def _entry(mode: int | None, sha: bytes | None) -> _Entry | None:
     return None if mode is None or sha is None else (mode, ObjectID(sha))
 
 
-def _entries(directory: Path) -> list[os.DirEntry[str]]:
+class _ConfinedIgnores(IgnoreFilterManager):
+    """dulwich's ignore rules, with each `.gitignore` read beneath the workspace: one that is a
+    symlink, or lies behind one, is not read (git does not follow them either)."""
+
+    def __init__(self, tree: Beneath, global_filters: list[IgnoreFilter]) -> None:
+        super().__init__(str(tree.root), global_filters, False)
+        self._tree = tree
+
+    def _load_path(self, path: str) -> IgnoreFilter | None:
+        if path not in self._path_filters:
+            name = f"{path}/.gitignore" if path else ".gitignore"
+            self._path_filters[path] = _ignore_filter(self._tree, name)
+        return self._path_filters[path]
+
+
+def _ignore_filter(tree: Beneath, path: str) -> IgnoreFilter | None:
     try:
-        with os.scandir(directory) as entries:
-            return sorted(entries, key=lambda entry: entry.name)
-    except (PermissionError, FileNotFoundError, NotADirectoryError):
-        return []
+        data = tree.read(path, limit=_MAX_IGNORE_FILE)
+    except OSError:
+        return None
+    return IgnoreFilter(read_ignore_patterns(io.BytesIO(data)), False, path=path)
+
+
+_MAX_IGNORE_FILE = 4 * 1024 * 1024
+
+
+def _stat_matches(st: os.stat_result, entry: IndexEntry) -> bool:
+    """Whether the file is, by its stat, the one the index recorded (git's shortcut: size,
+    modification and change time to the nanosecond)."""
+
+    def nanoseconds(value: int | float | tuple[int, int]) -> int:
+        if isinstance(value, tuple):
+            return value[0] * 1_000_000_000 + value[1]
+        return int(value) * 1_000_000_000
+
+    return (
+        st.st_size == entry.size
+        and st.st_mtime_ns == nanoseconds(entry.mtime)
+        and st.st_ctime_ns == nanoseconds(entry.ctime)
+    )
 
 
 def _text(path: bytes) -> str:

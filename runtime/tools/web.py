@@ -15,10 +15,15 @@ model from using them against the machine they run on or its network (SSRF) is `
 * a response larger than `max_bytes` or slower than `timeout` (the whole exchange, not each
   read) is refused; no compression is asked for, so the size read is the size received.
 
-A project lets specific hosts through with codecoder.json (`"web": {"allow_hosts":
-["127.0.0.1:8123", "localhost"]}`): a local documentation server, a SearxNG on the LAN. The
-search and GitHub backends named in `web` are let through for their own tool, since the project
-chose them; a model cannot add to either list.
+The `web` policy of the user's file and a trusted codecoder.json (`runtime.project.WebSettings`)
+says where they may reach: `deny_hosts` refuses hosts (`"*"` for all, `"*.example.com"`),
+`allow_hosts` lets hosts through, local ones included (`"127.0.0.1:8123"`, `"localhost"`: a
+local documentation server, a SearxNG on the LAN); the most specific entry decides, a deny
+winning a tie. So `{"deny_hosts": ["*"], "allow_hosts": ["docs.python.org"]}` is all a child
+agent can reach. The policy is applied before a name is resolved (a DNS query for a denied
+name could itself carry data out), and to every redirect. The search and GitHub backends named
+in `web` are let through for their own tool, since the configuration chose them; a model cannot
+add to either list. An untrusted codecoder.json can only add deny entries.
 """
 
 from __future__ import annotations
@@ -196,7 +201,7 @@ class GuardedHttp:
         self.settings = settings
         self._resolver = resolver
         self._ssl_context = ssl_context
-        self._allowed = settings.allow_hosts | trusted
+        self._trusted = trusted
 
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> HttpResponse:
         """Fetch `url`, following redirects; raises ExecutionFailed / ExecutionTimeout."""
@@ -226,6 +231,12 @@ class GuardedHttp:
 
     def _addresses(self, target: _Target) -> list[str]:
         """The addresses to connect to, each checked, or ExecutionFailed saying why not."""
+        verdict = self.settings.verdict(target.host, target.port, self._trusted)
+        if verdict is not None and verdict[0] == "deny":
+            raise ExecutionFailed(
+                f"refused to fetch {target.url}: the web policy denies {target.host} "
+                f"(deny_hosts entry {verdict[1]!r})"
+            )
         try:
             literal: IPAddress | None = ipaddress.ip_address(target.host)
         except ValueError:
@@ -235,7 +246,7 @@ class GuardedHttp:
         )
         if not addresses:
             raise ExecutionFailed(f"{target.host} resolves to no address")
-        if (target.host, None) in self._allowed or (target.host, target.port) in self._allowed:
+        if verdict is not None:  # allowed by name: local addresses included
             return addresses
         for text in addresses:
             refusal = address_refusal(ipaddress.ip_address(text.split("%", 1)[0]))

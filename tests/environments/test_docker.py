@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -314,6 +315,27 @@ def test_a_timeout_kills_quickly_and_the_container_stays_usable(
     assert elapsed < 3
     assert after.stdout == "done\n"  # neither sleep survived, not even the setsid one
     assert after.extra["container"] == first.extra["container"]
+
+
+@docker_test
+def test_an_interrupted_call_takes_its_container_and_its_command_with_it(
+    sandbox: DockerEnvironment, docker_engine: Any
+) -> None:
+    # Ctrl-C (or SIGTERM, which the CLI turns into the same interruption) while a call runs.
+    first = run(sandbox, "true")
+    main = threading.main_thread().ident
+    assert main is not None
+    interrupt = threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT))
+    interrupt.start()
+    with pytest.raises(KeyboardInterrupt):
+        run(sandbox, "sleep 300", timeout=120)
+    interrupt.join()
+    after = run(sandbox, "grep -l '^slee[p]' /proc/[0-9]*/cmdline; echo done")
+
+    assert after.stdout == "done\n"
+    assert after.extra["container"] != first.extra["container"]
+    names = [c.name for c in docker_engine.containers.list(all=True)]
+    assert first.extra["container"] not in names
 
 
 @docker_test

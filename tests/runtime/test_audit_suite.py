@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ from runtime.audit_suite import (
 )
 from runtime.cli import main
 from runtime.commandkey import key_command
-from runtime.tool import Permission
+from runtime.tool import CallSite, Permission
 from runtime.tools import builtin_tools
 from runtime.tools.execute import RunCommand, RunCommandParameters
 from tests.conftest import write_config
@@ -112,8 +113,8 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 119, "permission-files": 23, "wasm": 31, "docker": 32}
-    assert len({a.id for a in corpus}) == len(corpus) == 205
+    assert per_layer == {"keying": 119, "permission-files": 32, "wasm": 31, "docker": 32}
+    assert len({a.id for a in corpus}) == len(corpus) == 214
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -148,9 +149,11 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
     assert by_id["keying.deny-absolute-path"] == (
         "refused by the deny rule run_command:git:push; nothing ran"
     )
+    # The program as the runtime found it on PATH when it keyed the call: no second lookup.
+    git = shutil.which("git")
     assert by_id["keying.quoted-metacharacters"] == (
         "allowed (session: run_command:git), run as the argv "
-        "['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
+        f"['{git}', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
     assert by_id["keying.escape-conceal"].endswith(
         "the prompt shows every control character and long run of spaces made visible"
@@ -423,6 +426,8 @@ def test_a_run_command_bound_to_docker_cannot_write_the_permission_files(
     legitimate = {  # project grants for a sandboxed run_command are what the ceiling allows
         "permission-files.shell-entry-run-command",
         "permission-files.shell-entry-wildcard",
+        # and a container has its own PATH, which the host's does not reach
+        "permission-files.path-hijack-venv",
     }
     assert statuses(report) == {
         **dict.fromkeys(ids("permission-files"), BLOCKED),
@@ -555,3 +560,33 @@ def test_an_exposed_project_file_lets_the_self_grants_escape(
         "run_container ran in @docker: exit code 0, (no output); it changed codecoder.json"
     )
     assert not report.ok
+
+
+class NoLookupRunCommand(RunCommand):
+    """A deliberately broken run_command that keys by the program's name wherever PATH leads."""
+
+    def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
+        return self.permission(args)
+
+
+def test_a_run_command_blind_to_path_is_caught_by_the_path_hijack_attempt(
+    project: Path,
+) -> None:
+    tools = {**builtin_tools(), "run_command": NoLookupRunCommand()}
+
+    report = run_audit(
+        project,
+        ["permission-files"],
+        options=AuditOptions(tools=tools),
+        attempts=["permission-files.path-hijack-venv", "permission-files.cloned-read-root-outside"],
+    )
+
+    assert statuses(report) == {
+        "permission-files.path-hijack-venv": ESCAPED,
+        "permission-files.cloned-read-root-outside": BLOCKED,
+    }
+    how = {r.attempt.id: r.how for r in report.results}
+    assert how["permission-files.path-hijack-venv"] == (
+        "the planted git was covered by run_command:git:status: "
+        "allowed (session: run_command:git:status)"
+    )

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import write_config
+import pytest
+
+from runtime.state import project_state_directory
+from tests.conftest import trust_project, write_config
 
 SEED = (
     "{\n"
@@ -120,9 +125,36 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
             "allowlist": {"run_command:git": "AlwaysThisProject"},
         },
     )
-    assert as_json(codecoder("check", "--json", project=project)) == {
+    checked = as_json(codecoder("check", "--json", project=project))
+    file = str(project / "codecoder.json")
+    assert checked == {
         "ok": True,
-        "file": str(project / "codecoder.json"),
+        "file": file,
+        "user_file": None,
+        "trust": {
+            "state": "trusted",
+            "digest": checked["trust"]["digest"],
+            "widenings": [
+                {
+                    "section": "environments",
+                    "key": "run_command",
+                    "what": "runs run_command in @docker",
+                    "line": 3,
+                    "column": 5,
+                },
+                {
+                    "section": "allowlist",
+                    "key": "run_command:git",
+                    "what": "grants run_command:git for the project",
+                    "line": 6,
+                    "column": 5,
+                },
+            ],
+        },
+        "rules": [
+            {"kind": "environment", "value": "run_command: @docker", "file": file, "line": 3},
+            {"kind": "allow", "value": "run_command:git", "file": file, "line": 6},
+        ],
         "diagnostics": [],
     }
     write_config(project, '{\n  "allowlist": {\n    "run_command:git": AlwaysThisProject\n}}\n')
@@ -286,6 +318,7 @@ def test_check_flags_every_entry_that_can_never_match_and_says_how_to_spell_it(
         '                "run_wasm:tools/./fmt.wasm": "AlwaysThisProject"}\n'
         "}\n"
     )
+    trust_project(project)  # an untrusted file's grants are not obeyed, let alone analysed
     proc = codecoder("check", "--json", project=project)
     assert proc.returncode == 1
     found = {
@@ -324,3 +357,59 @@ def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) ->
         "call", "run_command", '{"command": "rm x"}', "--non-interactive", project=project
     )
     assert refused.returncode == 3 and "deny rule 'run_command:rm'" in refused.stderr
+
+
+# --- interrupts ----------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _wait_for(path: Path, lines: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= lines:
+            return [int(pid) for pid in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never got {lines} pids")
+
+
+@pytest.mark.parametrize(
+    ("signal_number", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
+    project: Path, signal_number: int, code: int, word: str
+) -> None:
+    pids = project / "pids"
+    command = f"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait"
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    call = ["call", "run_command", json.dumps({"command": command}), "--answer", "once"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime", *call, "--project", str(project)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    bash, sleeper = _wait_for(pids, 2)
+
+    proc.send_signal(signal_number)
+    _, stderr = proc.communicate(timeout=30)
+
+    assert proc.returncode == code
+    assert stderr.strip().splitlines()[-1] == f"codecoder: {word}"
+    assert "Traceback" not in stderr
+    assert not _alive(bash) and not _alive(sleeper)
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    (record,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert (record["outcome"], record["source"], record["error"]) == (
+        "interrupted",
+        "once",
+        "Terminated" if signal_number == signal.SIGTERM else "KeyboardInterrupt",
+    )

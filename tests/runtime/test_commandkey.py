@@ -512,7 +512,7 @@ def test_keys_are_cached() -> None:
         ("my.codecoder", False),
         (".gitignore", False),
         (".github/workflows/ci.yml", False),
-        (".gitmodules", False),
+        (".gitmodules", True),
         ("repo.git/config", False),
         ("git status", False),
         ("src/codecoder/json.py", False),

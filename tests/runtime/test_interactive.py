@@ -5,11 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pexpect
 
+from runtime.state import project_state_directory
 from tests.conftest import write_config
 
 PROMPT = "codecoder> "
@@ -92,7 +95,7 @@ def test_an_answer_for_the_session_holds_until_quit_and_shows_in_the_allowlist(
     assert "· session: session allowlist ·" in second
     assert run(child, "/allowlist").splitlines() == [
         "session grants (until /quit):",
-        "  run_command:echo  (run_command, no expiry)",
+        "  run_command:echo  (run_command in @shell, no expiry)",
         f"project grants ({project / 'codecoder.json'}):",
         "  (none)",
         "deny rules:",
@@ -161,7 +164,8 @@ def test_audit_shows_the_last_decisions(project: Path) -> None:
         ["run_command", "run_command:true", "@shell", "allow/once", "ok"],
     ]
     quit(child)
-    records = [json.loads(line) for line in (project / ".codecoder" / "audit.jsonl").open()]
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    records = [json.loads(line) for line in log.open()]
     assert [r["key"] for r in records] == ["run_command:echo", "run_command:true"]
 
 
@@ -184,3 +188,58 @@ def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _pids(path: Path, count: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= count:
+            return [int(pid) for pid in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never got {count} pids")
+
+
+def test_ctrl_c_stops_the_running_command_and_its_background_jobs_and_the_session_goes_on(
+    project: Path,
+) -> None:
+    pids = project / "pids"
+    child, _ = start(project)
+    child.sendline(f"run_command echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("o")
+    running = _pids(pids, 2)
+
+    child.sendintr()
+    child.expect_exact("(interrupted)")
+    child.expect_exact(PROMPT)
+
+    assert not any(_alive(pid) for pid in running)
+    assert run(child, 'reason {"thought": "still here"}').startswith("Thought recorded.")
+    quit(child)
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    outcomes = [json.loads(line)["outcome"] for line in log.read_text().splitlines()]
+    assert outcomes == ["interrupted", "ok"]
+
+
+def test_sigterm_ends_the_session_and_the_running_command(project: Path) -> None:
+    pids = project / "pids"
+    child, _ = start(project)
+    child.sendline(f"run_command echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("o")
+    running = _pids(pids, 2)
+
+    child.kill(signal.SIGTERM)
+    child.expect(pexpect.EOF)
+    child.close()
+
+    assert child.exitstatus == 143
+    assert not any(_alive(pid) for pid in running)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from runtime.errors import (
     UnknownTool,
 )
 from runtime.prompt import non_interactive
+from runtime.state import project_state_directory
 from runtime.tool import (
     Category,
     Parameters,
@@ -257,7 +259,8 @@ def test_always_this_session_grants_only_the_subcommand_the_human_saw(make_runti
     assert call(runtime, "git status --short", session).decision.source is Source.SESSION
     cleaned = call(runtime, "git clean -fdx", session)
     assert isinstance(cleaned.error, DeniedByUser) and len(asker.requests) == 2
-    assert [request.argv for request in ran(runtime)] == [("git", "status", "--short")]
+    git = shutil.which("git")
+    assert [request.argv for request in ran(runtime)] == [(git, "status", "--short")]
 
 
 def test_the_program_wide_choice_is_offered_apart_and_says_what_it_covers(make_runtime) -> None:
@@ -297,7 +300,9 @@ def test_minus_one_means_a_session_grant_never_expires(make_runtime) -> None:
     runtime = make_runtime(asker=RecordingAsker(Answer.SESSION), clock=lambda: now[0])
     session = runtime.session()
     call(runtime, "ls", session)
-    assert session.allowlist.entries() == [("run_command", "run_command:ls", -1)]
+    assert session.allowlist.entries() == [
+        ("run_command", "run_command:ls", EnvironmentTag.SHELL, -1)
+    ]
     now[0] = 10**12
     assert call(runtime, "ls", session).decision.source is Source.SESSION
 
@@ -484,6 +489,30 @@ def test_a_command_naming_a_protected_path_is_allowed_at_most_once(make_runtime,
     assert call(runtime, "cp a b", session).decision.source is Source.PROJECT
 
 
+def test_a_session_grant_covers_only_the_environment_it_was_approved_in(
+    make_runtime, project
+) -> None:
+    # Approved while run_command ran in the container; the binding is then removed and the
+    # file reloaded: the same command would now run on the host, which nobody approved.
+    write_config(project, DOCKER_BOUND)
+    asker = RecordingAsker(Answer.SESSION)
+    runtime = make_runtime(asker=asker)
+    session = runtime.session()
+    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    write_config(project, {})
+    runtime.reload()
+
+    on_host = call(runtime, "git status", session)
+
+    assert isinstance(on_host.error, DeniedByUser)
+    assert [(r.key, r.environment) for r in asker.requests] == [
+        ("run_command:git:status", EnvironmentTag.DOCKER),
+        ("run_command:git:status", EnvironmentTag.SHELL),
+    ]
+    assert runtime._environments[EnvironmentTag.SHELL].requests == []
+
+
 # --- reload ---------------------------------------------------------------------------------
 
 
@@ -529,7 +558,7 @@ def test_every_call_leaves_one_audit_record_with_its_source(make_runtime, projec
     assert all(
         r["session"] == session.id and r["environment"] in ("@docker", None) for r in records
     )
-    assert runtime.audit.path == project / ".codecoder" / "audit.jsonl"
+    assert runtime.audit.path == project_state_directory(project) / "audit.jsonl"
 
 
 @pytest.mark.parametrize("answer", list(Answer))

@@ -41,6 +41,7 @@ from runtime.mcp_server import (
 from runtime.prompt import AskRequest, non_interactive
 from runtime.schemas import input_schema
 from runtime.session import Runtime
+from runtime.state import project_state_directory
 from runtime.tool import (
     Category,
     Parameters,
@@ -133,7 +134,7 @@ def decision_of(result: types.CallToolResult) -> dict[str, Any]:
 
 
 def audit(project: Path) -> list[dict[str, Any]]:
-    path = project / ".codecoder" / "audit.jsonl"
+    path = project_state_directory(project.resolve()) / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 

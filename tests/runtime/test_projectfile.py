@@ -598,6 +598,7 @@ def test_a_diagnostic_as_json_has_every_field() -> None:
         "message": SESSION_WARNING,
         "line": 4,
         "column": 26,
+        "file": None,
     }
 
 

@@ -145,6 +145,15 @@ def test_a_path_with_glob_characters_is_granted_as_that_path_only() -> None:
         ".GIT/hooks/pre-commit",
         "CodeCoder.JSON",
         "vendor/lib/.git/hooks/post-checkout",
+        # At every depth: a nested repository's config, a `gitdir:` file, submodule config,
+        # and the spellings lenient file systems (and git) take for them.
+        "sub/.git/config",
+        "sub/.git",
+        ".gitmodules",
+        "vendor/.gitmodules",
+        "sub/.Git./config",
+        "sub/.g\u200cit/hooks/pre-commit",
+        "sub/GIT~1/config",
     ],
 )
 def test_keys_for_protected_paths_are_marked_protected(path: str) -> None:
@@ -160,7 +169,16 @@ def test_keys_for_protected_paths_are_marked_protected(path: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [".gitignore", ".github/workflows/ci.yml", "src/codecoder.json", "codecoder.jsonx"]
+    "path",
+    [
+        ".gitignore",
+        ".github/workflows/ci.yml",
+        "src/codecoder.json",
+        "codecoder.jsonx",
+        ".gitattributes",
+        "src/.gitmodules.bak",
+        "my.git/x",
+    ],
 )
 def test_near_misses_of_protected_paths_are_not_protected(path: str) -> None:
     found = key("write_file", path=path, content="")

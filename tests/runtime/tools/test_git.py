@@ -461,3 +461,162 @@ def test_every_git_tool_needs_no_permission_and_runs_in_the_runtime() -> None:
     for tool in GIT_TOOLS:
         schema = tool.parameters.model_json_schema()
         assert all(prop.get("description") for prop in schema["properties"].values()), tool.name
+
+
+# --- reads never leave the workspace ---------------------------------------------------------
+
+SECRET = "the secret outside the workspace\n"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory beside the workspace holding a secret, laid out like the workspace's `src/`."""
+    directory = tmp_path / "outside"
+    (directory / "src").mkdir(parents=True)
+    (directory / "src" / "a.txt").write_text(SECRET)
+    (directory / "a.txt").write_text(SECRET)
+    (directory / ".gitignore").write_text("*\n")
+    return directory
+
+
+@pytest.fixture
+def tracked(project: Path) -> Path:
+    """A repository tracking src/a.txt and top.txt, committed and clean."""
+    init(project)
+    commit(project, "First", {"src/a.txt": "inside\n", "top.txt": "top\n"})
+    return project
+
+
+def everything_the_git_tools_show(root: Path) -> str:
+    calls = [
+        ("git_status", {}),
+        ("git_diff", {}),
+        ("git_diff", {"staged": True}),
+        ("git_diff", {"base": "HEAD"}),
+        ("git_log", {"full": True}),
+    ]
+    shown = []
+    for tool, args in calls:
+        outcome = call(root, tool, **args)
+        shown.append(outcome.result.output if outcome.result else str(outcome.error))
+        shown.append(repr(outcome.result.data if outcome.result else None))
+    return "\n".join(shown)
+
+
+def test_a_tracked_directory_swapped_for_a_symlink_out_reveals_nothing(
+    tracked: Path, outside: Path
+) -> None:
+    shutil.rmtree(tracked / "src")
+    (tracked / "src").symlink_to(outside / "src")
+
+    shown = everything_the_git_tools_show(tracked)
+
+    assert "secret" not in shown
+    # Like git: a path behind a symlinked directory is gone from the work tree.
+    assert " D src/a.txt" in output(tracked, "git_status")
+    assert "-inside" in output(tracked, "git_diff")
+
+
+def test_a_tracked_file_replaced_by_a_symlink_out_shows_the_link_not_its_target(
+    tracked: Path, outside: Path
+) -> None:
+    (tracked / "top.txt").unlink()
+    (tracked / "top.txt").symlink_to(outside / "a.txt")
+
+    diff = output(tracked, "git_diff")
+
+    assert "secret" not in everything_the_git_tools_show(tracked)
+    assert f"+{outside / 'a.txt'}" in diff  # the symlink's text, as git shows it
+    assert "new mode 120000" in diff or "new file mode 120000" in diff or "120000" in diff
+
+
+@pytest.mark.parametrize("target", ["/proc/self/root/etc", "/proc/self/cwd", "/"])
+def test_magic_links_and_absolute_links_lead_nowhere(tracked: Path, target: str) -> None:
+    shutil.rmtree(tracked / "src")
+    (tracked / "src").symlink_to(target)
+
+    shown = everything_the_git_tools_show(tracked)
+
+    assert "root:" not in shown  # /etc/passwd's first line
+    assert " D src/a.txt" in output(tracked, "git_status")
+
+
+def test_gitignore_files_behind_or_as_symlinks_are_not_read(tracked: Path, outside: Path) -> None:
+    # A .gitignore that is a symlink out would be read as patterns: its lines could be probed by
+    # watching which files disappear from the untracked list.
+    (tracked / ".gitignore").symlink_to(outside / ".gitignore")
+    write(tracked, {"new.txt": "n\n"})
+
+    status = output(tracked, "git_status")
+
+    assert "?? new.txt" in status
+
+
+def test_untracked_listing_does_not_descend_into_symlinked_directories(
+    tracked: Path, outside: Path
+) -> None:
+    (tracked / "link").symlink_to(outside)
+
+    status = call(tracked, "git_status")
+
+    assert status.result.data["untracked"] == ["link"]
+
+
+def test_a_directory_swapped_for_a_symlink_mid_call_is_never_followed(
+    tracked: Path, outside: Path
+) -> None:
+    """A swapper flips `src` between the real directory and a symlink out while the tools
+    read; whichever state each read meets, nothing outside is shown."""
+    import threading
+
+    (tracked / "src" / "a.txt").write_text("changed inside\n")
+    (outside / "src" / "a.txt").write_text(SECRET * 50)
+    real = tracked / "real-src"
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            (tracked / "src").rename(real)
+            (tracked / "src").symlink_to(outside / "src")
+            (tracked / "src").unlink()
+            real.rename(tracked / "src")
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        shown = [everything_the_git_tools_show(tracked) for _ in range(20)]
+    finally:
+        stop.set()
+        swapper.join()
+
+    assert not any("secret" in text for text in shown)
+
+
+def test_hard_links_inside_the_workspace_show_their_own_content(tracked: Path) -> None:
+    # A sandbox can link only files already in the workspace (the mount and the WASI preopen
+    # stop links from outside; see runtime.confined): what a link shows was already visible.
+    (tracked / "top.txt").unlink()
+    os.link(tracked / "src" / "a.txt", tracked / "top.txt")
+
+    assert "+inside" in output(tracked, "git_diff")
+
+
+def test_git_tools_refuse_a_git_file_or_symlink_pointing_out_of_the_workspace(
+    tracked: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    init(elsewhere)
+    commit(elsewhere, "Secret history", {"secret.txt": SECRET})
+    shutil.rmtree(tracked / ".git")
+    (tracked / ".git").write_text(f"gitdir: {elsewhere / '.git'}\n")
+
+    as_file = call(tracked, "git_log")
+    (tracked / ".git").unlink()
+    (tracked / ".git").symlink_to(elsewhere / ".git")
+    as_link = call(tracked, "git_log")
+
+    for outcome in (as_file, as_link):
+        assert isinstance(outcome.error, ExecutionFailed)
+        assert "Secret history" not in str(outcome.error)
+    assert "not a directory" in str(as_file.error)
+    assert "a symlink" in str(as_link.error)

