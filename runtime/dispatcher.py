@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from environments.workspaceguard import unresolved_quarantine
 from runtime.audit import AuditLog
 from runtime.decision import Decision
 from runtime.engine import PermissionEngine
@@ -25,6 +27,7 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
+from runtime.ceiling import EnvironmentTag
 from runtime.tool import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -67,6 +70,13 @@ class CallOutcome:
         }
 
 
+def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
+    """Host tools do not run in a workspace still holding what a sandbox planted there."""
+    why = unresolved_quarantine(workspace)
+    if why is not None:
+        raise ExecutionFailed(why)
+
+
 class Dispatcher:
     def __init__(
         self, runtime: Runtime, session: Session, engine: PermissionEngine, audit: AuditLog
@@ -85,6 +95,8 @@ class Dispatcher:
             runtime = self._runtime
             tag = runtime.environment_of(name)
             decision = self._engine.decide(name, tag, tool.permission(params))
+            if tag is EnvironmentTag.SHELL:
+                _refuse_while_quarantine_unresolved(runtime.project_dir)
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -93,6 +105,7 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
+                grant=decision.grant,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

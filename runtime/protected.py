@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 
 PROTECTED_NAMES: tuple[str, ...] = ("codecoder.json", ".codecoder", ".git")
+# Protected wherever they are: git runs a nested repository's hooks and config (`.git` as a
+# directory, a `gitdir:` file or a symlink), and follows a nested `.gitmodules`.
+NESTED_PROTECTED_NAMES: tuple[str, ...] = (".git", ".gitmodules")
 
 _MENTION = re.compile(
     # A path component: not preceded or followed by a character that could continue the name.
@@ -28,6 +31,16 @@ def is_protected_path(relpath: str) -> bool:
     """
     parts = relpath.casefold().split("/")
     return parts[0] in PROTECTED_NAMES or ".git" in parts
+
+
+def is_protected_entry(relpath: str) -> bool:
+    """Whether the entry at a canonical workspace-relative path is itself a protected path:
+    `codecoder.json` or `.codecoder` at the top, `.git` or `.gitmodules` at any depth.
+
+    Case-folded, like `is_protected_path`. This is what no sandbox may create (or move).
+    """
+    parts = relpath.casefold().split("/")
+    return parts[-1] in NESTED_PROTECTED_NAMES or (len(parts) == 1 and parts[0] in PROTECTED_NAMES)
 
 
 def mentions_protected_path(text: str) -> bool:

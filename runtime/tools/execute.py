@@ -101,6 +101,7 @@ class RunCommand(Tool[RunCommandParameters]):
             timeout=timeout,
             max_output=ctx.limits.max_output,
             writable=True,  # builds write the workspace; protected paths stay read-only
+            grant=ctx.grant,
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)

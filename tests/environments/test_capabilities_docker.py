@@ -92,9 +92,8 @@ def test_a_docker_capability_granted_for_the_project_runs_in_a_new_process_until
         Source.PROJECT,
         "@docker",
     )
-    assert outcome.result.data["stdout"] == (
-        "hello the project from /workspace/.codecoder/capabilities/greet\n"
-    )
+    # It runs from a snapshot of the approved files, not from the workspace.
+    assert outcome.result.data["stdout"] == "hello the project from /opt/codecoder/capability\n"
     digest = load_capability(workspace, "greet").digest
     assert json.loads((workspace / "codecoder.json").read_text()) == {
         "allowlist": {"run_capability:greet": {"scope": "AlwaysThisProject", "digest": digest}}
@@ -111,7 +110,7 @@ def test_a_docker_capability_granted_for_the_project_runs_in_a_new_process_until
     assert (again.returncode, again.stderr) == (0, "")
     result = json.loads(again.stdout)["result"]
     assert result["output"] == (
-        "hello a new process from /workspace/.codecoder/capabilities/greet\n[exit code 0]"
+        "hello a new process from /opt/codecoder/capability\n[exit code 0]"
     )
     assert result["data"]["decision"]["source"] == "project"
 
