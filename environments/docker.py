@@ -766,17 +766,18 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         settings = self.settings
         problems = []
 
-        def check(what: str, value: Any, wanted: float, unit: str = "") -> None:
+        def check(what: str, value: Any, wanted: float) -> None:
+            shown = f"{wanted:,}" if isinstance(wanted, int) else f"{wanted:g}"
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                problems.append(f"{what}: asked for {wanted:g}{unit}, none is in force")
+                problems.append(f"{what}: asked for {shown}, none is in force")
             elif value > wanted * 1.0001:
-                problems.append(f"{what}: asked for {wanted:g}{unit}, {value:g}{unit} in force")
+                problems.append(f"{what}: asked for {shown}, {value:,} in force")
 
-        check("memory", found.get("memory"), settings.memory_bytes, " bytes")
+        check("memory bytes", found.get("memory"), settings.memory_bytes)
         check("pids", found.get("pids"), settings.pids_limit)
         check("cpus", found.get("cpus"), settings.cpus)
         if found.get("swap_total"):
-            check("memory with swap", found.get("memory_swap"), settings.memory_bytes, " bytes")
+            check("memory+swap bytes", found.get("memory_swap"), settings.memory_bytes)
         return problems
 
     def _container_config(

@@ -185,6 +185,12 @@ def harden() -> str | None:
             f"the agent runs as uid {os.geteuid()}, not root: it cannot run commands as "
             "another user (an engine or image that overrides the container user?)"
         )
+    started_with = proc_status("self").get("CapEff")
+    if started_with != f"{KEPT_CAPABILITIES | (1 << CAP_SETPCAP):016x}":
+        return (
+            "the container did not start with exactly CAP_SETUID, CAP_SETGID, CAP_KILL and "
+            f"CAP_SETPCAP (its effective set is {started_with})"
+        )
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0):
         return "cannot make the agent non-dumpable (prctl PR_SET_DUMPABLE)"
     last_cap = int(read_text("/proc/sys/kernel/cap_last_cap") or "40")
@@ -204,10 +210,7 @@ def harden() -> str | None:
         wanted,
         "0" * 16,
     ):
-        return (
-            "the container did not start with exactly CAP_SETUID, CAP_SETGID, CAP_KILL and "
-            f"CAP_SETPCAP (effective {status.get('CapEff')}, bounding {status.get('CapBnd')})"
-        )
+        return f"the agent could not drop its capabilities (effective {status.get('CapEff')})"
     if status.get("NoNewPrivs") != "1":
         return "the container runs without no-new-privileges"
     return None
