@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from environments.workspaceguard import unresolved_quarantine
 from runtime.audit import AuditLog
+from runtime.ceiling import EnvironmentTag
 from runtime.decision import Decision
 from runtime.engine import PermissionEngine
 from runtime.errors import (
@@ -27,7 +28,6 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
-from runtime.ceiling import EnvironmentTag
 from runtime.tool import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
