@@ -18,7 +18,7 @@ import importlib.util
 import json
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 _spec = importlib.util.spec_from_file_location("real_agent", "/opt/codecoder/real_agent.py")
 assert _spec is not None and _spec.loader is not None
@@ -27,8 +27,8 @@ _spec.loader.exec_module(real)
 
 
 class Channel(real.Channel):  # type: ignore[name-defined,misc]
-    last_sent: bytes = b""
-    requests: list[bytes] = []
+    last_sent: ClassVar[bytes] = b""
+    requests: ClassVar[list[bytes]] = []
 
     def next_line(self) -> bytes | None:
         line: bytes | None = super().next_line()

@@ -19,7 +19,6 @@ import pytest
 
 from environments.base import CommandRequest, CommandResult
 from environments.docker import DockerEnvironment, DockerSettings
-from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
 from runtime.errors import ExecutionFailed, SandboxUnavailable
 from runtime.session import Runtime
@@ -70,7 +69,8 @@ TAKEOVERS = [
     "cat /proc/$PPID/environ",
     "cat /proc/1/environ",
     "readlink /proc/$PPID/cwd",
-    'python3 -c "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))" $PPID',
+    'python3 -c "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0,0))"'
+    " $PPID",  # PTRACE_ATTACH
     'python3 -c "import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))"',
     "kill -STOP $PPID",
     "kill -STOP 1",
@@ -189,7 +189,7 @@ def test_moving_a_nested_repository_is_caught(workspace: Path, state: Path) -> N
 
     with (
         DockerEnvironment(workspace) as env,
-        pytest.raises(ExecutionFailed, match="moved or removed vendor/lib/.git"),
+        pytest.raises(ExecutionFailed, match=r"moved or removed vendor/lib/\.git"),
     ):
         run(env, "mv vendor/lib vendor/elsewhere", writable=True)
 

@@ -68,7 +68,8 @@ def test_growing_tables_past_their_share_is_refused(env: WasmEnvironment) -> Non
       (memory (export "memory") 1)
       (table $t 1 funcref)
       (func (export "_start")
-        (call $exit (i32.eq (table.grow $t (ref.null func) (i32.const 50000000)) (i32.const -1)))))"""
+        (call $exit
+          (i32.eq (table.grow $t (ref.null func) (i32.const 50000000)) (i32.const -1)))))"""
 
     result = env.run(WasmRequest(module=grows))
 
@@ -306,7 +307,7 @@ def test_calls_blocked_on_fifos_do_not_hold_up_other_calls(
                 preopens=(Preopen(workspace, "/workspace"),),
                 timeout=1,
             )
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+        except BaseException as exc:  # collected for the assertion
             errors.append(exc)
 
     thread = threading.Thread(target=blocked)

@@ -877,7 +877,8 @@ def test_a_shell_capability_runs_the_approved_code_even_if_it_is_swapped_after_t
         project,
         manifest("lint", environment="@shell", entry=["python3", "lint.py"], limits={}),
         {
-            "lint.py": "import os; print('approved', os.getcwd() != os.environ['CODECODER_WORKSPACE'])\n"
+            "lint.py": "import os\n"
+            "print('approved', os.getcwd() != os.environ['CODECODER_WORKSPACE'])\n"
         },
     )
     shell = SwapsFirst(directory / "lint.py", "print('swapped in')\n")
