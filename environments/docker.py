@@ -380,7 +380,14 @@ class _AgentChannel:
         if not hmac.compare_digest(mac, self._mac(b"A", body)):
             self._violation(f"a line without the session's MAC: {visible(repr(line[:120]))}")
             return
-        message = json.loads(body)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            self._violation(f"a line that is not JSON: {visible(repr(line[:120]))}")
+            return
+        if not isinstance(message, dict):
+            self._violation("a line that is not a JSON object")
+            return
         if "hello" in message:
             if self._hello.is_set():
                 self._violation("a second hello")
