@@ -18,7 +18,8 @@ RUN groupadd --gid 10001 sandbox \
  # user whenever the workspace belongs to root; git's ownership check would refuse to read it.
  && git config --system --add safe.directory '*'
 
-COPY sandboxes/image/agent.py /opt/codecoder/agent.py
+COPY sandboxes/image/agent.py sandboxes/image/runas-x86_64 sandboxes/image/runas-aarch64 \
+     /opt/codecoder/
 
 ENV HOME=/tmp \
     LANG=C.UTF-8 \

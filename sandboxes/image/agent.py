@@ -4,16 +4,18 @@ The host starts one long-lived container per workspace mode and attaches to its 
 this agent is the container's main process (under docker-init). Dispatching a call is then one
 write and one read on an already-open stream, instead of an `exec_create`/`exec_start` round trip
 through the engine or a whole `docker run`. The container has no network, so the stream is the
-only way in or out, and the agent needs nothing beyond the Python 3 standard library (the one
-requirement it puts on an image, with /proc, util-linux being unnecessary).
+only way in or out, and the agent needs nothing beyond the Python 3 standard library, /proc,
+and starting as root (what it asks of an image); it brings runas (runas.c), a static helper it
+starts commands through, and does without it (slower) where it cannot run.
 
 Out of reach of what it runs. The container starts as root with only CAP_SETUID, CAP_SETGID,
-CAP_KILL and CAP_SETPCAP, under no-new-privileges. The agent first empties the capability
-bounding set and keeps only SETUID, SETGID and KILL, makes itself non-dumpable (so its
-/proc/PID/{fd,mem,environ} are closed and ptrace refused even to root without capabilities),
-and runs every command as the unprivileged workspace uid: no supplementary groups, no
-capability left, a new session, no descriptor but its own pipes. A command can therefore not
-signal, trace or read the agent or docker-init (both root), nor reach their stdin and stdout.
+CAP_KILL and CAP_SETPCAP, under no-new-privileges (the agent refuses to run with any other
+set). The agent makes itself non-dumpable (so its /proc/PID/{fd,mem,environ} are closed and
+ptrace refused even to root without capabilities), empties the capability bounding set but for
+what runas needs (SETUID, SETGID, SETPCAP), and runs every command through runas (runas.c) as
+the unprivileged workspace uid: an empty bounding set, no supplementary groups, no capability
+left, a new session, no descriptor but its own pipes. A command can therefore not signal, trace
+or read the agent or docker-init (both root), nor reach their stdin and stdout.
 
 One call at a time. A call owns the container: when it ends (its main process exits, its
 deadline passes, its disk budget is spent or the host hangs up) every other process in the
@@ -32,7 +34,8 @@ forged, reflected or replayed.
 
     agent -> host, once at start:
         {"hello": PROTOCOL, "problem": str | null, "limits": {...}, "oom_counter": bool,
-         "pids_counter": bool, "state_dirs": [str], "wipe_complete": bool, "pidfd": bool}
+         "pids_counter": bool, "state_dirs": [str], "wipe_complete": bool, "pidfd": bool,
+         "runas": bool}
     host -> agent, one per call:
         {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str}, "stdin": base64 str,
          "timeout": float, "max_output": int, "fresh": bool, "disk_budget": int | null,
@@ -57,17 +60,22 @@ import hashlib
 import hmac
 import json
 import os
+import platform
 import selectors
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 from typing import Any
 
 PROTOCOL = 2
 WORKSPACE = "/workspace"
 SNAPSHOT_DIR = "/opt/codecoder/capability"
+# Drops to the command's user and runs the command (runas.c); started with vfork, it costs a
+# fraction of subprocess's own `user=`, which forks the whole interpreter.
+RUNAS = f"/opt/codecoder/runas-{platform.machine()}"
 
 # After the main process is gone and everything else killed, how long to keep reading output
 # that is already in flight.
@@ -90,9 +98,9 @@ SYSV_IPC = ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg")
 UNLIMITED = 1 << 62
 
 CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
-KEPT_CAPABILITIES = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID)
+AGENT_CAPABILITIES = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
+RUNAS_CAPABILITIES = (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 3, 4, 24
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
 IPC_RMID = 0
 CAPABILITY_DOMAIN = b"codecoder-capability/1\0"
 
@@ -186,33 +194,39 @@ def harden() -> str | None:
             "another user (an engine or image that overrides the container user?)"
         )
     started_with = proc_status("self").get("CapEff")
-    if started_with != f"{KEPT_CAPABILITIES | (1 << CAP_SETPCAP):016x}":
+    if started_with != f"{AGENT_CAPABILITIES:016x}":
         return (
             "the container did not start with exactly CAP_SETUID, CAP_SETGID, CAP_KILL and "
             f"CAP_SETPCAP (its effective set is {started_with})"
         )
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0):
         return "cannot make the agent non-dumpable (prctl PR_SET_DUMPABLE)"
+    problem = drop_bounding_set(keep=RUNAS_CAPABILITIES)
+    if problem is not None:
+        return problem
+    status = proc_status("self")
+    if status.get("NoNewPrivs") != "1":
+        return "the container runs without no-new-privileges"
+    return None
+
+
+def drop_bounding_set(keep: int) -> str | None:
+    """Empty the capability bounding set but for `keep`: no program executed later gets more.
+
+    What the agent itself holds is unchanged (its permitted set). runas, executed by it as
+    root, gets what the bounding set keeps (RUNAS_CAPABILITIES), and drops even that.
+    """
     last_cap = int(read_text("/proc/sys/kernel/cap_last_cap") or "40")
     for cap in range(last_cap + 1):
+        if keep & (1 << cap):
+            continue
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             errno = ctypes.get_errno()
             if errno != 22:  # EINVAL: a capability this kernel does not know
                 return f"cannot empty the capability bounding set ({os.strerror(errno)})"
-    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)(KEPT_CAPABILITIES, KEPT_CAPABILITIES, 0, 0, 0, 0)
-    if _libc.capset(header, data) != 0:
-        return f"cannot drop CAP_SETPCAP ({os.strerror(ctypes.get_errno())})"
-    status = proc_status("self")
-    wanted = f"{KEPT_CAPABILITIES:016x}"
-    if (status.get("CapEff"), status.get("CapPrm"), status.get("CapBnd")) != (
-        wanted,
-        wanted,
-        "0" * 16,
-    ):
-        return f"the agent could not drop its capabilities (effective {status.get('CapEff')})"
-    if status.get("NoNewPrivs") != "1":
-        return "the container runs without no-new-privileges"
+    bounding = proc_status("self").get("CapBnd")
+    if bounding != f"{keep:016x}":
+        return f"the capability bounding set is {bounding}, not {keep:016x}"
     return None
 
 
@@ -564,6 +578,25 @@ class Agent:
         self.state_dirs, self.wipe_complete = state_directories(uid, gid)
         self.exits = ExitWatch()
         self.snapshot_digest: str | None = None
+        self.runas = False
+
+    def choose_launcher(self) -> str | None:
+        """Start commands through runas where it works; else through subprocess's `user=`
+        (from a fork of this process: then nothing executed needs a capability)."""
+        self.runas = self._runas_works()
+        return None if self.runas else drop_bounding_set(keep=0)
+
+    def _runas_works(self) -> bool:
+        try:
+            done = subprocess.run(
+                [RUNAS, str(self.uid), str(self.gid), sys.executable, "-S", "-c", ""],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.returncode == 0
 
     def hello(self, problem: str | None) -> Message:
         return {
@@ -575,6 +608,7 @@ class Agent:
             "state_dirs": self.state_dirs,
             "wipe_complete": self.wipe_complete,
             "pidfd": self.exits.pidfd_works,
+            "runas": self.runas,
         }
 
     def serve(self, request: Message) -> Message:
@@ -632,9 +666,17 @@ class Agent:
         pids_before = read_counter(PIDS_COUNTER_FILES)
         used_before = workspace_used() if budget is not None else None
         started = time.monotonic()
+        # As the command's user, with no supplementary group and no capability left (the
+        # bounding set is empty and none survives the uid change; runas checks, or CPython
+        # checks each step of `user=` where runas cannot run), in a new session, with no
+        # descriptor but its own pipes.
+        drop: dict[str, Any] = (
+            {} if self.runas else {"user": self.uid, "group": self.gid, "extra_groups": []}
+        )
+        command = [RUNAS, str(self.uid), str(self.gid), *argv] if self.runas else argv
         try:
             proc = subprocess.Popen(
-                argv,
+                command,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -642,12 +684,7 @@ class Agent:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                # setgroups([]), setregid, setreuid in the child; CPython checks each. With no
-                # capability in the bounding set and none kept across the uid change, the
-                # command holds no capability (checked below).
-                user=self.uid,
-                group=self.gid,
-                extra_groups=[],
+                **drop,
             )
         except FileNotFoundError:
             return finished(127, f"{argv[0]}: command not found\n", started)
@@ -656,7 +693,7 @@ class Agent:
         except (OSError, subprocess.SubprocessError) as exc:
             return {"error": f"cannot start {argv[0]}: {getattr(exc, 'strerror', None) or exc}"}
 
-        problem = identity_problem(proc.pid, self.uid, self.gid)
+        problem = None if self.runas else identity_problem(proc.pid, self.uid, self.gid)
         if problem is not None:
             kill_all()
             proc.wait()
@@ -818,6 +855,8 @@ def main() -> None:
     if problem is None and (uid == 0 or gid == 0):
         problem = "commands never run as root (uid or gid 0): the agent must stay out of reach"
     agent = Agent(channel, uid, gid)
+    if problem is None:
+        problem = agent.choose_launcher()
     channel.send(agent.hello(problem))
     if problem is not None:
         return

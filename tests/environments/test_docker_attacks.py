@@ -454,3 +454,38 @@ def test_calls_of_one_mode_take_turns(sandbox: DockerEnvironment) -> None:
 
     # No grant: each call starts from an empty /tmp, so no call ever saw another's mark.
     assert results == ["" for _ in range(6)]
+
+
+# --- an image without runas --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image_without_runas(docker_engine: Any) -> str:
+    dockerfile = (
+        b"FROM codecoder-sandbox\nUSER 0:0\nRUN rm /opt/codecoder/runas-*\nUSER 10001:10001\n"
+    )
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+    context.seek(0)
+    tag = "codecoder-sandbox-without-runas:test"
+    docker_engine.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
+    return tag
+
+
+def test_without_runas_commands_are_just_as_confined(
+    workspace: Path, image_without_runas: str
+) -> None:
+    with DockerEnvironment(workspace, DockerSettings(image=image_without_runas)) as env:
+        who = run(env, "id -u; grep -E '^(Cap|Groups)' /proc/self/status | tr -s '\\t ' ' '")
+        stop = run(env, f"kill -STOP $PPID && echo {WORKED}")
+        missing = env.run(CommandRequest(cwd=workspace, argv=("no-such-tool",)))
+
+    zero = "0" * 16
+    assert who.stdout == "10001\nGroups: \n" + "".join(
+        f"{name}: {zero}\n" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+    )
+    assert WORKED not in stop.stdout
+    assert (missing.exit_code, missing.stderr) == (127, "no-such-tool: command not found\n")
