@@ -61,7 +61,7 @@ import wasmtime
 from wasmtime import _bindings as wasmtime_ffi
 
 from environments.base import Environment
-from environments.wasmcompile import compile_module
+from environments.wasmcompile import ENGINE_SETTINGS, compile_module, engine_config, error_cause
 from environments.workspaceguard import ProtectedScan, quarantine
 from runtime.atomicfile import replace_atomically
 from runtime.ceiling import EnvironmentTag
@@ -713,30 +713,8 @@ class _DiskCache:
             os.unlink(path)
 
 
-# The engine settings that change generated code. They are applied from this one table and
-# hashed into every cache key, so a change here can never load code compiled differently.
-_ENGINE_SETTINGS: dict[str, object] = {
-    "consume_fuel": True,
-    "epoch_interruption": True,
-    "cranelift_opt_level": "speed",
-    # One linear memory per module, so the store's memory limit is a limit on all of it (a
-    # module declaring several is refused when it is compiled), and none shared or 64-bit.
-    "wasm_multi_memory": False,
-    "wasm_memory64": False,
-    "wasm_threads": False,
-}
-
-
-def engine_config() -> wasmtime.Config:
-    """A wasmtime configuration with `_ENGINE_SETTINGS` (the compiler worker uses it too)."""
-    config = wasmtime.Config()
-    for name, value in _ENGINE_SETTINGS.items():
-        setattr(config, name, value)
-    return config
-
-
 def _engine_fingerprint() -> str:
-    described = ";".join(f"{k}={v}" for k, v in sorted(_ENGINE_SETTINGS.items()))
+    described = ";".join(f"{k}={v}" for k, v in sorted(ENGINE_SETTINGS.items()))
     described += f";wasmtime={_WASMTIME_VERSION};arch={platform.machine()};os={sys.platform}"
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
@@ -752,11 +730,7 @@ def _in(directory: str, entry: str) -> str:
 
 def wasmtime_cause(exc: Exception) -> str:
     """The one line of a wasmtime error that says what happened (its text leads with a trace)."""
-    text = str(exc).strip()
-    if "Caused by:" in text:
-        lines = [ln.strip() for ln in text.split("Caused by:", 1)[1].splitlines()]
-        return next((ln for ln in lines if ln), text)
-    return text.splitlines()[0] if text else type(exc).__name__
+    return error_cause(str(exc)) or type(exc).__name__
 
 
 def _trace(exc: Exception) -> str:

@@ -24,14 +24,51 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from runtime.errors import ExecutionFailed, ExecutionTimeout, SandboxUnavailable
 
-__all__ = ["COMPILE_MEMORY", "compile_module"]
+if TYPE_CHECKING:
+    import wasmtime
+
+__all__ = ["COMPILE_MEMORY", "ENGINE_SETTINGS", "compile_module", "engine_config", "error_cause"]
 
 COMPILE_MEMORY: Final = 4 * 1024**3
 _HEADER: Final = 8
+
+# The engine settings that change generated code, kept here so that the worker needs nothing
+# but wasmtime. They are applied from this one table and hashed into every cache key
+# (environments.wasm), so a change here can never load code compiled differently.
+ENGINE_SETTINGS: dict[str, object] = {
+    "consume_fuel": True,
+    "epoch_interruption": True,
+    "cranelift_opt_level": "speed",
+    # One linear memory per module, so the store's memory limit is a limit on all of it (a
+    # module declaring several is refused when it is compiled), and none shared or 64-bit.
+    "wasm_multi_memory": False,
+    "wasm_memory64": False,
+    "wasm_threads": False,
+}
+
+
+def engine_config() -> wasmtime.Config:
+    """A wasmtime configuration with ENGINE_SETTINGS."""
+    import wasmtime
+
+    config = wasmtime.Config()
+    for name, value in ENGINE_SETTINGS.items():
+        setattr(config, name, value)
+    return config
+
+
+def error_cause(text: str) -> str:
+    """The one line of a wasmtime error's text that says what happened (it leads with a
+    trace), or "" for an empty text."""
+    text = text.strip()
+    if "Caused by:" in text:
+        lines = [line.strip() for line in text.split("Caused by:", 1)[1].splitlines()]
+        return next((line for line in lines if line), text)
+    return text.splitlines()[0] if text else ""
 
 
 class _Worker:
@@ -132,8 +169,6 @@ def compile_module(data: bytes, deadline: float, timeout: float) -> bytes:
 def _serve() -> None:
     import wasmtime
 
-    from environments.wasm import engine_config, wasmtime_cause
-
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (COMPILE_MEMORY, COMPILE_MEMORY))
     engine = wasmtime.Engine(engine_config())
@@ -146,7 +181,7 @@ def _serve() -> None:
         try:
             payload, status = bytes(wasmtime.Module(engine, data).serialize()), 0
         except wasmtime.WasmtimeError as exc:
-            payload, status = wasmtime_cause(exc).encode(), 1
+            payload, status = (error_cause(str(exc)) or "not a module").encode(), 1
         answers.write(bytes([status]) + len(payload).to_bytes(_HEADER, "big") + payload)
         answers.flush()
 
