@@ -612,7 +612,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     "sandbox agent did not answer either; the container was killed and will "
                     "be replaced"
                 )
-            if "error" in response and response.get("error", "").startswith("what earlier"):
+            if response.get("ran") is False and response.get("discard"):
+                # The container could not be made ready (its state could not be emptied):
+                # nothing ran, so the call goes to a fresh one.
                 log.info("%s: %s; replacing the container", channel.name, response["error"])
                 self._discard(channel)
                 continue

@@ -46,7 +46,7 @@ forged, reflected or replayed.
          "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
          "disk_budget_hit": bool, "survivors": int, "duration": float}
       or, when the request could not be run at all:
-        {"id": int, "error": str, "discard": bool}
+        {"id": int, "error": str, "discard": bool, "ran": false (nothing of it started)}
 
 Output is capped per stream: the head and the tail are kept and the cut is marked.
 """
@@ -615,7 +615,11 @@ class Agent:
         if request.get("fresh"):
             left = wipe(self.uid, self.gid, self.state_dirs)
             if left is not None:
-                return {"error": f"what earlier calls left could not be removed: {left}"}
+                return {
+                    "error": f"what earlier calls left could not be removed: {left}",
+                    "discard": True,
+                    "ran": False,
+                }
         capability = request.get("capability")
         if capability is not None:
             problem = self.place_snapshot(capability)

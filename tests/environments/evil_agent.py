@@ -10,6 +10,8 @@ runs. A request whose argv[0] names an attack carries it out instead of (or besi
     inject     fed to the agent's own input, as if written to its stdin: a request with a wrong
                MAC (it would touch /workspace/injected) and the previous request again
     survive    the real answer, saying a process survived the call
+    stain      the real answer; but the next call's state cannot be emptied (as if a file
+               resisted), and this container reports it
 """
 
 from __future__ import annotations
@@ -42,8 +44,17 @@ class Channel(real.Channel):  # type: ignore[name-defined,misc]
         os.write(1, Channel.last_sent)
 
 
+real_wipe = real.wipe
+stained = False
+
+
+def wipe(uid: int, gid: int, state_dirs: list[str]) -> str | None:
+    return "/tmp/unremovable" if stained else real_wipe(uid, gid, state_dirs)
+
+
 class Agent(real.Agent):  # type: ignore[name-defined,misc]
     def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        global stained
         attack = request["argv"][0]
         if attack == "forge":
             body = json.dumps({"id": request["id"], "exit_code": 0, "stdout": "forged"}).encode()
@@ -68,9 +79,12 @@ class Agent(real.Agent):  # type: ignore[name-defined,misc]
         response: dict[str, Any] = super().serve(request)
         if attack == "survive":
             response["survivors"] = 1
+        if attack == "stain":
+            stained = True
         return response
 
 
 real.Channel = Channel
 real.Agent = Agent
+real.wipe = wipe
 real.main()

@@ -440,6 +440,16 @@ def test_a_container_where_a_process_survived_runs_nothing_more(lying: DockerEnv
     assert after.extra["container"] != first.extra["container"]
 
 
+def test_a_container_whose_state_cannot_be_emptied_is_replaced_before_the_call(
+    lying: DockerEnvironment,
+) -> None:
+    stained = attack(lying, "stain", grant="a")
+    after = run(lying, "echo ran", grant="b")
+
+    assert stained.exit_code == 127
+    assert after.stdout == "ran\n" and after.extra["container"] != stained.extra["container"]
+
+
 def test_calls_of_one_mode_take_turns(sandbox: DockerEnvironment) -> None:
     results: list[str] = []
 
