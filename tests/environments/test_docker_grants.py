@@ -81,5 +81,5 @@ def test_a_granted_container_command_cannot_grant_itself_more(
         outcome = runtime.session().call("run_container", {"command": attack})
     assert "created .codecoder in the workspace" in str(outcome.error)
     assert (workspace / "codecoder.json").read_text() == before
-    assert not (workspace / ".codecoder").exists()
+    assert not (workspace / ".codecoder" / "capabilities").exists()
     assert len(list((tmp_path / "state" / "codecoder" / "quarantine").iterdir())) == 1
