@@ -6,17 +6,20 @@
 #   or, once the base exists:                 DOCKER_BUILDKIT=0 docker build -t codecoder-sandbox .
 FROM codecoder-base:bookworm
 
-# The default unprivileged user. The runtime normally runs the container as the owner of the
-# workspace (so files it writes belong to the user); this user is the fallback when the
-# workspace belongs to root, and gives `id` a name to print.
+# The default unprivileged user. The runtime starts the container as root, with only the
+# capabilities its agent needs to drop privileges, and the agent runs every command as the
+# owner of the workspace (so files it writes belong to the user); this user is the fallback
+# when the workspace belongs to root, and gives `id` a name to print. What the agent needs of
+# an image: python3 (standard library only), /proc, and starting as root.
 RUN groupadd --gid 10001 sandbox \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /bin/bash sandbox \
- && mkdir -p /workspace /opt/codecoder \
+ && mkdir -p /workspace /opt/codecoder/capability \
  # The workspace is bind-mounted from the host and its owner differs from the container
  # user whenever the workspace belongs to root; git's ownership check would refuse to read it.
  && git config --system --add safe.directory '*'
 
-COPY sandboxes/image/agent.py /opt/codecoder/agent.py
+COPY sandboxes/image/agent.py sandboxes/image/runas-x86_64 sandboxes/image/runas-aarch64 \
+     /opt/codecoder/
 
 ENV HOME=/tmp \
     LANG=C.UTF-8 \

@@ -7,6 +7,7 @@ nothing of permissions: by the time a request reaches it, the dispatcher has dec
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -15,11 +16,27 @@ from runtime.ceiling import EnvironmentTag
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Code to run from a copy that cannot change under it: files (relative path -> bytes) and
+    the digest they were approved at (`runtime.capabilities.capability_digest`).
+
+    The environment writes the files where the command cannot change them, checks them there
+    (the digest, or the bytes read back) and starts the command in that directory.
+    """
+
+    files: Mapping[str, bytes]
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class CommandRequest:
     """A command to run: either `argv` (executed directly, no shell) or `script` (run by bash).
 
     Exactly one of the two is set. `writable` says whether the call may change the workspace
-    (sandboxed environments mount it read-only otherwise).
+    (sandboxed environments mount it read-only otherwise). `grant` names the grant the call
+    was allowed under (`Decision.grant`); a sandbox keeps state (its home, /tmp) only between
+    calls of the same grant, and None means this call alone. `snapshot`, when set, is the code
+    the command runs from, and replaces `cwd`.
     """
 
     cwd: Path
@@ -30,6 +47,8 @@ class CommandRequest:
     env: dict[str, str] | None = None
     stdin: bytes = b""
     writable: bool = False
+    grant: str | None = None
+    snapshot: Snapshot | None = None
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

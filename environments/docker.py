@@ -3,26 +3,40 @@
 Hardening (every container, by default; `DockerSettings` can tighten, and `codecoder check`
 warns about anything `DockerSettings.looser_than_default()` reports):
 
-- no network (`network_mode=none`), read-only root filesystem, all capabilities dropped,
-  `no-new-privileges`, a pids limit, a memory limit equal to memory+swap, a CPU quota;
-- a non-root user (the workspace's owner, or uid 10001 when root owns the workspace);
-- `/tmp` (and `/dev/shm`) as size-capped tmpfs, `noexec,nosuid,nodev`;
-- the workspace bind-mounted at `/workspace`, read-only unless the request is writable; the
-  protected paths `codecoder.json`, `.codecoder/` and `.git/` are never writable from inside
-  (see `_protect`); the Docker socket is never mounted; docker-init reaps orphans;
+- no network (`network_mode=none`), read-only root filesystem, `no-new-privileges`, a pids
+  limit, a memory limit equal to memory+swap, a CPU quota, and each of these limits checked from
+  inside when the container starts (an engine that silently drops one is refused);
+- commands run as an unprivileged user (the workspace's owner, or uid 10001 when root owns it)
+  with no capability at all; the container itself starts as root with only the four
+  capabilities its agent needs to drop privileges and end processes (see the agent);
+- `/tmp` (`$HOME`), `/dev/shm` and any extra writable path as size-capped tmpfs,
+  `noexec,nosuid,nodev`, emptied before a call made under another grant than the call before;
+- the workspace bind-mounted at `/workspace`, read-only unless the request is writable; in a
+  writable container every protected path at every depth (`codecoder.json`, `.codecoder/`,
+  `.git`, `.gitmodules`) is mounted read-only over itself, and after each writable call, once
+  every process of it is gone, the workspace is checked for protected paths the call created or
+  moved (`workspaceguard`): any are quarantined, the call fails and the container is replaced;
+- a disk budget for writable calls (the growth of the workspace's filesystem, watched during
+  the call); the Docker socket is never mounted; docker-init reaps orphans;
 - labels on every container (`codecoder.runtime=1`, the session, the host process), so the
   runtime can remove its own containers and the leftovers of runtimes that died.
 
 Speed: a warm container runs `sandboxes/image/agent.py` as its main process. The runtime keeps
-the container's attached stdin/stdout open and writes one JSON line per call; the agent runs the
-command as a subprocess and answers with one JSON line (protocol in the agent's docstring). A
-call therefore costs one round trip on an open stream, not an exec through the engine API.
+the container's attached stdin/stdout open and writes one authenticated line per call; the
+agent runs the command and answers with one line (protocol in the agent's docstring). A call
+therefore costs one round trip on an open stream, not an exec through the engine API. A
+container runs one call at a time: that is what lets the agent end every process of a call
+before it answers. Calls of the same mode wait for each other.
 
 The workspace mount is fixed when a container is created, so an environment keeps up to two
 warm containers: one with the workspace read-only (created on the first read-only call) and one
 with it read-write (created on the first writable call). A single container with both mounts
 would let a read-only call reach the writable one, and a fresh container per writable call would
 cost a cold start each time.
+
+The stream from the agent is read with bounded buffers: a frame larger than `MAX_FRAME` or a
+line longer than the answer to the pending request can be, an answer with a wrong MAC or for
+no pending request, ends the container.
 
 Every docker SDK, requests and socket exception is mapped where it happens: callers see only
 `SandboxUnavailable`, `ExecutionTimeout`, `OutOfMemory` and `ExecutionFailed`.
@@ -32,12 +46,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import logging
 import os
+import secrets
 import shlex
-import shutil
 import signal
 import socket
 import threading
@@ -58,15 +74,14 @@ from environments.dockersettings import (
     WORKSPACE_MOUNT,
     DockerSettings,
     LooserSetting,
+    parse_size,
 )
+from environments.workspaceguard import ProtectedScan, quarantine
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
 from runtime.prompt import visible
-from runtime.protected import PROTECTED_NAMES
-from runtime.state import state_directory
 
 __all__ = [
-    "PROTECTED_PATHS",
     "DockerEnvironment",
     "DockerSettings",
     "LooserSetting",
@@ -74,10 +89,17 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PROTECTED_PATHS: Final = PROTECTED_NAMES
 AGENT_COMMAND: Final = ("python3", "-I", "-S", "/opt/codecoder/agent.py")
-AGENT_PROTOCOL: Final = 1
+AGENT_PROTOCOL: Final = 2
+# The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
+# it has emptied the bounding set); commands run as the workspace user with none.
+AGENT_USER: Final = "0:0"
+AGENT_CAPABILITIES: Final = ("SETUID", "SETGID", "KILL", "SETPCAP")
 FALLBACK_USER: Final = "10001:10001"
+SNAPSHOT_MOUNT: Final = "/opt/codecoder/capability"
+# Room for a capability's files (runtime.capabilities.MAX_BYTES is 64 MiB); tmpfs takes memory
+# only for what is written.
+SNAPSHOT_TMPFS: Final = "96m"
 
 LABEL_RUNTIME: Final = "codecoder.runtime"
 LABEL_SESSION: Final = "codecoder.session"
@@ -88,11 +110,16 @@ LABEL_PID: Final = "codecoder.pid"
 LABEL_PID_START: Final = "codecoder.pid-start"
 
 # How long past a call's own timeout the host waits for the agent before giving up on the
-# container: the agent kills at the deadline and drains for 0.5 s, the rest is slack for a
-# container starved of CPU (a fork bomb shares the CPU quota with the agent).
+# container: the agent kills at the deadline, drains for 0.5 s and checks for survivors for up
+# to 2 s; the rest is slack for a container starved of CPU.
 HOST_GRACE_SECONDS: Final = 5.0
 AGENT_START_SECONDS: Final = 20.0
 ENGINE_TIMEOUT_SECONDS: Final = 60
+# The engine copies a container's output in chunks of 32 KiB; a larger frame is not its.
+MAX_FRAME: Final = 1024 * 1024
+# Before any request: the hello. During a call: what its answer can take (both streams at the
+# cap, each byte at worst a six-character JSON escape) and room for the rest.
+HELLO_LINE: Final = 1024 * 1024
 
 SETUP_HINT: Final = (
     "run scripts/docker-setup.sh as root (it installs docker.io, starts dockerd and builds "
@@ -100,6 +127,10 @@ SETUP_HINT: Final = (
 )
 
 Mode = Literal["ro", "rw"]
+
+
+def _answer_line_cap(max_output: int) -> int:
+    return 16 * max_output + HELLO_LINE
 
 
 # --- settings ----------------------------------------------------------------------------------
@@ -185,19 +216,24 @@ def _owner_alive(labels: dict[str, str], boot: str) -> bool:
 
 
 class _AgentGone(Exception):
-    """The attached stream closed: the container stopped or the engine dropped us."""
+    """The attached stream closed or broke its protocol: the container is of no further use."""
 
 
 class _Pending:
-    __slots__ = ("done", "response")
+    __slots__ = ("done", "id", "response")
 
-    def __init__(self) -> None:
+    def __init__(self, request_id: int) -> None:
+        self.id = request_id
         self.done = threading.Event()
         self.response: dict[str, Any] | None = None
 
 
 class _AgentChannel:
-    """One warm container and the attached stream to the agent running in it."""
+    """One warm container and the authenticated stream to the agent running in it.
+
+    The host sends the session key as the first line; every later line in either direction is
+    `<HMAC-SHA256 hex> <JSON>` (see the agent). One request is in flight at a time.
+    """
 
     def __init__(self, container_id: str, name: str, mode: Mode, attached: Any) -> None:
         self.container_id = container_id
@@ -208,16 +244,20 @@ class _AgentChannel:
         self._sock: socket.socket = getattr(attached, "_sock", attached)
         # The SDK sets the client timeout on the socket; an idle warm container must not time out.
         self._sock.settimeout(None)
-        self._send_lock = threading.Lock()
+        self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: _Pending | None = None
         self._ids = itertools.count(1)
+        self._line_cap = HELLO_LINE
         self._hello = threading.Event()
         self.hello: dict[str, Any] = {}
         self.gone: str | None = None
         self._stderr_tail = bytearray()
-        # Filled in for read-write containers: protected paths absent when it was created.
-        self.unprotected: tuple[str, ...] = ()
+        # What the host knows of the container's state (calls are serialized per mode).
+        self.scan: ProtectedScan | None = None  # read-write containers: what is mounted read-only
+        self.used = False
+        self.state_grant: str | None = None
+        self.snapshot_digest: str | None = None
         self._reader = threading.Thread(
             target=self._read_frames, name=f"codecoder-{name}", daemon=True
         )
@@ -227,29 +267,29 @@ class _AgentChannel:
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode(errors="replace").strip()
 
+    def begin(self, uid: int, gid: int) -> None:
+        """Send the session key and the command user: the first line the agent reads."""
+        setup = {"key": self._key.hex(), "uid": uid, "gid": gid}
+        self._send(json.dumps(setup).encode() + b"\n")
+
     def wait_ready(self, timeout: float) -> bool:
         return self._hello.wait(timeout) and self.gone is None
 
-    def call(self, message: dict[str, Any], wait: float) -> dict[str, Any] | None:
+    def call(self, message: dict[str, Any], wait: float, max_output: int) -> dict[str, Any] | None:
         """Send one request; its answer, or None when none came within `wait` seconds."""
-        pending = _Pending()
         with self._lock:
             if self.gone is not None:
                 raise _AgentGone(self.gone)
-            request_id = next(self._ids)
-            self._pending[request_id] = pending
-        message["id"] = request_id
+            pending = _Pending(next(self._ids))
+            self._pending = pending
+            self._line_cap = _answer_line_cap(max_output)
+        message["id"] = pending.id
         # JSON escapes every control character, so the engine's detach sequence (ctrl-p ctrl-q)
         # can never appear in what we write to the attached stdin.
-        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
-        try:
-            with self._send_lock:
-                self._sock.sendall(data)
-        except OSError as exc:
-            self._fail(f"writing to the sandbox agent failed: {exc}")
+        self._send(self._seal(b"H", json.dumps(message, separators=(",", ":")).encode()))
         if not pending.done.wait(wait):
             with self._lock:
-                self._pending.pop(request_id, None)
+                self._pending = None
             return None
         if pending.response is None:
             raise _AgentGone(self.gone or "the sandbox agent stopped")
@@ -262,39 +302,58 @@ class _AgentChannel:
             self._sock.close()
         self._fail("the sandbox was closed")
 
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            self._fail(f"writing to the sandbox agent failed: {exc}")
+
+    def _mac(self, direction: bytes, body: bytes) -> bytes:
+        return hmac.new(self._key, direction + body, hashlib.sha256).hexdigest().encode()
+
+    def _seal(self, direction: bytes, body: bytes) -> bytes:
+        return self._mac(direction, body) + b" " + body + b"\n"
+
     def _fail(self, reason: str) -> None:
         with self._lock:
             if self.gone is None:
                 self.gone = reason
-            pending, self._pending = self._pending, {}
-        for waiter in pending.values():
-            waiter.done.set()
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.done.set()
         self._hello.set()
+
+    def _violation(self, reason: str) -> None:
+        log.warning("%s: %s; the container is discarded", self.name, reason)
+        self._fail(f"the sandbox broke the protocol: {reason}")
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def _read_frames(self) -> None:
         # Without a TTY the engine multiplexes the streams: each frame is an 8-byte header
-        # (stream id, three zero bytes, big-endian payload length) and the payload.
+        # (stream id, three zero bytes, big-endian payload length) and the payload. Both the
+        # frame buffer and the line buffer are bounded, and a newline is looked for only in
+        # what arrived, so no input costs more than linear time or bounded memory.
         frames = bytearray()
-        lines = bytearray()
+        line = bytearray()
         reason = "the sandbox container stopped"
         try:
-            while True:
+            while self.gone is None:
                 chunk = self._sock.recv(65536)
                 if not chunk:
                     break
                 frames += chunk
-                while len(frames) >= 8:
+                while len(frames) >= 8 and self.gone is None:
                     size = int.from_bytes(frames[4:8], "big")
+                    if size > MAX_FRAME:
+                        self._violation(f"a frame of {size} bytes")
+                        return
                     if len(frames) < 8 + size:
                         break
                     stream, payload = frames[0], bytes(frames[8 : 8 + size])
                     del frames[: 8 + size]
                     if stream == 1:
-                        lines += payload
-                        *complete, rest = lines.split(b"\n")
-                        lines = bytearray(rest)
-                        for line in complete:
-                            self._dispatch(line)
+                        self._take(payload, line)
                     else:
                         self._stderr_tail += payload
                         del self._stderr_tail[:-4096]
@@ -302,23 +361,54 @@ class _AgentChannel:
             reason = f"the stream to the sandbox broke: {exc}"
         self._fail(reason)
 
-    def _dispatch(self, line: bytes | bytearray) -> None:
+    def _take(self, payload: bytes, line: bytearray) -> None:
+        start = 0
+        while self.gone is None:
+            end = payload.find(b"\n", start)
+            line += payload[start : len(payload) if end < 0 else end]
+            if len(line) > self._line_cap:
+                self._violation(f"a line longer than {self._line_cap} bytes")
+                return
+            if end < 0:
+                return
+            self._dispatch(bytes(line))
+            line.clear()
+            start = end + 1
+
+    def _dispatch(self, line: bytes) -> None:
+        mac, _, body = line.partition(b" ")
+        if not hmac.compare_digest(mac, self._mac(b"A", body)):
+            self._violation(f"a line without the session's MAC: {visible(repr(line[:120]))}")
+            return
         try:
-            message = json.loads(line)
+            message = json.loads(body)
         except ValueError:
-            log.warning("%s: unreadable line from the agent: %.200r", self.name, line)
+            self._violation(f"a line that is not JSON: {visible(repr(line[:120]))}")
+            return
+        if not isinstance(message, dict):
+            self._violation("a line that is not a JSON object")
             return
         if "hello" in message:
+            if self._hello.is_set():
+                self._violation("a second hello")
+                return
             self.hello = message
             self._hello.set()
             return
         with self._lock:
-            waiter = self._pending.pop(message.get("id"), None)
-        if waiter is None:
-            log.warning("%s: answer for no pending call: %.200r", self.name, line)
+            pending = self._pending
+            if pending is None or message.get("id") != pending.id:
+                unexpected = True
+            else:
+                unexpected = False
+                self._pending = None
+                self._line_cap = HELLO_LINE
+        if unexpected:
+            self._violation(f"an answer for no pending call (id {message.get('id')!r})")
             return
-        waiter.response = message
-        waiter.done.set()
+        assert pending is not None
+        pending.response = message
+        pending.done.set()
 
 
 # --- the environment ---------------------------------------------------------------------------
@@ -340,7 +430,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
     Nothing touches the engine until `start()` or the first `run()`: then the engine and image
     are checked (`SandboxUnavailable` says what to do when either is missing), containers left
     behind by dead runtimes are removed, and the container for the call's mode is started.
-    `close()` removes every container of this environment. Safe to use from several threads.
+    `close()` removes every container of this environment. Safe to use from several threads;
+    calls of one mode run one at a time.
     """
 
     tag = EnvironmentTag.DOCKER
@@ -359,6 +450,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         self._client_factory = client_factory or _client_from_env
         self._client: Any = None
         self._lock = threading.Lock()
+        self._mode_locks: dict[Mode, threading.Lock] = {
+            "ro": threading.Lock(),
+            "rw": threading.Lock(),
+        }
         self._channels: dict[Mode, _AgentChannel] = {}
         self._generation = itertools.count(1)
         self._closed = False
@@ -376,47 +471,26 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
 
         Optional: `run()` does the same on first use.
         """
-        self._channel("ro")
+        with self._mode_locks["ro"]:
+            self._channel("ro")
 
     def run(self, request: CommandRequest) -> CommandResult:
         mode: Mode = "rw" if request.writable else "ro"
         call = self._translate(request)
-        channel = self._channel(mode)
-        present = self._present_protected(channel)
-        message: dict[str, Any] = {
-            "argv": call.argv,
-            "cwd": call.cwd,
-            "env": dict(request.env or {}),
-            "stdin": base64.b64encode(request.stdin).decode(),
-            "timeout": request.timeout,
-            "max_output": request.max_output,
-        }
-        try:
-            response = channel.call(message, wait=request.timeout + HOST_GRACE_SECONDS)
-        except _AgentGone as gone:
-            oom = self._container_oom_killed(channel)
-            self._discard(channel)
-            if oom:
-                raise self._out_of_memory(call) from None
-            raise SandboxUnavailable(
-                f"the sandbox container stopped during `{call.summary}` ({gone}); "
-                "a fresh one is started for the next call"
-            ) from None
-        except BaseException:
-            # Interrupted (Ctrl-C, SIGTERM): the command must not go on in the sandbox, and the
-            # channel still expects its answer. The container goes; the next call gets a new one.
-            self._discard(channel)
-            raise
-        finally:
-            if mode == "rw":
-                self._guard_protected(channel, present)
-        if response is None:
-            self._discard(channel)
-            raise ExecutionTimeout(
-                f"`{call.summary}` did not finish within {request.timeout:g}s and the sandbox "
-                "agent did not answer either; the container was killed and will be replaced"
-            )
-        return self._result(call, channel, request, response)
+        with self._mode_locks[mode]:
+            channel, response = self._exchange(mode, call, request)
+            try:
+                if response.get("survivors") or response.get("discard"):
+                    # The answer stands, but a container where a process outlived its call (or
+                    # that the agent gave up on) runs nothing more.
+                    self._discard(channel)
+            finally:
+                self._guard(channel, call)
+            channel.used = True
+            channel.state_grant = request.grant
+            if request.snapshot is not None and "error" not in response:
+                channel.snapshot_digest = request.snapshot.digest
+            return self._result(call, channel, request, response)
 
     def close(self) -> None:
         """Stop and remove every container of this environment. Never raises."""
@@ -451,6 +525,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         config.update(
             command=call.argv,
             working_dir=call.cwd,
+            user=self._command_user(),
+            cap_add=None,
             environment={**config["environment"], **(request.env or {})},
             stdin_open=False,
             log_config=LogConfig(type=LogConfig.types.JSON),
@@ -479,15 +555,132 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         offers none), no OOM report and no cleanup of background processes.
         """
         call = self._translate(request)
-        channel = self._channel("rw" if request.writable else "ro")
+        mode: Mode = "rw" if request.writable else "ro"
+        with self._mode_locks[mode]:
+            channel = self._channel(mode)
         client = self._ensure_started()
         with _engine_errors("exec into the sandbox container"):
             exec_id = client.api.exec_create(
-                channel.container_id, call.argv, workdir=call.cwd, environment=request.env
+                channel.container_id,
+                call.argv,
+                workdir=call.cwd,
+                environment=request.env,
+                user=self._command_user(),
             )["Id"]
             stdout, stderr = client.api.exec_start(exec_id, demux=True)
             code = client.api.exec_inspect(exec_id)["ExitCode"]
         return self._plain_result(call, int(code or 0), stdout or b"", stderr or b"", request)
+
+    # -- one call ----------------------------------------------------------------------------
+
+    def _exchange(
+        self, mode: Mode, call: _Call, request: CommandRequest
+    ) -> tuple[_AgentChannel, dict[str, Any]]:
+        """Send the request to a ready container of `mode`; the channel and the agent's answer.
+
+        A container that could not empty what earlier calls left is replaced and the call
+        sent to the new one (which holds nothing). Called with the mode's lock held.
+        """
+        for _ in range(2):
+            channel = self._channel(mode)
+            fresh = request.grant is None or request.grant != channel.state_grant
+            if fresh and channel.used and not channel.hello.get("wipe_complete"):
+                # The agent cannot empty every writable place (a writable root filesystem):
+                # another grant gets another container.
+                self._discard(channel)
+                channel = self._channel(mode)
+            message = self._message(call, request, channel, fresh=fresh)
+            try:
+                response = channel.call(
+                    message, request.timeout + HOST_GRACE_SECONDS, request.max_output
+                )
+            except _AgentGone as gone:
+                oom = self._container_oom_killed(channel)
+                self._discard(channel)
+                self._guard(channel, call)
+                if oom:
+                    raise self._out_of_memory(call) from None
+                raise SandboxUnavailable(
+                    f"the sandbox container stopped during `{call.summary}` ({gone}); "
+                    "a fresh one is started for the next call"
+                ) from None
+            except BaseException:
+                # Interrupted (Ctrl-C, SIGTERM): the command must not go on in the sandbox, and
+                # the channel still expects its answer. The container goes (so every process of
+                # the call ends with it), what it left is checked, and the interrupt goes on.
+                self._discard(channel)
+                try:
+                    self._guard(channel, call)
+                except ExecutionFailed as planted:
+                    log.warning("while interrupted: %s", planted)
+                raise
+            if response is None:
+                self._discard(channel)
+                self._guard(channel, call)
+                raise ExecutionTimeout(
+                    f"`{call.summary}` did not finish within {request.timeout:g}s and the "
+                    "sandbox agent did not answer either; the container was killed and will "
+                    "be replaced"
+                )
+            if response.get("ran") is False and response.get("discard"):
+                # The container could not be made ready (its state could not be emptied):
+                # nothing ran, so the call goes to a fresh one.
+                log.info("%s: %s; replacing the container", channel.name, response["error"])
+                self._discard(channel)
+                continue
+            return channel, response
+        raise SandboxUnavailable(
+            f"a fresh sandbox container could not be emptied for `{call.summary}`"
+        )
+
+    def _message(
+        self, call: _Call, request: CommandRequest, channel: _AgentChannel, *, fresh: bool
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "argv": call.argv,
+            "cwd": call.cwd,
+            "env": dict(request.env or {}),
+            "stdin": base64.b64encode(request.stdin).decode(),
+            "timeout": request.timeout,
+            "max_output": request.max_output,
+            "fresh": fresh,
+            "disk_budget": self.settings.disk_budget_bytes if request.writable else None,
+            "capability": None,
+        }
+        snapshot = request.snapshot
+        if snapshot is not None:
+            known = channel.snapshot_digest == snapshot.digest
+            channel.snapshot_digest = None  # until the agent has confirmed this one
+            message["capability"] = {
+                "digest": snapshot.digest,
+                "files": None
+                if known
+                else {
+                    path: base64.b64encode(data).decode() for path, data in snapshot.files.items()
+                },
+            }
+        return message
+
+    def _guard(self, channel: _AgentChannel, call: _Call) -> None:
+        """After a writable call: quarantine what it planted, fail the call, replace the sandbox.
+
+        Runs once no process of the call is left: the agent answers only then, and every other
+        path here removed the container first.
+        """
+        scan = channel.scan
+        if scan is None:
+            return
+        changes = scan.changes()
+        if not changes:
+            return
+        self._discard(channel)
+        why = (
+            f"a writable @docker call (`{call.summary}`) {changes.describe()} in the "
+            "workspace; sandboxed tools may never create or move protected paths"
+        )
+        moved = changes.appeared + changes.unreadable
+        where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
+        raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
 
     # -- containers --------------------------------------------------------------------------
 
@@ -516,25 +709,31 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         return client
 
     def _channel(self, mode: Mode) -> _AgentChannel:
-        # Fast path without the lock, so calls to a warm container never wait for another
-        # mode's container to be created.
+        """The ready container of `mode`, replaced first when it is gone or stale. Called with
+        the mode's lock held."""
         channel = self._channels.get(mode)
-        if channel is not None and channel.gone is None and not self._stale(channel):
-            return channel
+        if channel is not None and channel.gone is None:
+            if channel.scan is None or not channel.scan.changes():
+                return channel
+            # A protected path appeared (or went) on the host since the container was made:
+            # its mounts no longer cover what exists, so it runs nothing more.
+            log.info("%s: protected paths changed on the host; replacing it", channel.name)
         with self._lock:
             client = self._start_locked()
-            channel = self._channels.get(mode)
-            if channel is not None and channel.gone is None and not self._stale(channel):
-                return channel
             if channel is not None:
                 self._discard_locked(channel)
-            channel = self._create_channel(client, mode)
+        channel = self._create_channel(client, mode)
+        with self._lock:
+            if self._closed:
+                self._discard_locked(channel)
+                raise SandboxUnavailable("this @docker environment was closed")
             self._channels[mode] = channel
-            return channel
+        return channel
 
     def _create_channel(self, client: Any, mode: Mode) -> _AgentChannel:
         name = f"{mode}-{next(self._generation)}"
-        config, unprotected = self._container_config(mode, name)
+        scan = ProtectedScan(self.workspace) if mode == "rw" else None
+        config, uid_gid = self._container_config(mode, name, scan)
         with _engine_errors("create the sandbox container"):
             container = client.containers.create(**config)
         channel: _AgentChannel | None = None
@@ -546,19 +745,33 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
                 )
                 channel = _AgentChannel(container.id, config["name"], mode, attached)
-                channel.unprotected = unprotected
+                channel.scan = scan
                 container.start()
+            channel.begin(*uid_gid)
             if not channel.wait_ready(AGENT_START_SECONDS):
                 detail = channel.stderr_tail or channel.gone or "no answer"
                 raise SandboxUnavailable(
                     f"the agent of image {self.settings.image!r} did not start ({detail}); "
                     f"rebuild the image: {SETUP_HINT}"
                 )
-            if channel.hello.get("hello") != AGENT_PROTOCOL:
+            hello = channel.hello
+            if hello.get("hello") != AGENT_PROTOCOL:
                 raise SandboxUnavailable(
                     f"image {self.settings.image!r} has an agent speaking protocol "
-                    f"{channel.hello.get('hello')!r}, this runtime speaks {AGENT_PROTOCOL}; "
+                    f"{hello.get('hello')!r}, this runtime speaks {AGENT_PROTOCOL}; "
                     f"rebuild the image: {SETUP_HINT}"
+                )
+            if hello.get("problem"):
+                raise SandboxUnavailable(
+                    f"the sandbox agent refused to run: {hello['problem']}; nothing ran"
+                )
+            problems = self._limit_problems(hello.get("limits") or {})
+            if problems:
+                raise SandboxUnavailable(
+                    "the container engine did not apply the sandbox's limits ("
+                    + "; ".join(problems)
+                    + "), as rootless Podman on cgroup v1 silently does; refusing to run in it. "
+                    "Use an engine that enforces cgroup limits (Docker, or Podman on cgroup v2)"
                 )
         except BaseException:
             if channel is not None:
@@ -567,15 +780,34 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             raise
         return channel
 
-    def _container_config(self, mode: Mode, name: str) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """The hardened container for `mode`, and the protected paths it leaves unmounted."""
+    def _limit_problems(self, found: dict[str, Any]) -> list[str]:
+        """What the kernel enforces on the container, against what was asked for."""
+        settings = self.settings
+        problems = []
+
+        def check(what: str, value: Any, wanted: float) -> None:
+            shown = f"{wanted:,}" if isinstance(wanted, int) else f"{wanted:g}"
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                problems.append(f"{what}: asked for {shown}, none is in force")
+            elif value > wanted * 1.0001:
+                problems.append(f"{what}: asked for {shown}, {value:,} in force")
+
+        check("memory bytes", found.get("memory"), settings.memory_bytes)
+        check("pids", found.get("pids"), settings.pids_limit)
+        check("cpus", found.get("cpus"), settings.cpus)
+        if found.get("swap_total"):
+            check("memory+swap bytes", found.get("memory_swap"), settings.memory_bytes)
+        return problems
+
+    def _container_config(
+        self, mode: Mode, name: str, scan: ProtectedScan | None = None
+    ) -> tuple[dict[str, Any], tuple[int, int]]:
+        """The hardened container for `mode`, and the uid and gid its commands run as."""
         settings = self.settings
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
         mounts = [Mount(WORKSPACE_MOUNT, str(self.workspace), type="bind", read_only=mode == "ro")]
-        unprotected: tuple[str, ...] = ()
-        if mode == "rw":
-            protect, unprotected = self._protect()
-            mounts += protect
+        if scan is not None:
+            mounts += self._protect(scan)
         labels = {
             LABEL_RUNTIME: "1",
             LABEL_SESSION: self.session_id,
@@ -585,12 +817,16 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             LABEL_PID: str(self._pid),
             LABEL_PID_START: _process_start(self._pid) or "",
         }
+        tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
+        # Root-owned and not writable by commands: where a capability's code is put to run.
+        tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
+        uid, gid = (int(part) for part in self._command_user().split(":"))
         config = {
             "image": settings.image,
             "command": list(AGENT_COMMAND),
             "name": f"codecoder-{self.session_id}-{name}",
             "labels": labels,
-            "user": self._user(),
+            "user": AGENT_USER,
             "working_dir": WORKSPACE_MOUNT,
             "environment": {"HOME": "/tmp", "LANG": "C.UTF-8"},
             # With detach=False the SDK also sets StdinOnce: the agent's stdin closes when the
@@ -602,6 +838,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "network_mode": settings.network,
             "read_only": settings.read_only_rootfs,
             "cap_drop": ["ALL"],
+            "cap_add": list(AGENT_CAPABILITIES),
             "security_opt": ["no-new-privileges:true"],
             "pids_limit": settings.pids_limit,
             "mem_limit": settings.memory_bytes,
@@ -609,72 +846,50 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "nano_cpus": int(settings.cpus * 1e9),
             "ipc_mode": "private",
             "shm_size": settings.tmpfs_bytes,
-            "tmpfs": {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)},
+            "tmpfs": tmpfs,
             "mounts": mounts,
             # The agent's answers travel on stdout; a log driver would copy every command's
             # output to the host's disk for nothing.
             "log_config": LogConfig(type=LogConfig.types.NONE),
         }
-        return config, unprotected
+        return config, (uid, gid)
 
-    def _protect(self) -> tuple[list[Mount], tuple[str, ...]]:
-        """Read-only mounts over the protected paths that exist, and the names that do not.
+    def _protect(self, scan: ProtectedScan) -> list[Mount]:
+        """A read-only mount over every protected path of the workspace, at every depth.
 
-        A mount needs its mount point to exist, and creating one would change the user's
-        workspace, so an absent protected path is guarded after each writable call instead
-        (`_guard_protected`). A symlinked protected path cannot be mounted over (the engine
-        follows the link), and the link itself could be replaced from inside: refuse.
+        A symlinked protected path cannot be mounted over (the engine follows the link), and the
+        link itself could be replaced from inside: refuse. A directory the runtime cannot look
+        into could hide one: refuse too.
         """
-        mounts: list[Mount] = []
-        absent: list[str] = []
-        for name in PROTECTED_PATHS:
-            path = self.workspace / name
+        if scan.unreadable:
+            raise ExecutionFailed(
+                f"{', '.join(scan.unreadable)} in the workspace cannot be read by the runtime, "
+                "so it cannot be checked for .git and .gitmodules; writable @docker calls are "
+                "refused until it can"
+            )
+        mounts = []
+        for relative in sorted(scan.entries):
+            path = self.workspace / relative
             if path.is_symlink():
                 raise ExecutionFailed(
-                    f"{name} in the workspace is a symbolic link; writable @docker calls are "
-                    "refused because it could not be kept read-only inside the sandbox"
+                    f"{relative} in the workspace is a symbolic link; writable @docker calls "
+                    "are refused because it could not be kept read-only inside the sandbox"
                 )
-            if path.exists():
-                target = f"{WORKSPACE_MOUNT}/{name}"
-                mounts.append(Mount(target, str(path), type="bind", read_only=True))
-            else:
-                absent.append(name)
-        return mounts, tuple(absent)
+            mounts.append(
+                Mount(f"{WORKSPACE_MOUNT}/{relative}", str(path), type="bind", read_only=True)
+            )
+        return mounts
 
-    def _present_protected(self, channel: _AgentChannel) -> set[str]:
-        return {n for n in channel.unprotected if os.path.lexists(self.workspace / n)}
-
-    def _stale(self, channel: _AgentChannel) -> bool:
-        # A protected path created on the host after the read-write container started has no
-        # read-only mount in it yet: replace the container before it runs anything else.
-        return bool(self._present_protected(channel))
-
-    def _guard_protected(self, channel: _AgentChannel, present_before: set[str]) -> None:
-        created = sorted(self._present_protected(channel) - present_before)
-        if not created:
-            return
-        self._discard(channel)
-        quarantine = self._quarantine_dir()
-        quarantine.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name in created:
-            with contextlib.suppress(OSError):
-                shutil.move(str(self.workspace / name), str(quarantine / name))
-        raise ExecutionFailed(
-            f"a writable @docker call created {', '.join(created)} in the workspace; sandboxed "
-            f"tools may never write protected paths. Moved to {quarantine}; the sandbox was "
-            "restarted"
-        )
-
-    def _quarantine_dir(self) -> Path:
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        return state_directory() / "quarantine" / f"{self.session_id}-{stamp}"
-
-    def _user(self) -> str:
+    def _command_user(self) -> str:
         if self.settings.user != "auto":
-            return self.settings.user
+            uid, _, gid = self.settings.user.partition(":")
+            return f"{uid}:{gid or uid}"
         info = self.workspace.stat()
-        # Files the sandbox writes then belong to the workspace's owner; root never runs inside.
-        return f"{info.st_uid}:{info.st_gid}" if info.st_uid != 0 else FALLBACK_USER
+        # Files the sandbox writes then belong to the workspace's owner; root never runs
+        # commands (the agent is root), nor does group root.
+        if info.st_uid == 0:
+            return FALLBACK_USER
+        return f"{info.st_uid}:{info.st_gid or info.st_uid}"
 
     def _check_workspace(self) -> None:
         if not self.workspace.is_dir():
@@ -753,6 +968,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             assert request.script is not None  # CommandRequest guarantees one of the two
             argv = ["/bin/bash", "-c", request.script]
             summary = request.script
+        if request.snapshot is not None:
+            return _Call(argv=argv, cwd=SNAPSHOT_MOUNT, summary=_visible(summary))
         cwd = Path(os.path.normpath(self.workspace / request.cwd))
         try:
             relative = cwd.relative_to(self.workspace)
@@ -785,6 +1002,15 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             and self._container_oom_killed(channel)
         ):
             raise self._out_of_memory(call)
+        if response.get("disk_budget_hit"):
+            grew = response.get("disk_used")
+            raise ExecutionFailed(
+                f"`{call.summary}` wrote more than its disk budget of "
+                f"{self.settings.disk_budget} to the workspace"
+                + (f" (the workspace's filesystem grew by {grew:,} bytes)" if grew else "")
+                + " and was stopped; what it wrote is still there. A project can raise "
+                '"docker": {"disk_budget": ...} in codecoder.json'
+            )
         if response.get("timed_out"):
             raise ExecutionTimeout(
                 f"`{call.summary}` did not finish within {request.timeout:g}s and was killed "
@@ -803,6 +1029,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 "stdout_bytes": response["stdout_bytes"],
                 "stderr_bytes": response["stderr_bytes"],
                 "pids_limit_hit": bool(response.get("pids_limit_hit")),
+                "disk_used": response.get("disk_used"),
             },
         )
 

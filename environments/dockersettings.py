@@ -39,9 +39,12 @@ class LooserSetting:
 class DockerSettings:
     """How the sandbox container is limited. The defaults are the hardened configuration.
 
-    `user` is `auto` (the workspace's owner, or 10001 when root owns it) or a `uid[:gid]`.
-    `extra_writable_paths` are more size-capped tmpfs mounts inside the container (e.g. a
-    cache directory a tool insists on); they never touch the host.
+    `user` is who commands run as: `auto` (the workspace's owner, or 10001 when root owns it)
+    or a `uid[:gid]`, never root (the in-container agent runs as root to stay out of the
+    commands' reach). `extra_writable_paths` are more size-capped tmpfs mounts inside the
+    container (e.g. a cache directory a tool insists on); they never touch the host and are
+    emptied between calls made under different grants. `disk_budget` is how much a writable
+    call may grow the workspace's filesystem before it is stopped.
     """
 
     image: str = "codecoder-sandbox"
@@ -53,6 +56,7 @@ class DockerSettings:
     read_only_rootfs: bool = True
     user: str = "auto"
     extra_writable_paths: tuple[str, ...] = ()
+    disk_budget: str = "1g"
 
     def __post_init__(self) -> None:
         if self.memory_bytes < 6 * 1024**2:
@@ -61,6 +65,13 @@ class DockerSettings:
             raise ValueError("tmpfs_size must be positive")
         if not self.cpus > 0:
             raise ValueError("cpus must be positive")
+        if self.disk_budget_bytes <= 0:
+            raise ValueError("disk_budget must be positive")
+        if self.runs_as_root:
+            raise ValueError(
+                f"user {self.user!r}: commands never run as root (uid or gid 0) in the sandbox; "
+                "the agent that runs them is root, and must stay out of their reach"
+            )
         if self.pids_limit < 8:
             raise ValueError("pids_limit below 8 leaves no room for the agent itself")
         for path in self.extra_writable_paths:
@@ -82,9 +93,12 @@ class DockerSettings:
         return parse_size(self.tmpfs_size)
 
     @property
+    def disk_budget_bytes(self) -> int:
+        return parse_size(self.disk_budget)
+
+    @property
     def runs_as_root(self) -> bool:
-        uid = self.user.split(":", 1)[0]
-        return uid in ("0", "root")
+        return any(part in ("0", "root") for part in self.user.split(":"))
 
     def looser_than_default(self) -> list[LooserSetting]:
         """Every setting that grants more than `DockerSettings()` does (empty when none)."""
@@ -106,10 +120,10 @@ class DockerSettings:
             note("network", "with a network the sandbox can reach the host, the LAN and beyond")
         if not self.read_only_rootfs:
             note("read_only_rootfs", "a writable root filesystem lets a call change the image")
-        if self.runs_as_root:
-            note("user", "root in the container is one kernel bug away from root on the host")
         if self.extra_writable_paths:
             note("extra_writable_paths", "more writable places inside the container")
+        if self.disk_budget_bytes > default.disk_budget_bytes:
+            note("disk_budget", "a larger disk budget lets a writable call fill more of the disk")
         return looser
 
 

@@ -11,15 +11,19 @@ group does not get the terminal's Ctrl-C itself; the runtime, which does, ends i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import selectors
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from environments.base import CommandRequest, CommandResult, Environment
+from environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from environments.output import CappedBuffer
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, ExecutionTimeout
@@ -34,6 +38,12 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         self._bash = bash
 
     def run(self, request: CommandRequest) -> CommandResult:
+        if request.snapshot is not None:
+            with _materialized(request.snapshot) as directory:
+                return self._run(dataclasses.replace(request, cwd=directory, snapshot=None))
+        return self._run(request)
+
+    def _run(self, request: CommandRequest) -> CommandResult:
         if request.argv is not None:
             argv = list(request.argv)
         else:
@@ -138,6 +148,29 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             truncated=out.truncated or err.truncated,
             killed_by=killed_by,
         )
+
+
+@contextlib.contextmanager
+def _materialized(snapshot: Snapshot) -> Iterator[Path]:
+    """The snapshot's files in a new private directory, read back and compared before use.
+
+    Nothing else can have written there between the check and the run (it is 0700 and new),
+    so the command starts in exactly the approved code; the directory goes afterwards.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="codecoder-snapshot-"))
+    try:
+        for relative, data in snapshot.files.items():
+            path = directory / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(path, flags, 0o700), "wb") as file:
+                file.write(data)
+        for relative, data in snapshot.files.items():
+            if (directory / relative).read_bytes() != data:
+                raise ExecutionFailed(f"the snapshot of {relative} did not read back as written")
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], deadline: float) -> None:

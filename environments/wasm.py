@@ -3,12 +3,21 @@
 A `WasmRequest` names a module (a `.wasm` or `.wat` file, or its bytes), its argv and stdin,
 and the host directories it may see (`Preopen`, read-only unless marked writable). Nothing else
 reaches the module: no environment variables, no inherited stdio, no sockets, no other files.
-Each call gets a fresh `Store` with three limits:
+Each call gets a fresh `Store`, and everything it can take is bounded:
 
 * fuel (instructions, roughly) -> `OutOfFuel` when used up;
-* an epoch deadline (wall-clock timeout, driven by one ticker thread per engine that runs only
-  while a call is in progress) -> `ExecutionTimeout`;
-* a linear-memory limit -> `OutOfMemory`.
+* time -> `ExecutionTimeout`: the call's timeout covers compiling the module (done by a worker
+  process killed at the deadline, `environments.wasmcompile`) and running it (an epoch callback
+  every tick, in the module's thread, stops it at the deadline; `poll_oneoff` never sleeps past
+  it; a thread blocked in the host on a FIFO is freed, see `_EpochTicker`);
+* memory -> `OutOfMemory`: one limiter over the whole store, one linear memory (the engine
+  refuses modules declaring more, or shared or 64-bit ones), at most `MAX_TABLES` tables whose
+  elements take at most an eighth of the memory limit more, one instance;
+* disk, for a call with writable preopens -> `ExecutionFailed` once their filesystems grew by
+  more than `disk_budget`;
+* output -> capped head and tail (below);
+* the workspace, when the request names it: writable preopens may hold no protected path, and
+  one the module creates is quarantined after the call (`environments.workspaceguard`).
 
 `proc_exit(n)` is not an error: it is `WasmResult.exit_code`. Any other trap becomes
 `ExecutionFailed` with the trap's message. No wasmtime exception leaves this module.
@@ -27,13 +36,13 @@ loaded.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import hmac
 import importlib.metadata
 import itertools
 import logging
-import math
 import os
 import platform
 import selectors
@@ -46,10 +55,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import wasmtime
+from wasmtime import _bindings as wasmtime_ffi
 
 from environments.base import Environment
+from environments.wasmcompile import ENGINE_SETTINGS, compile_module, engine_config, error_cause
+from environments.workspaceguard import ProtectedScan, quarantine
 from runtime.atomicfile import replace_atomically
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import (
@@ -76,6 +89,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_FUEL = 2_000_000_000
+DEFAULT_DISK_BUDGET = 1024**3
+MAX_MODULE_BYTES = 64 * 1024 * 1024
+MAX_TABLES = 4
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT = 256 * 1024 * 1024
 DEFAULT_MAX_OUTPUT = 1024 * 1024
@@ -100,6 +116,11 @@ class WasmRequest:
     `argv` is the whole argv, program name first (an empty argv passes just a name). `module`
     is a path (`.wasm` binary or `.wat` text) or the module's bytes. Output beyond `max_output`
     bytes per stream is dropped from the middle: the head and tail are kept, with a marker.
+    `timeout` covers compiling the module too. A call with writable preopens may grow their
+    filesystems by `disk_budget` bytes. `workspace`, when set, guards the writable preopens
+    (which must lie inside it): they may hold no protected path when the call starts, and one
+    the module creates is quarantined and fails the call. The file tools leave it unset: they
+    write exactly the path the permission engine approved.
     """
 
     module: Path | bytes
@@ -110,10 +131,14 @@ class WasmRequest:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit: int = DEFAULT_MEMORY_LIMIT
     max_output: int = DEFAULT_MAX_OUTPUT
+    disk_budget: int = DEFAULT_DISK_BUDGET
+    workspace: Path | None = None
 
     def __post_init__(self) -> None:
         if self.fuel <= 0 or self.timeout <= 0 or self.memory_limit <= 0 or self.max_output < 0:
             raise ValueError("fuel, timeout and memory_limit must be positive, max_output >= 0")
+        if self.disk_budget <= 0:
+            raise ValueError("disk_budget must be positive")
         if any("\0" in arg for arg in self.argv):
             raise ValueError("argv must not contain NUL characters")
         guests = [p.guest for p in self.preopens]
@@ -391,26 +416,41 @@ class _OutputPump:
 
 
 class _EpochTicker:
-    """Advances the engine's epoch every `interval` seconds while at least one call runs.
+    """Advances the engine's epoch every `interval` seconds while at least one call runs, and
+    frees calls stuck in the host past their deadline.
 
     One thread per engine, not per call; it sleeps on a condition when nothing runs, so an
     idle runtime costs no wake-ups.
+
+    The epoch stops a module between instructions, not inside a host call, and wasmtime opens
+    files with a blocking open(2): a module opening a FIFO that nobody writes (or reading one
+    that nobody fills) would wait in the host for ever. So once a call is `RESCUE_AFTER` past
+    its deadline, the threads of this process blocked in open, read or write on a FIFO inside
+    that call's preopened directories are found (/proc/self/task/*/syscall) and the FIFO is
+    opened read-write, drained and written one byte: each such wait ends, and the module is
+    stopped at its next instruction. Devices are not freed this way; no sandbox can create one
+    (no CAP_MKNOD in @docker, no mknod in WASI).
     """
+
+    RESCUE_AFTER = 0.25
 
     def __init__(self, engine: wasmtime.Engine, interval: float) -> None:
         self._engine = engine
         self.interval = interval
         self._cond = threading.Condition()
-        self._active = 0
+        self._running: dict[int, tuple[float, tuple[Path, ...]]] = {}
+        self._tokens = itertools.count()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._rescued_at = 0.0
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
+    def running(self, deadline: float, hosts: tuple[Path, ...]) -> Iterator[None]:
         with self._cond:
             if self._closed:
                 raise SandboxUnavailable("the wasm environment is closed")
-            self._active += 1
+            token = next(self._tokens)
+            self._running[token] = (deadline, hosts)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="codecoder-wasm-epoch", daemon=True
@@ -421,19 +461,30 @@ class _EpochTicker:
             yield
         finally:
             with self._cond:
-                self._active -= 1
+                del self._running[token]
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while self._active == 0 and not self._closed:
+                while not self._running and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
                 self._cond.wait(self.interval)
                 if self._closed:
                     return
+                now = time.monotonic()
+                stuck = [
+                    host
+                    for deadline, hosts in self._running.values()
+                    if now > deadline + self.RESCUE_AFTER
+                    for host in hosts
+                ]
             self._engine.increment_epoch()
+            if stuck and now - self._rescued_at > 0.1:
+                self._rescued_at = now
+                for fifo in _blocked_fifos(stuck):
+                    _release(fifo)
 
     def close(self) -> None:
         with self._cond:
@@ -441,6 +492,83 @@ class _EpochTicker:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+
+
+# Syscalls a thread can block in on a FIFO, by machine: (the opens, with the index of their
+# path argument), (the reads and writes, whose first argument is the descriptor).
+_BLOCKING_SYSCALLS: dict[str, tuple[dict[int, int], frozenset[int]]] = {
+    "x86_64": ({2: 0, 257: 1, 437: 1}, frozenset({0, 1, 17, 18, 19, 20, 295, 296})),
+    "aarch64": ({56: 1, 437: 1}, frozenset({63, 64, 65, 66, 67, 68, 69, 70})),
+}
+_AT_FDCWD = -100
+
+
+def _blocked_fifos(hosts: list[Path]) -> set[str]:
+    """FIFOs under `hosts` that a thread of this process is blocked on now."""
+    table = _BLOCKING_SYSCALLS.get(platform.machine())
+    if table is None:
+        return set()
+    opens, transfers = table
+    roots = [os.path.realpath(host) for host in hosts]
+    found: set[str] = set()
+    tasks: list[str] = []
+    with contextlib.suppress(OSError):
+        tasks = os.listdir("/proc/self/task")
+    for task in tasks:
+        try:
+            fields = Path(f"/proc/self/task/{task}/syscall").read_text().split()
+        except OSError:
+            continue
+        if not fields or not fields[0].isdigit():
+            continue  # running, or not in a syscall
+        number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
+        try:
+            if number in opens:
+                path = _string_at(args[opens[number]])
+                if not path.startswith("/"):
+                    dirfd = args[0] - (1 << 64) if args[0] >= 1 << 63 else args[0]
+                    base = (
+                        os.getcwd()
+                        if number == 2 or dirfd == _AT_FDCWD
+                        else os.readlink(f"/proc/self/fd/{dirfd}")
+                    )
+                    path = os.path.join(base, path)
+            elif number in transfers:
+                path = os.readlink(f"/proc/self/fd/{args[0]}")
+            else:
+                continue
+            real = os.path.realpath(path)
+            if stat.S_ISFIFO(os.stat(real).st_mode) and any(
+                real.startswith(root + os.sep) for root in roots
+            ):
+                found.add(real)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _string_at(address: int) -> str:
+    with open("/proc/self/mem", "rb", buffering=0) as memory:
+        memory.seek(address)
+        return memory.read(4096).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _release(fifo: str) -> None:
+    """End every wait on `fifo`: an opener gets its other end, a reader a byte, a writer room."""
+    try:
+        descriptor = os.open(fifo, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                if not os.read(descriptor, 1 << 16):
+                    break
+        with contextlib.suppress(OSError):
+            os.write(descriptor, b"\0")
+    finally:
+        os.close(descriptor)
+    log.warning("freed a @wasm call blocked past its deadline on the FIFO %s", fifo)
 
 
 _MAGIC = b"CCWASM\x01\n"
@@ -585,28 +713,24 @@ class _DiskCache:
             os.unlink(path)
 
 
-# The engine settings that change generated code. They are applied from this one table and
-# hashed into every cache key, so a change here can never load code compiled differently.
-_ENGINE_SETTINGS: dict[str, object] = {
-    "consume_fuel": True,
-    "epoch_interruption": True,
-    "cranelift_opt_level": "speed",
-}
-
-
 def _engine_fingerprint() -> str:
-    described = ";".join(f"{k}={v}" for k, v in sorted(_ENGINE_SETTINGS.items()))
+    described = ";".join(f"{k}={v}" for k, v in sorted(ENGINE_SETTINGS.items()))
     described += f";wasmtime={_WASMTIME_VERSION};arch={platform.machine()};os={sys.platform}"
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
-def _cause(exc: Exception) -> str:
+def _table_elements(memory_limit: int) -> int:
+    """Elements allowed per table: all MAX_TABLES full take an eighth of the memory limit."""
+    return max(10_000, memory_limit // 8 // 8 // MAX_TABLES)
+
+
+def _in(directory: str, entry: str) -> str:
+    return f"{directory}/{entry}" if directory not in ("", ".") else entry
+
+
+def wasmtime_cause(exc: Exception) -> str:
     """The one line of a wasmtime error that says what happened (its text leads with a trace)."""
-    text = str(exc).strip()
-    if "Caused by:" in text:
-        lines = [ln.strip() for ln in text.split("Caused by:", 1)[1].splitlines()]
-        return next((ln for ln in lines if ln), text)
-    return text.splitlines()[0] if text else type(exc).__name__
+    return error_cause(str(exc)) or type(exc).__name__
 
 
 def _trace(exc: Exception) -> str:
@@ -630,11 +754,7 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         use_disk_cache: bool = True,
         epoch_interval: float = 0.01,
     ) -> None:
-        config = wasmtime.Config()
-        config.consume_fuel = bool(_ENGINE_SETTINGS["consume_fuel"])
-        config.epoch_interruption = bool(_ENGINE_SETTINGS["epoch_interruption"])
-        config.cranelift_opt_level = str(_ENGINE_SETTINGS["cranelift_opt_level"])
-        self._engine = wasmtime.Engine(config)
+        self._engine = wasmtime.Engine(engine_config())
         self._linker = wasmtime.Linker(self._engine)
         self._linker.define_wasi()
         # wasmtime's own poll_oneoff sleeps in the host, where the epoch deadline cannot reach:
@@ -683,14 +803,25 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
 
     @staticmethod
     def _read(path: Path) -> bytes:
+        """A module file's bytes. Opened without blocking and checked to be a regular file, so
+        a FIFO or a device in its place is refused instead of waited on; size-capped."""
         try:
-            return Path(path).read_bytes()
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise ExecutionFailed(f"cannot read module {path}: {exc.strerror or exc}") from exc
+        with os.fdopen(descriptor, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise ExecutionFailed(f"module {path} is not a regular file")
+            data = file.read(MAX_MODULE_BYTES + 1)
+        if len(data) > MAX_MODULE_BYTES:
+            raise ExecutionFailed(f"module {path} is larger than {MAX_MODULE_BYTES:,} bytes")
+        return data
 
     def _digest(self, module: Path | bytes) -> tuple[str, bytes | None]:
         """The digest of a module, and its bytes if they had to be read to compute it."""
         if isinstance(module, bytes):
+            if len(module) > MAX_MODULE_BYTES:
+                raise ExecutionFailed(f"the module is larger than {MAX_MODULE_BYTES:,} bytes")
             return hashlib.sha256(module).hexdigest(), module
         try:
             st = os.stat(module)
@@ -714,26 +845,31 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         self._path_digests[identity] = digest
         return digest, data
 
-    def _prepared(self, module: Path | bytes) -> wasmtime.InstancePre:
+    def _prepared(
+        self, module: Path | bytes, deadline: float, timeout: float
+    ) -> wasmtime.InstancePre:
         digest, data = self._digest(module)
         with self._lock:
             pre = self._modules.get(digest)
             if pre is not None:
                 self.cache_stats.memory_hits += 1
                 return pre
-            if data is None:  # known digest whose compilation failed before: read it again
-                assert isinstance(module, Path)
-                data = self._read(module)
-                digest = hashlib.sha256(data).hexdigest()
-            compiled = self._load_or_compile(digest, data)
-            try:
-                pre = self._linker.instantiate_pre(compiled)
-            except wasmtime.WasmtimeError as exc:
-                raise ExecutionFailed(f"module cannot be linked: {_cause(exc)}") from exc
-            self._modules[digest] = pre
-            return pre
+        if data is None:  # known digest whose compilation failed before: read it again
+            assert isinstance(module, Path)
+            data = self._read(module)
+            digest = hashlib.sha256(data).hexdigest()
+        # Compiled outside the lock: calls of modules already prepared need not wait.
+        compiled = self._load_or_compile(digest, data, deadline, timeout)
+        try:
+            pre = self._linker.instantiate_pre(compiled)
+        except wasmtime.WasmtimeError as exc:
+            raise ExecutionFailed(f"module cannot be linked: {wasmtime_cause(exc)}") from exc
+        with self._lock:
+            return self._modules.setdefault(digest, pre)
 
-    def _load_or_compile(self, digest: str, data: bytes) -> wasmtime.Module:
+    def _load_or_compile(
+        self, digest: str, data: bytes, deadline: float, timeout: float
+    ) -> wasmtime.Module:
         key = hashlib.sha256(
             f"{digest}\0{_WASMTIME_VERSION}\0{self._fingerprint}".encode()
         ).hexdigest()
@@ -743,20 +879,24 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
                 try:
                     module = wasmtime.Module.deserialize(self._engine, payload)
                 except wasmtime.WasmtimeError as exc:
-                    self._disk.discard(key, f"does not deserialize ({_cause(exc)})")
+                    self._disk.discard(key, f"does not deserialize ({wasmtime_cause(exc)})")
                 else:
-                    self.cache_stats.disk_hits += 1
+                    with self._lock:
+                        self.cache_stats.disk_hits += 1
                     return module
+        # Compiled by a worker process that is killed at the deadline (environments.wasmcompile):
+        # compiling counts against the call's timeout.
+        payload = compile_module(data, deadline, timeout)
         try:
-            module = wasmtime.Module(self._engine, data)
+            module = wasmtime.Module.deserialize(self._engine, payload)
         except wasmtime.WasmtimeError as exc:
-            raise ExecutionFailed(f"invalid wasm module: {_cause(exc)}") from exc
-        self.cache_stats.compiled += 1
+            raise SandboxUnavailable(
+                f"the wasm compiler's output does not load: {wasmtime_cause(exc)}"
+            ) from exc
+        with self._lock:
+            self.cache_stats.compiled += 1
         if self._disk is not None:
-            try:
-                self._disk.store(key, bytes(module.serialize()))
-            except wasmtime.WasmtimeError as exc:
-                log.debug("cannot serialize module: %s", exc)
+            self._disk.store(key, payload)
         return module
 
     # -- running ---------------------------------------------------------------------------
@@ -764,18 +904,64 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
     def run(self, request: WasmRequest) -> WasmResult:
         if self._closed:
             raise SandboxUnavailable("the wasm environment is closed")
-        pre = self._prepared(request.module)
+        deadline = time.monotonic() + request.timeout
+        pre = self._prepared(request.module, deadline, request.timeout)
+        guards = self._guards(request)
         stdout = _CappedOutput(request.max_output)
         stderr = _CappedOutput(request.max_output)
         pipes: list[_Pipe] = []
         try:
             pipes = [self._pump.open(stdout), self._pump.open(stderr)]
-            return self._run(pre, request, pipes, stdout, stderr)
+            return self._run(pre, request, pipes, stdout, stderr, deadline)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot set up the module's output: {exc}") from exc
         finally:
             for pipe in pipes:
                 self._pump.finish(pipe)
+            # Whether the module finished, failed or was stopped: it can run no more.
+            self._check_plants(request, guards)
+
+    def _guards(self, request: WasmRequest) -> list[tuple[str, ProtectedScan]]:
+        """For a guarded request: each writable preopen (its workspace-relative path) and a
+        scan of it, which must find no protected path now (the preopen rule)."""
+        workspace = request.workspace
+        if workspace is None:
+            return []
+        guards = []
+        for preopen in request.preopens:
+            if not preopen.writable:
+                continue
+            try:
+                relative = preopen.host.resolve().relative_to(workspace.resolve()).as_posix()
+            except ValueError:
+                raise ExecutionFailed(
+                    f"cannot preopen {preopen.host} writable: it is outside the workspace"
+                ) from None
+            scan = ProtectedScan(preopen.host)
+            present = sorted(_in(relative, entry) for entry in scan.entries)
+            if present or scan.unreadable:
+                raise ExecutionFailed(
+                    f"cannot preopen {preopen.host} writable: it holds "
+                    + ", ".join(present or scan.unreadable)
+                    + " (protected, or unreadable), which no module may write"
+                )
+            guards.append((relative, scan))
+        return guards
+
+    def _check_plants(self, request: WasmRequest, guards: list[tuple[str, ProtectedScan]]) -> None:
+        planted: list[str] = []
+        for relative, scan in guards:
+            changes = scan.changes()
+            planted += [_in(relative, entry) for entry in changes.appeared + changes.unreadable]
+        if not planted:
+            return
+        assert request.workspace is not None  # there are guards only with a workspace
+        why = (
+            f"a writable @wasm module created {', '.join(sorted(planted))} in the workspace; "
+            "sandboxed tools may never create protected paths"
+        )
+        where = quarantine(request.workspace, planted, why)
+        raise ExecutionFailed(f"{why}. Quarantined: {where}")
 
     def _run(
         self,
@@ -784,25 +970,39 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         pipes: list[_Pipe],
         stdout: _CappedOutput,
         stderr: _CappedOutput,
+        deadline: float,
     ) -> WasmResult:
         store = wasmtime.Store(self._engine)
+        writable = [p.host for p in request.preopens if p.writable]
         try:
             store.set_fuel(request.fuel)
-            store.set_limits(memory_size=request.memory_limit)
+            # One limit over the whole store: its one linear memory (the engine refuses modules
+            # with more), at most MAX_TABLES tables whose elements (8 bytes each) take at most
+            # an eighth of the memory limit more, and one instance.
+            store.set_limits(
+                memory_size=request.memory_limit,
+                table_elements=_table_elements(request.memory_limit),
+                instances=1,
+                tables=MAX_TABLES,
+                memories=1,
+            )
             store.set_wasi(self._wasi_config(request, pipes))
+            _watch_epochs(store)
         except wasmtime.WasmtimeError as exc:
-            raise ExecutionFailed(f"cannot configure the module's sandbox: {_cause(exc)}") from exc
+            raise ExecutionFailed(
+                f"cannot configure the module's sandbox: {wasmtime_cause(exc)}"
+            ) from exc
         finally:
             for pipe in pipes:  # wasmtime has opened them (or failed to): the names can go
                 pipe.release_name()
         instance: wasmtime.Instance | None = None
         exit_code = 0
         started = time.monotonic()
-        with self._ticker.running():
-            # The deadline is relative to the epoch now; one extra tick because the first
-            # one may come at once.
-            store.set_epoch_deadline(math.ceil(request.timeout / self._ticker.interval) + 1)
-            _CALL.deadline, _CALL.expired = started + request.timeout, False
+        budget = _DiskBudget(writable, request.disk_budget) if writable else None
+        hosts = tuple(p.host for p in request.preopens)
+        with self._ticker.running(deadline, hosts):
+            store.set_epoch_deadline(1)  # then every tick: see _on_epoch
+            _CALL.start(deadline, budget)
             try:
                 instance = pre.instantiate(store)
                 start = instance.exports(store).get("_start")
@@ -812,12 +1012,22 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
             except wasmtime.ExitTrap as exc:
                 exit_code = exc.code
             except (wasmtime.Trap, wasmtime.WasmtimeError) as exc:
-                if not _CALL.expired:
+                if _CALL.stopped is None:
                     raise self._map_failure(exc, request, store, instance) from exc
             finally:
-                _CALL.deadline = None
-            if _CALL.expired:
-                raise ExecutionTimeout(f"the module slept past its timeout of {request.timeout:g}s")
+                stopped = _CALL.stopped
+                _CALL.finish()
+        if stopped == "disk" or (budget is not None and budget.spent()):
+            assert budget is not None
+            raise ExecutionFailed(
+                f"the module wrote more than its disk budget of {budget.limit:,} bytes to the "
+                f"workspace (its filesystem grew by {budget.grown():,} bytes) and was stopped; "
+                "what it wrote is still there"
+            )
+        if stopped == "timeout":
+            raise ExecutionTimeout(f"the module ran past its timeout of {request.timeout:g}s")
+        if stopped == "slept":
+            raise ExecutionTimeout(f"the module slept past its timeout of {request.timeout:g}s")
         duration = time.monotonic() - started
         fuel_consumed = request.fuel - self._fuel_left(store)
         for pipe in pipes:
@@ -862,7 +1072,7 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         store: wasmtime.Store,
         instance: wasmtime.Instance | None,
     ) -> ExecutionFailed | ExecutionTimeout | OutOfFuel | OutOfMemory:
-        cause = _cause(exc)
+        cause = wasmtime_cause(exc)
         code = exc.trap_code if isinstance(exc, wasmtime.Trap) else None
         if code is wasmtime.TrapCode.INTERRUPT:
             return ExecutionTimeout(f"the module ran past its timeout of {request.timeout:g}s")
@@ -871,6 +1081,16 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         if "exceeds memory limits" in cause:
             return OutOfMemory(
                 f"the module needs more memory than its limit of {request.memory_limit:,} bytes"
+            )
+        if "exceeds table limits" in cause:
+            return OutOfMemory(
+                f"the module's tables need more than their limit of "
+                f"{_table_elements(request.memory_limit):,} elements ({cause})"
+            )
+        if "resource limit exceeded" in cause:
+            return ExecutionFailed(
+                f"the module needs more of its sandbox than it allows ({cause}): one memory, "
+                f"at most {MAX_TABLES} tables, one instance"
             )
         used = self._memory_size(store, instance)
         # wasmtime makes a refused memory.grow return -1 instead of trapping, and programs
@@ -945,11 +1165,93 @@ def _clock_time_get_type() -> wasmtime.FuncType:
 
 
 class _CallState(threading.local):
+    """The call running in this thread: its deadline, disk budget, and why it was stopped."""
+
     deadline: float | None = None
-    expired: bool = False
+    budget: _DiskBudget | None = None
+    stopped: str | None = None  # "timeout", "slept" (in poll_oneoff) or "disk"
+
+    def start(self, deadline: float, budget: _DiskBudget | None) -> None:
+        self.deadline, self.budget, self.stopped = deadline, budget, None
+
+    def finish(self) -> None:
+        self.deadline, self.budget, self.stopped = None, None, None
 
 
 _CALL = _CallState()
+
+
+class _DiskBudget:
+    """How much a writable call may grow the filesystems of its writable preopens.
+
+    Measured as the growth of each filesystem's used space (statvfs), which catches every way
+    of writing (files, fallocate, directories) at the cost of counting what other processes
+    write there at the same time.
+    """
+
+    def __init__(self, hosts: list[Path], limit: int) -> None:
+        self.limit = limit
+        self._devices: dict[int, str] = {}
+        for host in hosts:
+            with contextlib.suppress(OSError):
+                self._devices.setdefault(os.stat(host).st_dev, os.fspath(host))
+        self._before = self._used()
+
+    def _used(self) -> int:
+        used = 0
+        for path in self._devices.values():
+            with contextlib.suppress(OSError):
+                st = os.statvfs(path)
+                used += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return used
+
+    def grown(self) -> int:
+        return self._used() - self._before
+
+    def spent(self) -> bool:
+        return self.grown() > self.limit
+
+
+# The epoch deadline callback: wasmtime-py exposes only its C binding, used here as is. It runs
+# in the thread running the module, at every epoch tick, between wasm instructions.
+_EpochCallback = ctypes.CFUNCTYPE(
+    ctypes.c_size_t,
+    ctypes.POINTER(wasmtime_ffi.wasmtime_context_t),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(wasmtime_ffi.wasmtime_update_deadline_kind_t),
+)
+_NO_FINALIZER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)()
+
+
+def _stop(reason: str) -> int:
+    _CALL.stopped = reason
+    error = wasmtime_ffi.wasmtime_error_new(
+        ctypes.create_string_buffer(f"codecoder: {reason}".encode())
+    )
+    return ctypes.cast(error, ctypes.c_void_p).value or 0
+
+
+def _on_epoch(_context: object, _data: object, delta: Any, kind: Any) -> int:
+    """Continue one more tick, or stop the module: past its deadline, or its disk budget."""
+    try:
+        if _CALL.deadline is not None and time.monotonic() >= _CALL.deadline:
+            return _stop("timeout")
+        budget = _CALL.budget
+        if budget is not None and budget.spent():
+            return _stop("disk")
+        delta[0] = 1
+        kind[0] = 0  # WASMTIME_UPDATE_DEADLINE_CONTINUE
+        return 0
+    except BaseException:  # never continue on an error here: stop the module
+        return _stop("timeout")
+
+
+_ON_EPOCH = _EpochCallback(_on_epoch)
+
+
+def _watch_epochs(store: wasmtime.Store) -> None:
+    wasmtime_ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), _ON_EPOCH, None, _NO_FINALIZER)
 
 
 def _poll_oneoff(
@@ -960,7 +1262,7 @@ def _poll_oneoff(
     File descriptors here are files and pipes drained by the runtime, so fd subscriptions are
     ready at once; clock subscriptions are slept in Python, up to the deadline and no further.
     """
-    if _CALL.expired:
+    if _CALL.stopped is not None:
         return _ERRNO_INTR
     memory = caller.get("memory")
     if not isinstance(memory, wasmtime.Memory):
@@ -999,7 +1301,7 @@ def _poll_oneoff(
             # wasmtime's trampoline: the epoch deadline, already passed, stops the module at its
             # next check, and whatever it did after this is not reported as its result.
             time.sleep(max(deadline - time.monotonic(), 0.0))
-            _CALL.expired = True
+            _CALL.stopped = "slept"
             return _ERRNO_INTR
         time.sleep(seconds)
         ready = [(userdata, _EVENTTYPE_CLOCK) for userdata, wait in clocks if wait <= shortest]

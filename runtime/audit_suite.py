@@ -9,9 +9,12 @@ fields); this module carries the attempts out and reports what it *observed* for
     permission-files  hand-edited entries above their ceiling, protected paths answered beyond
                       Once, sandboxed tools writing codecoder.json, .codecoder/ or .git/
     wasm              probe.wasm (sandboxes/escapes/probe.c) attacking WASI from inside, a
-                      symlink swapped during a call, a tampered compiled-module cache, file tools
+                      symlink swapped during a call, a tampered compiled-module cache, file tools,
+                      modules built to exhaust memory, tables or the compiler, FIFOs, the disk,
+                      protected paths planted at any depth
     docker            scripts attacking the container from inside: network (a canary served on
-                      the host), filesystems, privileges, resources, time
+                      the host), filesystems, privileges, resources, time, the agent that runs
+                      them, processes outliving their call, state left for another grant
 
 Each attempt ends in one of four states:
 
@@ -28,6 +31,8 @@ some bait (a secret outside the workspace, symlinks to it), owned like the proje
 sandbox runs as the same user. The environments are the ones the runtime would start for that
 configuration (its bindings, limits and Docker settings). `AuditOptions` replaces parts of the
 configuration, which is how the tests show that a weakened sandbox is reported as escaped.
+While the audit runs, the state directory (XDG_STATE_HOME) is one of its own, so that what the
+sandboxes plant is quarantined there and goes with the scratch workspace.
 """
 
 from __future__ import annotations
@@ -211,7 +216,7 @@ WasmCheck = Literal["secret", "succeeded", "completed", "overran", "uncapped"]
 
 
 class WasmEntry(_Entry):
-    kind: Literal["probe", "module", "race", "cache", "tool"]
+    kind: Literal["probe", "module", "slow-compile", "race", "cache", "tool"]
     argv: tuple[str, ...] = ()
     runs: tuple[tuple[str, ...], ...] = ()
     writable: bool = False
@@ -224,6 +229,8 @@ class WasmEntry(_Entry):
     mode: Literal["read", "write", "corrupt", "foreign"] | None = None
     tool: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
+    fifo: str | None = None
+    branches: int = Field(default=60_000, gt=0)
 
 
 AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry
@@ -517,6 +524,9 @@ class _Audit:
         self.trusted = self.config.trust.obeyed
         self.token = f"codecoder-audit-{secrets.token_hex(8)}"
         self.root = Path(tempfile.mkdtemp(prefix="codecoder-audit-"))
+        # What the sandboxes plant is quarantined into the state directory: the audit's own.
+        self._state_home = os.environ.get("XDG_STATE_HOME")
+        os.environ["XDG_STATE_HOME"] = str(self.root / "state")
         self._workspace: _Workspace | None = None
         self._sandbox_runtime: Runtime | None = None
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = {}
@@ -534,6 +544,10 @@ class _Audit:
             env.close()
         if self._sandbox_runtime is not None:
             self._sandbox_runtime.close()
+        if self._state_home is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = self._state_home
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- the project's configuration ---------------------------------------------------------
@@ -1504,6 +1518,9 @@ class _Workspace:
                 (self.outside / name).write_bytes(data)
 
 
+_SNAPSHOT_CONTENT: Final = 1024 * 1024
+
+
 def _tree_state(root: Path, rel: str) -> Snapshot:
     """Every entry at and under `rel` (symlinks not followed): kind and content or target."""
     snapshot: Snapshot = {}
@@ -1517,6 +1534,9 @@ def _tree_state(root: Path, rel: str) -> Snapshot:
             return
         if stat.S_ISLNK(info.st_mode):
             snapshot[name] = ("link", os.readlink(path).encode())
+        elif stat.S_ISREG(info.st_mode) and info.st_size > _SNAPSHOT_CONTENT:
+            # A file an attempt wrote to fill the disk: its size and time tell a change.
+            snapshot[name] = ("file", f"{info.st_size}:{info.st_mtime_ns}".encode())
         elif stat.S_ISREG(info.st_mode):
             snapshot[name] = ("file", path.read_bytes())
         elif stat.S_ISDIR(info.st_mode):
@@ -1540,6 +1560,36 @@ def _remove(path: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def slow_to_compile(branches: int) -> bytes:
+    """A small module that takes long to compile: one function of `branches` ifs over 64
+    locals (register allocation grows faster than the code: 60,000 take seconds)."""
+
+    def leb(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+
+    def section(number: int, body: bytes) -> bytes:
+        return bytes([number]) + leb(len(body)) + body
+
+    code = bytearray(leb(1) + leb(64) + b"\x7f")
+    for i in range(branches):
+        # local.get a; if; local.get b; i32.const 1; i32.add; local.set c; end
+        code += b"\x20" + leb(i % 64) + b"\x04\x40\x20" + leb((i + 1) % 64)
+        code += b"\x41\x01\x6a\x21" + leb((i + 2) % 64) + b"\x0b"
+    code += b"\x0b"
+    return (
+        b"\0asm\x01\0\0\0"
+        + section(1, b"\x01\x60\x00\x00")  # one type: () -> ()
+        + section(3, b"\x01\x00")  # one function of it
+        + section(7, b"\x01\x06_start\x00\x00")  # exported as _start
+        + section(10, b"\x01" + leb(len(code)) + bytes(code))
+    )
 
 
 @functools.cache
@@ -1580,6 +1630,8 @@ class _WasmLayer(_LayerRunner):
         assert isinstance(env, WasmEnvironment)
         workspace = self.audit.workspace
         protected_before = workspace.state(PROTECTED)
+        if entry.fifo is not None:
+            os.mkfifo(workspace.path / entry.fifo)  # gone with the rest at restore()
         if entry.kind == "race":
             runs, flips = self._race(env, entry)
         else:
@@ -1604,7 +1656,13 @@ class _WasmLayer(_LayerRunner):
     def _requests(self, entry: WasmEntry) -> list[WasmRequest]:
         workspace = self.audit.workspace
         preopens = run_wasm_preopens(workspace.path, writable=entry.writable)
-        module: bytes = "\n".join(entry.wat).encode() if entry.kind == "module" else _probe_bytes()
+        module = (
+            "\n".join(entry.wat).encode()
+            if entry.kind == "module"
+            else slow_to_compile(entry.branches)
+            if entry.kind == "slow-compile"
+            else _probe_bytes()
+        )
         values = {
             "@TOKEN@": workspace.token,
             "@OUTSIDE@": str(workspace.outside),
@@ -1621,6 +1679,7 @@ class _WasmLayer(_LayerRunner):
                     preopens=preopens,
                     timeout=self._timeout(entry),
                     max_output=self.audit.limits.max_output,
+                    workspace=workspace.path,
                 )
             )
         return requests
@@ -1937,7 +1996,14 @@ class _DockerLayer(_LayerRunner):
             script = script.replace(placeholder, value)
         watch = entry.watch
         before = workspace.state(watch)
-        result, error, elapsed = self._run(entry, script)
+        try:
+            result, error, elapsed = self._run(entry, script)
+        except _NotRun:
+            # An error the attack did not expect; but what it changed on the host still counts.
+            changed = workspace.changed(before, watch)
+            if changed:
+                _escaped(f"it changed {', '.join(changed)} on the host (and then failed)")
+            raise
         after = None
         if entry.after is not None:
             after, _, _ = self._run(entry, entry.after.replace("@TOKEN@", token), follow_up=True)

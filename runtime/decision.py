@@ -63,6 +63,17 @@ class Decision:
     reason: str = ""
     violations: tuple[str, ...] = field(default=())  # CeilingViolations met on the way
 
+    @property
+    def grant(self) -> str | None:
+        """The standing grant this call runs under, or None for a call allowed on its own.
+
+        Calls under the same grant may share a sandbox's state (its home, /tmp); a call under
+        another grant, or one allowed Once, starts from an empty one.
+        """
+        if not self.allowed or self.source not in (Source.PROJECT, Source.SESSION):
+            return None
+        return f"{self.source.value}:{self.matched or self.key}"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "decision": "allow" if self.allowed else "deny",

@@ -11,11 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from environments.workspaceguard import unresolved_quarantine
 from runtime.audit import AuditLog
+from runtime.ceiling import EnvironmentTag
 from runtime.decision import Decision
 from runtime.engine import PermissionEngine
 from runtime.errors import (
@@ -68,6 +71,13 @@ class CallOutcome:
         }
 
 
+def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
+    """Host tools do not run in a workspace still holding what a sandbox planted there."""
+    why = unresolved_quarantine(workspace)
+    if why is not None:
+        raise ExecutionFailed(why)
+
+
 class Dispatcher:
     def __init__(
         self, runtime: Runtime, session: Session, engine: PermissionEngine, audit: AuditLog
@@ -87,6 +97,8 @@ class Dispatcher:
             tag = runtime.environment_of(name)
             permission = tool.permission_in(params, CallSite(runtime.project_dir, tag))
             decision = self._engine.decide(name, tag, permission)
+            if tag is EnvironmentTag.SHELL:
+                _refuse_while_quarantine_unresolved(runtime.project_dir)
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -96,6 +108,7 @@ class Dispatcher:
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
                 key=permission.key,
+                grant=decision.grant,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

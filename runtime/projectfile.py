@@ -499,6 +499,7 @@ class _Docker(BaseModel):
     read_only_rootfs: bool | None = None
     user: str | None = Field(default=None, pattern=r"^(auto|[0-9]+(:[0-9]+)?)$")
     extra_writable_paths: list[str] | None = None
+    disk_budget: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
 
 
 class _ProjectFileModel(BaseModel):

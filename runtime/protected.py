@@ -13,6 +13,8 @@ keyer, and by the sandboxes (docker mounts, wasm preopens, the checks of what a 
 behind):
 
 * `is_protected_path(relpath)`: a workspace-relative path is protected, or lies under one;
+* `is_protected_entry(relpath)`: the entry at a path is itself protected (what no sandbox may
+  create);
 * `is_git_name(component)`: one path component is a name git treats as `.git`/`.gitmodules`;
 * `mentions_protected_path(text)`: free text (a command line) names one.
 
@@ -32,6 +34,7 @@ __all__ = [
     "PROTECTED_NAMES",
     "TOP_LEVEL_NAMES",
     "is_git_name",
+    "is_protected_entry",
     "is_protected_path",
     "mentions_protected_path",
 ]
@@ -70,6 +73,14 @@ def is_protected_path(relpath: str) -> bool:
     """Whether a canonical workspace-relative POSIX path is a protected path or lies under one."""
     parts = relpath.split("/")
     return _normalized(parts[0]) in TOP_LEVEL_NAMES or any(is_git_name(p) for p in parts)
+
+
+def is_protected_entry(relpath: str) -> bool:
+    """Whether the entry at a canonical workspace-relative path is itself a protected path:
+    `codecoder.json` or `.codecoder` at the top, `.git` or `.gitmodules` at any depth. This is
+    what no sandbox may create or move (what lies inside one is covered as a whole)."""
+    parts = relpath.split("/")
+    return is_git_name(parts[-1]) or (len(parts) == 1 and _normalized(parts[0]) in TOP_LEVEL_NAMES)
 
 
 _MENTION = re.compile(

@@ -200,6 +200,7 @@ class ToolContext:
     limits: ShellSettings = field(default_factory=ShellSettings)
     session: Session | None = None  # the calling session: lets `agent` start a child session
     extra: Mapping[str, Any] = field(default_factory=dict)
+    grant: str | None = None  # the standing grant the call runs under (Decision.grant)
     key: PermissionKey | None = None  # the key the call was decided under, when it asked
 
     @property

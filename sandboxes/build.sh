@@ -1,14 +1,17 @@
 #!/bin/sh
-# Rebuild the committed WASI modules from their C sources with Debian's clang for wasm32-wasi:
-#   fileops/fileops.wasm  the confined file layer of the @wasm tools
-#   escapes/probe.wasm    the module `codecoder audit` runs to attack @wasm
+# Rebuild the committed builds from their C sources with Debian's clang:
+#   fileops/fileops.wasm      the confined file layer of the @wasm tools (wasm32-wasi)
+#   escapes/probe.wasm        the module `codecoder audit` runs to attack @wasm (wasm32-wasi)
+#   image/runas-x86_64        the static helper the sandbox agent starts commands through
+#   image/runas-aarch64       (the same for arm64 images; no libc, so no sysroot is needed)
 #
 #   sandboxes/build.sh          rebuild them in place
 #   sandboxes/build.sh --check  rebuild into temporary files and fail if a committed build differs
 #
 # Needs: apt-get install -y clang lld wasi-libc libclang-rt-14-dev-wasm32
 # The output is deterministic for a given toolchain: no debug info, no names section, no
-# build paths; the producers section only records the clang version. CI runs --check.
+# build id, no build paths; the producers section only records the clang version. CI runs
+# --check.
 set -eu
 root=$(cd "$(dirname "$0")" && pwd)
 check=false
@@ -31,6 +34,27 @@ for module in fileops/fileops escapes/probe; do
             echo "$module.wasm is up to date"
         else
             echo "$module.wasm is stale: run sandboxes/build.sh and commit the result" >&2
+            stale=1
+        fi
+        rm -f "$out"
+    fi
+done
+for arch in x86_64 aarch64; do
+    out="$root/image/runas-$arch"
+    if $check; then
+        out=$(mktemp)
+    fi
+    clang --target="$arch-linux-gnu" -std=c11 -O2 -Wall -Wextra -Werror \
+        -static -nostdlib -ffreestanding -fno-builtin -fno-stack-protector -fno-pie \
+        -fno-asynchronous-unwind-tables -fuse-ld=lld \
+        -Wl,--build-id=none -Wl,--strip-all -Wl,-z,noexecstack \
+        -o "$out" "$root/image/runas.c"
+    chmod 755 "$out"
+    if $check; then
+        if cmp -s "$out" "$root/image/runas-$arch"; then
+            echo "image/runas-$arch is up to date"
+        else
+            echo "image/runas-$arch is stale: run sandboxes/build.sh and commit the result" >&2
             stale=1
         fi
         rm -f "$out"

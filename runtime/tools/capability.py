@@ -15,8 +15,10 @@ its own, then the capability's call with its key and decision).
 
 A run re-reads the capability's directory and refuses to run if its digest is no longer the one
 the permission was decided for (the code changed on disk since it was loaded): what runs is
-what was approved. A @wasm module runs from those very bytes; @docker and @shell commands read
-their files themselves, right after the check.
+what was approved. It runs from those very bytes: a @wasm module is compiled from them, and a
+@docker or @shell command runs in a snapshot of them (`environments.base.Snapshot`), written
+where it cannot change and checked there, so code swapped in after the check never runs. A
+@docker capability also starts from an empty home and /tmp.
 
 Arguments reach the capability as one JSON object on standard input, in every environment.
 """
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from environments.base import CommandRequest, CommandResult
+from environments.base import CommandRequest, CommandResult, Snapshot
 from environments.dockersettings import WORKSPACE_MOUNT
 from environments.wasm import (
     DEFAULT_FUEL,
@@ -214,6 +216,7 @@ def _run_module(capability: Capability, stdin: bytes, ctx: ToolContext) -> ToolR
             timeout=limits.timeout or ctx.limits.timeout,
             memory_limit=limits.memory_bytes or DEFAULT_MEMORY_LIMIT,
             max_output=limits.max_output or ctx.limits.max_output,
+            workspace=ctx.workspace,
         )
     )
     return module_result(result)
@@ -238,6 +241,10 @@ def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> Comm
         env=env,
         stdin=stdin,
         writable=manifest.writable,
+        # The bytes read and digested above, not the directory, which could change under it;
+        # and no grant to share state with: a capability starts from an empty home.
+        snapshot=Snapshot(capability.files, capability.digest),
+        grant=None,
     )
     result: CommandResult = ctx.environment.run(request)
     return result

@@ -148,6 +148,7 @@ class RunCommand(Tool[RunCommandParameters]):
             max_output=ctx.limits.max_output,
             env=env,
             writable=True,  # builds write the workspace; protected paths stay read-only
+            grant=ctx.grant,
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)

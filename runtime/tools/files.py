@@ -16,7 +16,7 @@ Two rules close what WASI alone leaves open inside the workspace:
   link planted in `src/`.
 * Protected paths (`codecoder.json`, `.codecoder/`, `.git/`, and any `.git` directory deeper
   down) mark their keys `protected`, which the engine never grants beyond Once; `run_wasm`
-  modules never get them writable at all (see `RunWasm`).
+  modules never get them writable at all, at any depth (see `run_wasm_preopens`).
 
 Paths in tool arguments are workspace-relative POSIX paths; absolute paths and `..` are refused
 when the arguments are validated, naming the field. Extra read roots (from the project file,
@@ -40,10 +40,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
+from environments.workspaceguard import ProtectedScan
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, SandboxUnavailable
 from runtime.patterns import MOVE_SEPARATOR
-from runtime.protected import PROTECTED_NAMES, is_protected_path
+from runtime.protected import is_protected_path
 from runtime.tool import (
     Category,
     GrantLevel,
@@ -1153,8 +1154,9 @@ class RunWasmParameters(Parameters):
     writable: bool = Field(
         default=False,
         description=(
-            "Let it change the workspace's top-level directories (never codecoder.json, "
-            ".codecoder/ or .git/); otherwise it sees the workspace read-only, at /workspace."
+            "Let it change the workspace's directories (not the files at the top level, never "
+            "codecoder.json, .codecoder/, or a .git or .gitmodules at any depth); otherwise it "
+            "sees the workspace read-only, at /workspace."
         ),
     )
     timeout: float | None = Field(
@@ -1172,28 +1174,57 @@ class RunWasmParameters(Parameters):
 def run_wasm_preopens(workspace: Path, *, writable: bool) -> tuple[Preopen, ...]:
     """The directories a run_wasm module sees.
 
-    The workspace is always preopened read-only at /workspace. A writable run adds, read-write,
-    each top-level entry that is a real directory (not a symlink) and not protected, at
-    /workspace/NAME: WASI resolves a path by its longest preopened prefix, so writes land only
-    in those directories, and neither `..` nor a symlink leads from them to a protected path.
-    Files at the top level stay read-only; nested `.git` directories inside a writable
-    top-level directory are not protected from a writable module.
+    The workspace is always preopened read-only at /workspace. A writable run adds, read-write
+    at /workspace/PATH, the largest directories below the top level that are real directories
+    (not symlinks) and hold no protected path at any depth (`.git`, `.gitmodules`): WASI
+    resolves a path by its longest preopened prefix, so writes land only in those directories,
+    and neither `..` nor a symlink leads from them to a protected path. Files at the top level,
+    and files of a directory with a protected path somewhere below it, stay read-only. The
+    environment checks this again before the call and quarantines any protected path the
+    module creates (`WasmRequest.workspace`).
     """
     preopens = [Preopen(workspace, WORKSPACE_GUEST, writable=False)]
-    if writable:
-        with os.scandir(workspace) as entries:
-            for entry in sorted(entries, key=lambda e: e.name):
-                if entry.name.casefold() in PROTECTED_NAMES or not entry.is_dir(
-                    follow_symlinks=False
-                ):
-                    continue
-                try:
-                    entry.name.encode("utf-8")
-                except UnicodeEncodeError:
-                    continue  # cannot be named in a WASI preopen
-                guest = f"{WORKSPACE_GUEST}/{entry.name}"
-                preopens.append(Preopen(Path(entry.path), guest, writable=True))
+    if not writable:
+        return tuple(preopens)
+    scan = ProtectedScan(workspace)
+    unreadable = set(scan.unreadable)  # could hold anything: never writable
+    # Every directory with a protected path (or one that cannot be looked into) below it.
+    holding = {
+        "/".join(parts[:i])
+        for found in (*scan.entries, *unreadable)
+        for parts in [found.split("/")]
+        for i in range(1, len(parts))
+    }
+
+    def add(relative: str) -> None:
+        if relative in unreadable:
+            return
+        if relative not in holding:
+            preopens.append(Preopen(workspace / relative, f"{WORKSPACE_GUEST}/{relative}", True))
+            return
+        for name in _subdirectories(workspace / relative):
+            add(f"{relative}/{name}")
+
+    for name in _subdirectories(workspace):
+        add(name)
     return tuple(preopens)
+
+
+def _subdirectories(directory: Path) -> list[str]:
+    """Real, unprotected subdirectories whose names WASI can carry (UTF-8), sorted."""
+    names = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if is_protected_path(entry.name):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entry.name.encode("utf-8")
+            except UnicodeEncodeError:
+                continue  # cannot be named in a WASI preopen
+            names.append(entry.name)
+    return sorted(names)
 
 
 class RunWasm(Tool[RunWasmParameters]):
@@ -1232,6 +1263,7 @@ class RunWasm(Tool[RunWasmParameters]):
                 preopens=run_wasm_preopens(files.workspace, writable=args.writable),
                 timeout=args.timeout or ctx.limits.timeout,
                 max_output=ctx.limits.max_output,
+                workspace=files.workspace,
             )
         )
         return module_result(result)

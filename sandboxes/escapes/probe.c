@@ -16,6 +16,8 @@
  *   exit CODE           proc_exit(CODE)
  *   reads PATH COUNT    read PATH COUNT times, print each content that differs from the last
  *   writes PATH COUNT   open PATH for writing (creating it) COUNT times, print "opened N"
+ *   rename FROM TO      rename FROM to TO                        exit 1 if it cannot
+ *   fill PATH BYTES     write BYTES to PATH, 64 KiB at a time    exit 1 when a write fails
  *
  * Each operation is one attack the runner observes from outside (a marker in the output, a file
  * on the host, an error, the time it took); the probe itself decides nothing. Errors go to
@@ -186,6 +188,31 @@ static int op_writes(const char *path, const char *count) {
     return 0;
 }
 
+static int op_rename(const char *from, const char *to) {
+    if (rename(from, to) < 0) return fail("rename", to);
+    printf("renamed %s\n", to);
+    return 0;
+}
+
+static int op_fill(const char *path, const char *bytes) {
+    static char buf[1 << 16];
+    memset(buf, 'x', sizeof buf);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail("fill", path);
+    unsigned long long left = strtoull(bytes, NULL, 10);
+    while (left > 0) {
+        size_t n = left < sizeof buf ? (size_t)left : sizeof buf;
+        if (write(fd, buf, n) != (ssize_t)n) {
+            close(fd);
+            return fail("fill", path);
+        }
+        left -= n;
+    }
+    close(fd);
+    printf("filled %s\n", path);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *op = argv[1];
@@ -202,6 +229,8 @@ int main(int argc, char **argv) {
     if (!strcmp(op, "exit") && argc == 3) exit(atoi(argv[2]));
     if (!strcmp(op, "reads") && argc == 4) return op_reads(argv[2], argv[3]);
     if (!strcmp(op, "writes") && argc == 4) return op_writes(argv[2], argv[3]);
+    if (!strcmp(op, "rename") && argc == 4) return op_rename(argv[2], argv[3]);
+    if (!strcmp(op, "fill") && argc == 4) return op_fill(argv[2], argv[3]);
     fprintf(stderr, "probe: unknown operation or wrong arguments: %s\n", op);
     return 2;
 }

@@ -4,49 +4,86 @@ The host starts one long-lived container per workspace mode and attaches to its 
 this agent is the container's main process (under docker-init). Dispatching a call is then one
 write and one read on an already-open stream, instead of an `exec_create`/`exec_start` round trip
 through the engine or a whole `docker run`. The container has no network, so the stream is the
-only way in or out, and the agent needs nothing beyond the Python standard library.
+only way in or out, and the agent needs nothing beyond the Python 3 standard library, /proc,
+and starting as root (what it asks of an image); it brings runas (runas.c), a static helper it
+starts commands through, and does without it (slower) where it cannot run.
 
-Protocol: newline-delimited JSON in both directions.
+Out of reach of what it runs. The container starts as root with only CAP_SETUID, CAP_SETGID,
+CAP_KILL and CAP_SETPCAP, under no-new-privileges (the agent refuses to run with any other
+set). The agent makes itself non-dumpable (so its /proc/PID/{fd,mem,environ} are closed and
+ptrace refused even to root without capabilities), empties the capability bounding set but for
+what runas needs (SETUID, SETGID, SETPCAP), and runs every command through runas (runas.c) as
+the unprivileged workspace uid: an empty bounding set, no supplementary groups, no capability
+left, a new session, no descriptor but its own pipes. A command can therefore not signal, trace
+or read the agent or docker-init (both root), nor reach their stdin and stdout.
+
+One call at a time. A call owns the container: when it ends (its main process exits, its
+deadline passes, its disk budget is spent or the host hangs up) every other process in the
+container is killed (kill(-1) by root reaches all but init and the agent) and /proc is checked
+until none is left; the answer is sent only then, and says how many survived (the host
+discards a container where any did). Before a call made under another grant than the one
+before (`"fresh"`), every place the command uid can write besides the workspace (the tmpfs
+mounts found in /proc/self/mountinfo, POSIX message queues, System V IPC) is emptied and checked
+empty, so nothing planted by one grant's calls runs under another's.
+
+Protocol: one JSON document per line, each line `<HMAC-SHA256 hex> <JSON>` keyed by a secret
+the host sends first (plain JSON: {"key": hex, "uid": int, "gid": int}) over stdin, which no
+command can read. The MAC covers a direction byte (b"H" host to agent, b"A" agent to host) and
+the JSON; request ids only grow, and an answer carries its request's id, so a frame cannot be
+forged, reflected or replayed.
 
     agent -> host, once at start:
-        {"hello": PROTOCOL, "oom_counter": bool, "pids_counter": bool}
+        {"hello": PROTOCOL, "problem": str | null, "limits": {...}, "oom_counter": bool,
+         "pids_counter": bool, "state_dirs": [str], "wipe_complete": bool, "pidfd": bool,
+         "runas": bool}
     host -> agent, one per call:
-        {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str},
-         "stdin": base64 str, "timeout": float, "max_output": int}
-    agent -> host, one per call (in completion order, not request order):
+        {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str}, "stdin": base64 str,
+         "timeout": float, "max_output": int, "fresh": bool, "disk_budget": int | null,
+         "capability": {"digest": str, "files": {path: base64} | null} | null}
+    agent -> host, one per call:
         {"id": int, "exit_code": int, "signal": int | null, "stdout": str, "stderr": str,
          "stdout_bytes": int, "stderr_bytes": int, "truncated": bool, "timed_out": bool,
-         "oom_killed": bool, "pids_limit_hit": bool, "duration": float}
-      or, when the request could not be started at all:
-        {"id": int, "error": str}
+         "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
+         "disk_budget_hit": bool, "survivors": int, "duration": float}
+      or, when the request could not be run at all:
+        {"id": int, "error": str, "discard": bool, "ran": false (nothing of it started)}
 
-Each call runs in its own session (process group) with its own deadline; at the deadline, and as
-soon as the main process exits, the whole group is killed so no background process outlives its
-call. When no call is in flight, every other process in the container is killed as well, which
-also catches processes that escaped their group with setsid. Output is capped per stream: the
-head and the tail are kept and the cut is marked.
+Output is capped per stream: the head and the tail are kept and the cut is marked.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
+import hashlib
+import hmac
 import json
 import os
+import platform
 import selectors
+import shutil
 import signal
+import stat
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
-PROTOCOL = 1
+PROTOCOL = 2
+WORKSPACE = "/workspace"
+SNAPSHOT_DIR = "/opt/codecoder/capability"
+# Drops to the command's user and runs the command (runas.c); started with vfork, it costs a
+# fraction of subprocess's own `user=`, which forks the whole interpreter.
+RUNAS = f"/opt/codecoder/runas-{platform.machine()}"
 
-# After the main process is gone, how long to keep reading output that is already in flight;
-# a process that escaped the group could otherwise hold the pipes open for ever.
+# After the main process is gone and everything else killed, how long to keep reading output
+# that is already in flight.
 DRAIN_SECONDS = 0.5
 READ_CHUNK = 65536
+MAX_REQUEST_LINE = 256 * 1024 * 1024
+DISK_CHECK_SECONDS = 0.1
+SURVIVOR_SECONDS = 2.0
 
 # cgroup v1 and v2 spell the counters differently; the first readable file wins.
 OOM_COUNTER_FILES = (
@@ -57,21 +94,157 @@ PIDS_COUNTER_FILES = (
     ("/sys/fs/cgroup/pids.events", "max"),
     ("/sys/fs/cgroup/pids/pids.events", "max"),
 )
+SYSV_IPC = ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg")
+UNLIMITED = 1 << 62
+
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
+AGENT_CAPABILITIES = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
+RUNAS_CAPABILITIES = (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
+PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 3, 4, 24
+IPC_RMID = 0
+CAPABILITY_DOMAIN = b"codecoder-capability/1\0"
 
 Message = dict[str, Any]
-
-_write_lock = threading.Lock()
-_flight_lock = threading.Lock()
-_in_flight = 0
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def send(message: Message) -> None:
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    with _write_lock:
-        view = memoryview(data)
+# --- the stream -------------------------------------------------------------------------------
+
+
+class Channel:
+    """The authenticated line protocol over stdin (fd 0) and stdout (fd 1)."""
+
+    def __init__(self) -> None:
+        self.key = b""
+        self._buffer = bytearray()
+        self.closed = False
+        self._last_id = 0
+
+    def read_available(self) -> None:
+        """Read what stdin holds now (call when select says it is readable)."""
+        data = os.read(0, READ_CHUNK)
+        if not data:
+            self.closed = True
+        self._buffer += data
+        if len(self._buffer) > MAX_REQUEST_LINE and b"\n" not in self._buffer:
+            raise SystemExit("a request line is larger than the agent accepts")
+
+    def next_line(self) -> bytes | None:
+        """The next complete line, reading until one arrives; None at end of input."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                return line
+            if self.closed:
+                return None
+            self.read_available()
+
+    def next_request(self) -> Message | None:
+        while True:
+            line = self.next_line()
+            if line is None:
+                return None
+            message = self._open(line)
+            if message is None:
+                log("ignored a request with a bad MAC")
+                continue
+            request_id = message.get("id")
+            if not isinstance(request_id, int) or request_id <= self._last_id:
+                log(f"ignored a request replaying or reordering id {request_id!r}")
+                continue
+            self._last_id = request_id
+            return message
+
+    def _mac(self, direction: bytes, body: bytes) -> bytes:
+        return hmac.new(self.key, direction + body, hashlib.sha256).hexdigest().encode()
+
+    def _open(self, line: bytes) -> Message | None:
+        mac, _, body = line.partition(b" ")
+        if not hmac.compare_digest(mac, self._mac(b"H", body)):
+            return None
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+    def send(self, message: Message) -> None:
+        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+        view = memoryview(self._mac(b"A", body) + b" " + body + b"\n")
         while view:
             written = os.write(1, view)
             view = view[written:]
+
+
+def log(text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"codecoder agent: {text}\n".encode())
+
+
+# --- what the agent checks at start -----------------------------------------------------------
+
+
+def harden() -> str | None:
+    """Drop what the agent does not need and close itself to other processes; why not, or None."""
+    if os.geteuid() != 0:
+        return (
+            f"the agent runs as uid {os.geteuid()}, not root: it cannot run commands as "
+            "another user (an engine or image that overrides the container user?)"
+        )
+    started_with = proc_status("self").get("CapEff")
+    if started_with != f"{AGENT_CAPABILITIES:016x}":
+        return (
+            "the container did not start with exactly CAP_SETUID, CAP_SETGID, CAP_KILL and "
+            f"CAP_SETPCAP (its effective set is {started_with})"
+        )
+    if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0):
+        return "cannot make the agent non-dumpable (prctl PR_SET_DUMPABLE)"
+    problem = drop_bounding_set(keep=RUNAS_CAPABILITIES)
+    if problem is not None:
+        return problem
+    status = proc_status("self")
+    if status.get("NoNewPrivs") != "1":
+        return "the container runs without no-new-privileges"
+    return None
+
+
+def drop_bounding_set(keep: int) -> str | None:
+    """Empty the capability bounding set but for `keep`: no program executed later gets more.
+
+    What the agent itself holds is unchanged (its permitted set). runas, executed by it as
+    root, gets what the bounding set keeps (RUNAS_CAPABILITIES), and drops even that.
+    """
+    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap") or "40")
+    for cap in range(last_cap + 1):
+        if keep & (1 << cap):
+            continue
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            if errno != 22:  # EINVAL: a capability this kernel does not know
+                return f"cannot empty the capability bounding set ({os.strerror(errno)})"
+    bounding = proc_status("self").get("CapBnd")
+    if bounding != f"{keep:016x}":
+        return f"the capability bounding set is {bounding}, not {keep:016x}"
+    return None
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return None
+
+
+def proc_status(pid: int | str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    return fields
 
 
 def read_counter(candidates: tuple[tuple[str, str], ...]) -> int | None:
@@ -84,6 +257,219 @@ def read_counter(candidates: tuple[tuple[str, str], ...]) -> int | None:
                         return int(value)
         except (OSError, ValueError):
             continue
+    return None
+
+
+def _limit(text: str | None) -> int | None:
+    """A cgroup limit in bytes or units; None when unlimited ("max", -1, huge) or unreadable."""
+    if text is None or text in ("max", "-1"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return None if value < 0 or value >= UNLIMITED else value
+
+
+def limits() -> dict[str, Any]:
+    """The memory, swap, pids and CPU limits as the kernel enforces them on this container."""
+    swap_total = 0
+    for line in (read_text("/proc/meminfo") or "").splitlines():
+        if line.startswith("SwapTotal:"):
+            swap_total = int(line.split()[1]) * 1024
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):  # v2
+        memory = _limit(read_text("/sys/fs/cgroup/memory.max"))
+        swap = _limit(read_text("/sys/fs/cgroup/memory.swap.max"))
+        cpu = (read_text("/sys/fs/cgroup/cpu.max") or "max").split()
+        quota, period = _limit(cpu[0]), _limit(cpu[1] if len(cpu) > 1 else None)
+        return {
+            "cgroup": "v2",
+            "memory": memory,
+            "memory_swap": memory + swap if memory is not None and swap is not None else None,
+            "pids": _limit(read_text("/sys/fs/cgroup/pids.max")),
+            "cpus": quota / period if quota and period else None,
+            "swap_total": swap_total,
+        }
+    cpu_dir = next(
+        (d for d in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct") if os.path.isdir(d)),
+        "/sys/fs/cgroup/cpu",
+    )
+    quota = _limit(read_text(f"{cpu_dir}/cpu.cfs_quota_us"))
+    period = _limit(read_text(f"{cpu_dir}/cpu.cfs_period_us"))
+    return {
+        "cgroup": "v1",
+        "memory": _limit(read_text("/sys/fs/cgroup/memory/memory.limit_in_bytes")),
+        "memory_swap": _limit(read_text("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")),
+        "pids": _limit(read_text("/sys/fs/cgroup/pids/pids.max")),
+        "cpus": quota / period if quota and period else None,
+        "swap_total": swap_total,
+    }
+
+
+def mounts() -> list[tuple[str, str, str]]:
+    """(mount point, options, filesystem type) of every mount this container sees."""
+    found = []
+    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
+        before, _, after = line.partition(" - ")
+        fields = before.split()
+        point = fields[4].encode().decode("unicode_escape")  # \040 and friends
+        found.append((point, fields[5], after.split()[0]))
+    return found
+
+
+def writable_by(path: str, uid: int, gid: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IWUSR)
+    if st.st_gid == gid:
+        return bool(st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IWOTH)
+
+
+def state_directories(uid: int, gid: int) -> tuple[list[str], bool]:
+    """Every directory outside the workspace the command uid can write, and whether that list
+    is complete (it is not when the root filesystem is writable: any image directory could be).
+
+    Walks each writable mount: they are small at start (empty tmpfs, /dev).
+    """
+    found: list[str] = []
+    complete = True
+    for point, options, fstype in mounts():
+        if "rw" not in options.split(","):
+            continue
+        if point == "/":
+            complete = False
+            continue
+        if point == WORKSPACE or point.startswith(WORKSPACE + "/") or fstype in ("proc", "sysfs"):
+            continue
+        if point == SNAPSHOT_DIR:
+            continue
+        for directory, subdirs, _ in os.walk(point):
+            if writable_by(directory, uid, gid):
+                found.append(directory)
+                subdirs.clear()  # wiped as a whole
+    return sorted(set(found)), complete
+
+
+# --- state of earlier calls -------------------------------------------------------------------
+
+
+def sysv_ids() -> list[tuple[str, int]]:
+    ids = []
+    for path in SYSV_IPC:
+        for line in (read_text(path) or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                ids.append((path.rsplit("/", 1)[1], int(fields[1])))
+    return ids
+
+
+def leftovers(state_dirs: list[str]) -> list[str]:
+    found = []
+    for directory in state_dirs:
+        with contextlib.suppress(OSError):
+            found += [f"{directory}/{name}" for name in os.listdir(directory)]
+    found += [f"System V {kind} {ident}" for kind, ident in sysv_ids()]
+    return found
+
+
+def _remove(path: str) -> None:
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        os.chmod(path, 0o700)
+        for name in os.listdir(path):
+            _remove(f"{path}/{name}")
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
+def _wipe_as(uid: int, gid: int, state_dirs: list[str]) -> None:
+    """In a child: become the command uid (the owner of everything there) and remove it all."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid):
+        os._exit(3)
+    for directory in state_dirs:
+        for name in os.listdir(directory):
+            with contextlib.suppress(OSError):
+                _remove(f"{directory}/{name}")
+    for kind, ident in sysv_ids():
+        if kind == "sem":
+            _libc.semctl(ident, 0, IPC_RMID)
+        elif kind == "shm":
+            _libc.shmctl(ident, IPC_RMID, None)
+        else:
+            _libc.msgctl(ident, IPC_RMID, None)
+
+
+def wipe(uid: int, gid: int, state_dirs: list[str]) -> str | None:
+    """Empty every state directory and the IPC namespace; what is still there, or None."""
+    if not leftovers(state_dirs):
+        return None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _wipe_as(uid, gid, state_dirs)
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    left = leftovers(state_dirs)
+    return ", ".join(left[:5]) if left else None
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def kill_all() -> None:
+    # kill(-1) by root reaches every process in the pid namespace but init and the caller.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+
+
+def others() -> list[int]:
+    """Processes besides init and the agent that have not exited (zombies do not count)."""
+    me = os.getpid()
+    alive = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        stat_line = read_text(f"/proc/{name}/stat")
+        if stat_line is not None and stat_line.rsplit(")", 1)[1].split()[0] != "Z":
+            alive.append(int(name))
+    return alive
+
+
+def end_everything() -> int:
+    """Kill every process but init and the agent; how many could not be made to go."""
+    deadline = time.monotonic() + SURVIVOR_SECONDS
+    while True:
+        kill_all()
+        alive = others()
+        if not alive:
+            return 0
+        if time.monotonic() > deadline:
+            log(f"processes survived SIGKILL: {alive}")
+            return len(alive)
+        time.sleep(0.001)
+
+
+def identity_problem(pid: int, uid: int, gid: int) -> str | None:
+    status = proc_status(pid)
+    ids = f"{uid}\t{uid}\t{uid}\t{uid}", f"{gid}\t{gid}\t{gid}\t{gid}"
+    if (status.get("Uid"), status.get("Gid")) != ids or status.get("Groups"):
+        return f"the command did not run as {uid}:{gid} alone ({status.get('Uid')!r})"
+    caps = [status.get(name) for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")]
+    if any(value != "0" * 16 for value in caps):
+        return f"the command kept capabilities ({caps})"
     return None
 
 
@@ -125,201 +511,374 @@ class Capture:
         )
 
 
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+class ExitWatch:
+    """Readable when a child exits: a pidfd, or (where pidfd_open is missing, e.g. gVisor) the
+    wake-up pipe of a SIGCHLD handler."""
+
+    def __init__(self) -> None:
+        self.pidfd_works = True
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+        except (AttributeError, OSError):
+            self.pidfd_works = False
+            self._read, write = os.pipe()
+            os.set_blocking(self._read, False)
+            os.set_blocking(write, False)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+            signal.set_wakeup_fd(write)
+
+    def open(self, pid: int) -> int:
+        return os.pidfd_open(pid) if self.pidfd_works else self._read
+
+    def exited(self, fd: int, proc: subprocess.Popen[bytes]) -> bool:
+        if self.pidfd_works:
+            return True
+        with contextlib.suppress(BlockingIOError):
+            os.read(fd, 4096)
+        return proc.poll() is not None
+
+    def close(self, fd: int) -> None:
+        if self.pidfd_works:
+            os.close(fd)
 
 
-def run(request: Message) -> Message:
-    argv = request["argv"]
-    cwd = request["cwd"]
-    timeout = float(request["timeout"])
-    cap = int(request["max_output"])
-    stdin = base64.b64decode(request.get("stdin") or "")
-    env = dict(os.environ)
-    env.update(request.get("env") or {})
-    if not os.path.isdir(cwd):
-        return {"error": f"working directory {cwd} does not exist in the sandbox"}
+# --- one call ---------------------------------------------------------------------------------
 
-    oom_before = read_counter(OOM_COUNTER_FILES)
-    pids_before = read_counter(PIDS_COUNTER_FILES)
-    started = time.monotonic()
+
+def workspace_used() -> int | None:
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            # No preexec_fn (e.g. to raise the child's oom_score_adj): it forces fork instead of
-            # vfork and triples the cost of a call. At the memory limit the kernel kills the
-            # largest process, which is the call's allocator, not this small agent; if the agent
-            # is the victim after all, the host sees the container OOM-killed and reports that.
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        return finished(127, None, b"", f"{argv[0]}: command not found\n".encode(), started)
-    except PermissionError:
-        return finished(126, None, b"", f"{argv[0]}: permission denied\n".encode(), started)
-    except OSError as exc:
-        return {"error": f"cannot start {argv[0]}: {exc.strerror or exc}"}
+        st = os.statvfs(WORKSPACE)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
-    assert proc.stdout is not None and proc.stderr is not None  # both are PIPE above
-    out, err = Capture(cap), Capture(cap)
-    captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
-    selector = selectors.DefaultSelector()
-    for fd in captures:
-        selector.register(fd, selectors.EVENT_READ)
-    # A pidfd becomes readable when the process exits, which lets one select() wait for output,
-    # exit and deadline together without polling.
-    pidfd = os.pidfd_open(proc.pid)
-    selector.register(pidfd, selectors.EVENT_READ)
-    pending_stdin = memoryview(stdin)
-    if proc.stdin is not None:
-        os.set_blocking(proc.stdin.fileno(), False)
-        selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
 
-    deadline = started + timeout
-    drain_until: float | None = None
-    timed_out = False
-    try:
-        while selector.get_map():
-            now = time.monotonic()
-            if drain_until is None and now >= deadline:
-                timed_out = True
-                kill_group(proc.pid)
-                drain_until = now + DRAIN_SECONDS
-            if drain_until is not None and now >= drain_until:
-                break
-            limit = (deadline if drain_until is None else drain_until) - now
-            for key, _ in selector.select(timeout=max(limit, 0)):
-                fd = key.fd
-                if fd == pidfd:
-                    # Kill the rest of the group while the leader is still an unreaped zombie,
-                    # so its pid (the group id) cannot have been reused by anybody else.
-                    kill_group(proc.pid)
-                    selector.unregister(pidfd)
-                    drain_until = time.monotonic() + DRAIN_SECONDS
-                elif fd in captures:
-                    data = os.read(fd, READ_CHUNK)
-                    if data:
-                        captures[fd].feed(data)
-                    else:
-                        selector.unregister(fd)
+def capability_digest(root: str) -> str:
+    """The digest runtime.capabilities gives these files (read back from where they run)."""
+    files: dict[str, bytes] = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as file:
+                files[os.path.relpath(path, root)] = file.read()
+    hasher = hashlib.sha256(CAPABILITY_DOMAIN)
+    for path in sorted(files):
+        encoded, data = path.encode("utf-8"), files[path]
+        hasher.update(len(encoded).to_bytes(8, "big") + encoded)
+        hasher.update(len(data).to_bytes(8, "big"))
+        hasher.update(data)
+    return "sha256:" + hasher.hexdigest()
+
+
+class Agent:
+    def __init__(self, channel: Channel, uid: int, gid: int) -> None:
+        self.channel = channel
+        self.uid = uid
+        self.gid = gid
+        self.state_dirs, self.wipe_complete = state_directories(uid, gid)
+        self.exits = ExitWatch()
+        self.snapshot_digest: str | None = None
+        self.runas = False
+
+    def choose_launcher(self) -> str | None:
+        """Start commands through runas where it works; else through subprocess's `user=`
+        (from a fork of this process: then nothing executed needs a capability)."""
+        self.runas = self._runas_works()
+        return None if self.runas else drop_bounding_set(keep=0)
+
+    def _runas_works(self) -> bool:
+        try:
+            done = subprocess.run(
+                [RUNAS, str(self.uid), str(self.gid), sys.executable, "-S", "-c", ""],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.returncode == 0
+
+    def hello(self, problem: str | None) -> Message:
+        return {
+            "hello": PROTOCOL,
+            "problem": problem,
+            "limits": limits(),
+            "oom_counter": read_counter(OOM_COUNTER_FILES) is not None,
+            "pids_counter": read_counter(PIDS_COUNTER_FILES) is not None,
+            "state_dirs": self.state_dirs,
+            "wipe_complete": self.wipe_complete,
+            "pidfd": self.exits.pidfd_works,
+            "runas": self.runas,
+        }
+
+    def serve(self, request: Message) -> Message:
+        if request.get("fresh"):
+            left = wipe(self.uid, self.gid, self.state_dirs)
+            if left is not None:
+                return {
+                    "error": f"what earlier calls left could not be removed: {left}",
+                    "discard": True,
+                    "ran": False,
+                }
+        capability = request.get("capability")
+        if capability is not None:
+            problem = self.place_snapshot(capability)
+            if problem is not None:
+                return {"error": problem}
+        return self.run(request)
+
+    def place_snapshot(self, capability: Message) -> str | None:
+        files = capability.get("files")
+        if files is not None:
+            self.snapshot_digest = None
+            for name in os.listdir(SNAPSHOT_DIR):
+                path = os.path.join(SNAPSHOT_DIR, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
                 else:
-                    try:
-                        written = os.write(fd, pending_stdin[:READ_CHUNK])
-                        pending_stdin = pending_stdin[written:]
-                    except BrokenPipeError:
-                        pending_stdin = pending_stdin[:0]
-                    if not pending_stdin and proc.stdin is not None:
-                        selector.unregister(fd)
-                        proc.stdin.close()
-    finally:
-        selector.close()
-        os.close(pidfd)
-        kill_group(proc.pid)
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+                    os.unlink(path)
+            for relative, encoded in files.items():
+                parts = relative.split("/")
+                if relative.startswith("/") or ".." in parts or "" in parts:
+                    return f"refusing capability file name {relative!r}"
+                path = os.path.join(SNAPSHOT_DIR, *parts)
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o555)
+                with os.fdopen(descriptor, "wb") as file:
+                    file.write(base64.b64decode(encoded))
+            self.snapshot_digest = capability_digest(SNAPSHOT_DIR)
+        if self.snapshot_digest != capability.get("digest"):
+            return (
+                f"the capability's snapshot has digest {self.snapshot_digest}, not the approved "
+                f"{capability.get('digest')}"
+            )
+        return None
 
-    code = proc.returncode
-    sig = -code if code < 0 else None
-    oom_after = read_counter(OOM_COUNTER_FILES)
-    pids_after = read_counter(PIDS_COUNTER_FILES)
-    # SIGKILL reaches the call either directly (exit by signal 9) or through a shell that reports
-    # its killed child as 137; only together with a new OOM kill in the cgroup is it an OOM.
-    killed = sig == signal.SIGKILL or code == 128 + signal.SIGKILL
-    oom = (
-        killed
-        and not timed_out
-        and oom_before is not None
-        and oom_after is not None
-        and oom_after > oom_before
-    )
-    pids_hit = pids_before is not None and pids_after is not None and pids_after > pids_before
-    return {
-        "exit_code": 128 + sig if sig is not None else code,
-        "signal": sig,
-        "stdout": out.text(),
-        "stderr": err.text(),
-        "stdout_bytes": out.total,
-        "stderr_bytes": err.total,
-        "truncated": out.truncated or err.truncated,
-        "timed_out": timed_out,
-        "oom_killed": oom,
-        "pids_limit_hit": pids_hit,
-        "duration": time.monotonic() - started,
-    }
+    def run(self, request: Message) -> Message:
+        argv = request["argv"]
+        cwd = request["cwd"]
+        timeout = float(request["timeout"])
+        cap = int(request["max_output"])
+        budget = request.get("disk_budget")
+        stdin = base64.b64decode(request.get("stdin") or "")
+        env = dict(os.environ)
+        env.update(request.get("env") or {})
+        if not os.path.isdir(cwd):
+            return {"error": f"working directory {cwd} does not exist in the sandbox"}
+
+        oom_before = read_counter(OOM_COUNTER_FILES)
+        pids_before = read_counter(PIDS_COUNTER_FILES)
+        used_before = workspace_used() if budget is not None else None
+        started = time.monotonic()
+        # As the command's user, with no supplementary group and no capability left (the
+        # bounding set is empty and none survives the uid change; runas checks, or CPython
+        # checks each step of `user=` where runas cannot run), in a new session, with no
+        # descriptor but its own pipes.
+        drop: dict[str, Any] = (
+            {} if self.runas else {"user": self.uid, "group": self.gid, "extra_groups": []}
+        )
+        command = [RUNAS, str(self.uid), str(self.gid), *argv] if self.runas else argv
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                **drop,
+            )
+        except FileNotFoundError:
+            return finished(127, f"{argv[0]}: command not found\n", started)
+        except PermissionError:
+            return finished(126, f"{argv[0]}: permission denied\n", started)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {"error": f"cannot start {argv[0]}: {getattr(exc, 'strerror', None) or exc}"}
+
+        problem = None if self.runas else identity_problem(proc.pid, self.uid, self.gid)
+        if problem is not None:
+            kill_all()
+            proc.wait()
+            return {"error": problem, "discard": end_everything() > 0}
+
+        assert proc.stdout is not None and proc.stderr is not None  # both are PIPE above
+        out, err = Capture(cap), Capture(cap)
+        captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        selector = selectors.DefaultSelector()
+        for fd in captures:
+            selector.register(fd, selectors.EVENT_READ)
+        exit_fd = self.exits.open(proc.pid)
+        selector.register(exit_fd, selectors.EVENT_READ)
+        if not self.channel.closed:
+            selector.register(0, selectors.EVENT_READ)
+        pending_stdin = memoryview(stdin)
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            selector.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+
+        deadline = started + timeout
+        next_disk_check = started + DISK_CHECK_SECONDS
+        drain_until: float | None = None
+        timed_out = budget_hit = False
+
+        def stop(now: float) -> None:
+            nonlocal drain_until
+            if drain_until is None:
+                kill_all()
+                drain_until = now + DRAIN_SECONDS
+
+        try:
+            while len(selector.get_map()) > (0 in selector.get_map()):
+                now = time.monotonic()
+                if drain_until is None and now >= deadline:
+                    timed_out = True
+                    stop(now)
+                if budget is not None and used_before is not None and now >= next_disk_check:
+                    next_disk_check = now + DISK_CHECK_SECONDS
+                    used = workspace_used()
+                    if used is not None and used - used_before > budget:
+                        budget_hit = True
+                        stop(now)
+                if drain_until is not None and now >= drain_until:
+                    break
+                limit = (deadline if drain_until is None else drain_until) - now
+                if budget is not None:
+                    limit = min(limit, next_disk_check - now)
+                for key, _ in selector.select(timeout=max(limit, 0)):
+                    fd = key.fd
+                    if fd == exit_fd:
+                        if self.exits.exited(fd, proc):
+                            selector.unregister(fd)
+                            stop(time.monotonic())
+                    elif fd == 0:
+                        self.channel.read_available()
+                        if self.channel.closed:  # the host is gone: so is the call
+                            selector.unregister(0)
+                            stop(time.monotonic())
+                    elif fd in captures:
+                        data = os.read(fd, READ_CHUNK)
+                        if data:
+                            captures[fd].feed(data)
+                        else:
+                            selector.unregister(fd)
+                    else:
+                        try:
+                            written = os.write(fd, pending_stdin[:READ_CHUNK])
+                            pending_stdin = pending_stdin[written:]
+                        except BrokenPipeError:
+                            pending_stdin = pending_stdin[:0]
+                        if not pending_stdin and proc.stdin is not None:
+                            selector.unregister(fd)
+                            proc.stdin.close()
+        finally:
+            selector.close()
+            self.exits.close(exit_fd)
+            kill_all()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None and not stream.closed:
+                    stream.close()
+        survivors = end_everything()
+
+        code = proc.returncode
+        sig = -code if code < 0 else None
+        oom_after = read_counter(OOM_COUNTER_FILES)
+        pids_after = read_counter(PIDS_COUNTER_FILES)
+        used_after = workspace_used() if used_before is not None else None
+        # SIGKILL reaches the call either directly (exit by signal 9) or through a shell that
+        # reports its killed child as 137; only with a new OOM kill in the cgroup is it an OOM.
+        killed = sig == signal.SIGKILL or code == 128 + signal.SIGKILL
+        oom = (
+            killed
+            and not timed_out
+            and oom_before is not None
+            and oom_after is not None
+            and oom_after > oom_before
+        )
+        disk_used = (
+            used_after - used_before if used_after is not None and used_before is not None else None
+        )
+        return {
+            "exit_code": 128 + sig if sig is not None else code,
+            "signal": sig,
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "stdout_bytes": out.total,
+            "stderr_bytes": err.total,
+            "truncated": out.truncated or err.truncated,
+            "timed_out": timed_out,
+            "oom_killed": oom,
+            "pids_limit_hit": (
+                pids_before is not None and pids_after is not None and pids_after > pids_before
+            ),
+            "disk_used": disk_used,
+            "disk_budget_hit": budget_hit
+            or (budget is not None and disk_used is not None and disk_used > budget),
+            "survivors": survivors,
+            "duration": time.monotonic() - started,
+        }
 
 
-def finished(code: int, sig: int | None, stdout: bytes, stderr: bytes, started: float) -> Message:
+def finished(code: int, stderr: str, started: float) -> Message:
     return {
         "exit_code": code,
-        "signal": sig,
-        "stdout": stdout.decode(errors="replace"),
-        "stderr": stderr.decode(errors="replace"),
-        "stdout_bytes": len(stdout),
-        "stderr_bytes": len(stderr),
+        "signal": None,
+        "stdout": "",
+        "stderr": stderr,
+        "stdout_bytes": 0,
+        "stderr_bytes": len(stderr.encode()),
         "truncated": False,
         "timed_out": False,
         "oom_killed": False,
         "pids_limit_hit": False,
+        "disk_used": None,
+        "disk_budget_hit": False,
+        "survivors": end_everything(),
         "duration": time.monotonic() - started,
     }
 
 
-def kill_everything_else() -> None:
-    # kill(-1) reaches every process this user may signal in the container's pid namespace,
-    # except init and the agent itself.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(-1, signal.SIGKILL)
-
-
-def serve(request: Message) -> None:
-    global _in_flight
-    try:
-        response = run(request)
-    except Exception as exc:  # one bad request must not take the warm container down
-        response = {"error": f"agent failure: {type(exc).__name__}: {exc}"}
-    response["id"] = request.get("id")
-    with _flight_lock:
-        _in_flight -= 1
-        if _in_flight == 0:
-            # Before answering, so that when the host sees the answer nothing the call started is
-            # still running (unless other calls are in flight and share the container).
-            kill_everything_else()
-    send(response)
-
-
 def main() -> None:
-    global _in_flight
-    send(
-        {
-            "hello": PROTOCOL,
-            "oom_counter": read_counter(OOM_COUNTER_FILES) is not None,
-            "pids_counter": read_counter(PIDS_COUNTER_FILES) is not None,
-        }
-    )
-    for line in sys.stdin.buffer:
+    channel = Channel()
+    first = channel.next_line()
+    if first is None:
+        return
+    try:
+        setup = json.loads(first)
+        channel.key = bytes.fromhex(setup["key"])
+        uid, gid = int(setup["uid"]), int(setup["gid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        log(f"unreadable set-up line: {exc}")
+        return
+    if len(channel.key) < 32:
+        log("the session key is too short")
+        return
+    problem = harden()
+    if problem is None and (uid == 0 or gid == 0):
+        problem = "commands never run as root (uid or gid 0): the agent must stay out of reach"
+    agent = Agent(channel, uid, gid)
+    if problem is None:
+        problem = agent.choose_launcher()
+    channel.send(agent.hello(problem))
+    if problem is not None:
+        return
+    while True:
+        request = channel.next_request()
+        if request is None:
+            break
         try:
-            request = json.loads(line)
-        except ValueError as exc:
-            send({"id": None, "error": f"malformed request: {exc}"})
-            continue
-        with _flight_lock:
-            _in_flight += 1
-        try:
-            threading.Thread(target=serve, args=(request,), daemon=True).start()
-        except RuntimeError as exc:
-            # Under a fork bomb the pids limit also stops the agent from starting threads.
-            with _flight_lock:
-                _in_flight -= 1
-            send({"id": request.get("id"), "error": f"cannot start the call: {exc}"})
+            response = agent.serve(request)
+        except Exception as exc:  # one bad request must not take the warm container down
+            response = {
+                "error": f"agent failure: {type(exc).__name__}: {exc}",
+                "discard": end_everything() > 0,
+            }
+        response["id"] = request["id"]
+        channel.send(response)
     # stdin closes when the host detaches (it attached with stdin_once) or dies.
-    kill_everything_else()
+    kill_all()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from environments.base import CommandRequest, CommandResult
+from environments.docker import DockerEnvironment
 from runtime.capabilities import load_capability
+from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer, Source
 from runtime.session import Runtime
 from tests.conftest import RecordingAsker, write_config
@@ -92,9 +95,8 @@ def test_a_docker_capability_granted_for_the_project_runs_in_a_new_process_until
         Source.PROJECT,
         "@docker",
     )
-    assert outcome.result.data["stdout"] == (
-        "hello the project from /workspace/.codecoder/capabilities/greet\n"
-    )
+    # It runs from a snapshot of the approved files, not from the workspace.
+    assert outcome.result.data["stdout"] == "hello the project from /opt/codecoder/capability\n"
     digest = load_capability(workspace, "greet").digest
     assert json.loads((workspace / "codecoder.json").read_text()) == {
         "allowlist": {"run_capability:greet": {"scope": "AlwaysThisProject", "digest": digest}}
@@ -110,9 +112,7 @@ def test_a_docker_capability_granted_for_the_project_runs_in_a_new_process_until
     )
     assert (again.returncode, again.stderr) == (0, "")
     result = json.loads(again.stdout)["result"]
-    assert result["output"] == (
-        "hello a new process from /workspace/.codecoder/capabilities/greet\n[exit code 0]"
-    )
+    assert result["output"] == ("hello a new process from /opt/codecoder/capability\n[exit code 0]")
     assert result["data"]["decision"]["source"] == "project"
 
     main = workspace / ".codecoder" / "capabilities" / "greet" / "main.py"
@@ -157,3 +157,60 @@ def test_a_docker_capability_cannot_write_its_directory_its_manifest_or_codecode
     }
     assert after == {**before, workspace / "src" / "ok.txt": b"control\n"}
     assert not (workspace / ".codecoder" / "approvals").exists()
+
+
+class SwapsFirst(DockerEnvironment):
+    """The real sandbox, but the capability's code is replaced on disk just before each run:
+    after the digest was checked, before the container reads it."""
+
+    swap: tuple[Path, str] | None = None
+
+    def run(self, request: CommandRequest) -> CommandResult:
+        if self.swap is not None:
+            self.swap[0].write_text(self.swap[1])
+        return super().run(request)
+
+
+def test_a_docker_capability_runs_the_approved_code_even_if_it_is_swapped_after_the_check(
+    workspace: Path,
+) -> None:
+    with (
+        SwapsFirst(workspace) as docker_env,
+        Runtime(
+            workspace,
+            asker=RecordingAsker(Answer.ONCE, Answer.ONCE),
+            environments={EnvironmentTag.DOCKER: docker_env},
+        ) as runtime,
+    ):
+        create(runtime, greet_manifest(), {"main.py": GREET})
+        main = workspace / ".codecoder" / "capabilities" / "greet" / "main.py"
+        docker_env.swap = (main, "print('swapped in')\n")
+        outcome = runtime.session().call("greet", {"who": "you"})
+
+    assert outcome.unwrap().data["stdout"] == "hello you from /opt/codecoder/capability\n"
+    assert main.read_text() == "print('swapped in')\n"
+
+
+def test_a_docker_capability_starts_from_an_empty_home(workspace: Path) -> None:
+    site = "/tmp/.local/lib/python3.11/site-packages"
+    write_config(
+        workspace,
+        {
+            "environments": {"run_command": "@docker"},
+            "allowlist": {"run_command:*": "AlwaysThisProject"},
+        },
+    )
+    (workspace / "plant.pth").write_text('import sys; print("planted ran")\n')
+    (workspace / "check.py").write_text("")
+    with Runtime(workspace, asker=RecordingAsker(Answer.ONCE)) as runtime:
+        create(runtime, greet_manifest(), {"main.py": GREET})
+        session = runtime.session()
+        # Simple commands, all under the one grant run_command:* (so they share a home).
+        for command in (f"mkdir -p {site}", f"cp plant.pth {site}/x.pth"):
+            planted = session.call("run_command", {"command": command})
+            assert planted.ok, planted
+        seen = session.call("run_command", {"command": "python3 check.py"})
+        outcome = session.call("greet", {"who": "you"})
+
+    assert planted.ok and seen.unwrap().data["stdout"] == "planted ran\n"  # the plant works
+    assert outcome.unwrap().data["stdout"] == "hello you from /opt/codecoder/capability\n"

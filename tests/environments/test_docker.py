@@ -6,6 +6,7 @@ what the engine really holds afterwards. Tests without the `docker` mark need no
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -349,16 +350,36 @@ def test_background_processes_do_not_outlive_their_call(sandbox: DockerEnvironme
     assert after.stdout == "done\n"
 
 
+def _container_of(engine: Any, env: DockerEnvironment, mode: str) -> str:
+    (found,) = engine.api.containers(
+        filters={"label": [f"codecoder.session={env.session_id}", f"codecoder.mode={mode}"]}
+    )
+    return str(found["Id"])
+
+
+def _later(seconds: float, action: Any) -> threading.Thread:
+    def act() -> None:
+        time.sleep(seconds)
+        action()
+
+    thread = threading.Thread(target=act, daemon=True)
+    thread.start()
+    return thread
+
+
 @docker_test
 def test_an_agent_that_stops_answering_is_replaced_after_timeout_and_grace(
-    sandbox: DockerEnvironment,
+    sandbox: DockerEnvironment, docker_engine: Any
 ) -> None:
     first = run(sandbox, "true")
+    container = _container_of(docker_engine, sandbox, "ro")
     started = time.monotonic()
-    # The agent runs as the sandbox user too, so a call can freeze it: the host must not hang.
+    # The engine freezes the whole container (the agent included): the host must not hang.
+    freezer = _later(0.3, lambda: docker_engine.api.pause(container))
     with pytest.raises(ExecutionTimeout, match="agent did not answer either"):
-        run(sandbox, "kill -STOP $PPID; sleep 30", timeout=1)
+        run(sandbox, "sleep 30", timeout=1)
     elapsed = time.monotonic() - started
+    freezer.join()
     after = run(sandbox, "echo alive")
 
     assert 5 < elapsed < 10
@@ -368,11 +389,14 @@ def test_an_agent_that_stops_answering_is_replaced_after_timeout_and_grace(
 
 @docker_test
 def test_a_container_that_dies_during_a_call_is_reported_and_replaced(
-    sandbox: DockerEnvironment,
+    sandbox: DockerEnvironment, docker_engine: Any
 ) -> None:
     first = run(sandbox, "true")
+    container = _container_of(docker_engine, sandbox, "ro")
+    killer = _later(0.3, lambda: docker_engine.api.kill(container))
     with pytest.raises(SandboxUnavailable, match="stopped during"):
-        run(sandbox, "kill -KILL $PPID; sleep 30", timeout=10)
+        run(sandbox, "sleep 30", timeout=10)
+    killer.join()
     after = run(sandbox, "echo alive")
 
     assert after.stdout == "alive\n"
@@ -455,7 +479,10 @@ def test_a_protected_path_created_by_a_writable_call_is_moved_out_and_reported(
     after = run(sandbox, "ls -A", writable=True)
 
     (quarantined,) = (tmp_path / "state" / "codecoder" / "quarantine").iterdir()
-    assert (quarantined / ".git" / "hooks" / "pre-commit").read_text() == "id\n"
+    assert (quarantined / "0-.git" / "hooks" / "pre-commit").read_text() == "id\n"
+    assert json.loads((quarantined / "quarantine.json").read_text())["paths"] == {
+        ".git": str(quarantined / "0-.git")
+    }
     assert not (sandbox.workspace / ".git").exists()
     assert after.stdout == ""
 
@@ -502,6 +529,7 @@ def test_every_container_is_labelled_and_hardened(
             "NetworkMode": i["HostConfig"]["NetworkMode"],
             "ReadonlyRootfs": i["HostConfig"]["ReadonlyRootfs"],
             "CapDrop": i["HostConfig"]["CapDrop"],
+            "CapAdd": i["HostConfig"]["CapAdd"],
             "SecurityOpt": i["HostConfig"]["SecurityOpt"],
             "PidsLimit": i["HostConfig"]["PidsLimit"],
             "Memory": i["HostConfig"]["Memory"],
@@ -527,14 +555,19 @@ def test_every_container_is_labelled_and_hardened(
                 "NetworkMode": "none",
                 "ReadonlyRootfs": True,
                 "CapDrop": ["ALL"],
+                # Only for the agent, which drops them before anything runs (see below).
+                "CapAdd": ["SETUID", "SETGID", "KILL", "SETPCAP"],
                 "SecurityOpt": ["no-new-privileges:true"],
                 "PidsLimit": 256,
                 "Memory": 1024**3,
                 "MemorySwap": 1024**3,
                 "NanoCpus": 10**9,
                 "Privileged": False,
-                "User": "10001:10001",
-                "Tmpfs": {"/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}"},
+                "User": "0:0",
+                "Tmpfs": {
+                    "/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}",
+                    "/opt/codecoder/capability": f"rw,nosuid,nodev,size={96 * 1024**2},mode=755",
+                },
                 "Sockets": [],
             }
         ]
@@ -711,8 +744,8 @@ def test_loosened_settings_are_each_reported() -> None:
         tmpfs_size="1g",
         network="bridge",
         read_only_rootfs=False,
-        user="0:0",
         extra_writable_paths=("/home/sandbox",),
+        disk_budget="8g",
     )
 
     looser = settings.looser_than_default()
@@ -724,8 +757,8 @@ def test_loosened_settings_are_each_reported() -> None:
         ("tmpfs_size", "1g", "64m"),
         ("network", "bridge", "none"),
         ("read_only_rootfs", False, True),
-        ("user", "0:0", "auto"),
         ("extra_writable_paths", ("/home/sandbox",), ()),
+        ("disk_budget", "8g", "1g"),
     ]
     assert all(isinstance(s, LooserSetting) and s.why for s in looser)
 
@@ -739,6 +772,10 @@ def test_loosened_settings_are_each_reported() -> None:
         {"pids_limit": 2},
         {"extra_writable_paths": ("relative",)},
         {"extra_writable_paths": ("/workspace/x",)},
+        {"user": "0"},
+        {"user": "0:0"},
+        {"user": "1000:0"},
+        {"disk_budget": "0"},
     ],
 )
 def test_nonsensical_settings_are_refused(options: dict[str, Any]) -> None:

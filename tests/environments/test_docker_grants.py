@@ -67,7 +67,10 @@ def test_the_same_entry_is_a_ceiling_violation_once_run_command_is_back_on_the_h
     )
 
 
-def test_a_granted_container_command_cannot_grant_itself_more(workspace: Path) -> None:
+def test_a_granted_container_command_cannot_grant_itself_more(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # where plants are moved
     write_config(workspace, {"allowlist": {"run_container:sh": "AlwaysThisProject"}})
     before = (workspace / "codecoder.json").read_text()
     attack = (
@@ -76,6 +79,7 @@ def test_a_granted_container_command_cannot_grant_itself_more(workspace: Path) -
     )
     with Runtime(workspace, asker=RecordingAsker(Answer.ONCE)) as runtime:
         outcome = runtime.session().call("run_container", {"command": attack})
-    assert outcome.result is None or outcome.result.is_error or outcome.error is not None
+    assert "created .codecoder in the workspace" in str(outcome.error)
     assert (workspace / "codecoder.json").read_text() == before
     assert not (workspace / ".codecoder" / "capabilities").exists()
+    assert len(list((tmp_path / "state" / "codecoder" / "quarantine").iterdir())) == 1

@@ -113,8 +113,8 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 119, "permission-files": 32, "wasm": 31, "docker": 32}
-    assert len({a.id for a in corpus}) == len(corpus) == 214
+    assert per_layer == {"keying": 119, "permission-files": 32, "wasm": 41, "docker": 44}
+    assert len({a.id for a in corpus}) == len(corpus) == 236
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -316,7 +316,7 @@ def test_a_layer_whose_sandbox_is_unreachable_is_not_run_and_fails_the_audit(
     assert code == 1
     assert data["ok"] is False
     assert data["layers"] == {
-        "docker": {"blocked": 0, "escaped": 0, "not-run": 32, "not-applicable": 0, "total": 32}
+        "docker": {"blocked": 0, "escaped": 0, "not-run": 44, "not-applicable": 0, "total": 44}
     }
     assert all(
         a["how"].startswith(
@@ -327,8 +327,8 @@ def test_a_layer_whose_sandbox_is_unreachable_is_not_run_and_fails_the_audit(
     )
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("name"), suite.get("tests"), suite.get("errors")) == ("docker", "32", "32")
-    assert [case.find("error") is not None for case in suite] == [True] * 32
+    assert (suite.get("name"), suite.get("tests"), suite.get("errors")) == ("docker", "44", "44")
+    assert [case.find("error") is not None for case in suite] == [True] * 44
 
 
 def test_an_excluded_layer_is_left_out_and_the_rest_passes(
@@ -509,7 +509,9 @@ def tampering(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[]
     return lambda: TamperingClient(docker.from_env(timeout=60), change)
 
 
-def test_kept_capabilities_are_reported_as_escaped(project: Path, docker_engine: Any) -> None:
+def test_kept_capabilities_are_refused_by_the_agent_and_fail_the_audit(
+    project: Path, docker_engine: Any
+) -> None:
     def keep_capabilities(config: dict[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in config.items() if key != "cap_drop"}
 
@@ -519,14 +521,11 @@ def test_kept_capabilities_are_reported_as_escaped(project: Path, docker_engine:
         project, attempts, AuditOptions(docker_client_factory=tampering(keep_capabilities))
     )
 
-    # The others still fail: the user is not root and no-new-privileges holds.
-    assert found == {
-        "docker.capabilities": ESCAPED,
-        "docker.mknod": BLOCKED,
-        "docker.chroot": BLOCKED,
-        "docker.raw-socket": BLOCKED,
-    }
-    assert report.results[0].how.startswith("the attack step worked: codecoder-audit-")
+    # The engine's default capabilities on top of the agent's: the agent refuses to start.
+    assert found == dict.fromkeys(attempts, Status.NOT_RUN)
+    assert "the sandbox agent refused to run: the container did not start with exactly" in (
+        report.results[0].how
+    )
     assert not report.ok
 
 

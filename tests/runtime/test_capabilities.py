@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from environments.base import CommandRequest, CommandResult
 from environments.mock import MockEnvironment
+from environments.shell import ShellEnvironment
 from runtime.capabilities import capability_digest, is_approved, load_capability
 from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer, Source
@@ -850,3 +852,40 @@ async def test_capabilities_appear_in_the_mcp_tool_list_after_a_reload(project: 
     assert "echo" not in before
     assert set(after) == {*before, "echo"}
     assert after["echo"].input_schema == WHO
+
+
+# --- what runs is what was approved ------------------------------------------------------------
+
+
+class SwapsFirst(ShellEnvironment):
+    """The host's shell, but the capability's code is replaced on disk just before each run:
+    after the digest was checked, before the command starts (the race a snapshot closes)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        super().__init__()
+        self.path, self.text = path, text
+
+    def run(self, request: CommandRequest) -> CommandResult:
+        self.path.write_text(self.text)
+        return super().run(request)
+
+
+def test_a_shell_capability_runs_the_approved_code_even_if_it_is_swapped_after_the_check(
+    project: Path,
+) -> None:
+    directory = write_capability(
+        project,
+        manifest("lint", environment="@shell", entry=["python3", "lint.py"], limits={}),
+        {
+            "lint.py": "import os\n"
+            "print('approved', os.getcwd() != os.environ['CODECODER_WORKSPACE'])\n"
+        },
+    )
+    shell = SwapsFirst(directory / "lint.py", "print('swapped in')\n")
+    with Runtime(
+        project, asker=RecordingAsker(Answer.ONCE), environments={EnvironmentTag.SHELL: shell}
+    ) as runtime:
+        outcome = runtime.session().call("lint", {"who": "x"})
+
+    assert outcome.unwrap().data["stdout"] == "approved True\n"
+    assert (directory / "lint.py").read_text() == "print('swapped in')\n"
