@@ -8,7 +8,7 @@ refused or not, leaves one audit record.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +76,13 @@ class Dispatcher:
         self._engine = engine
         self._audit = audit
 
-    def call(self, name: str, args: Any) -> CallOutcome:
+    def call(
+        self,
+        name: str,
+        args: Any,
+        *,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> CallOutcome:
         started = time.monotonic()
         decision: Decision | None = None
         try:
@@ -93,6 +99,7 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
+                progress=progress,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -113,7 +113,13 @@ class ShellSettings:
 
 @dataclass(slots=True)
 class ToolContext:
-    """What `execute()` may use: the workspace, its bound environment, the call's limits."""
+    """What `execute()` may use: the workspace, its bound environment, the call's limits.
+
+    `progress`, when the caller can show it (a terminal, an MCP client that asked for it), is
+    called by long-running tools as `progress(done, total, message)` (the shape of an MCP
+    progress notification): `done` grows, `total` is None while unknown. Tools call it only
+    once a call has run for about a second.
+    """
 
     workspace: Path
     environment: Environment[Any, Any]
@@ -122,6 +128,7 @@ class ToolContext:
     limits: ShellSettings = field(default_factory=ShellSettings)
     session: Session | None = None  # the calling session: lets `agent` start a child session
     extra: Mapping[str, Any] = field(default_factory=dict)
+    progress: Callable[[float, float | None, str | None], None] | None = None
 
 
 class Parameters(BaseModel):
