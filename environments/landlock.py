@@ -205,7 +205,8 @@ class _Worker:
             for fd in fds:
                 os.close(fd)
             raise _WorkerDied
-        output, truncated, timed_out = self._drain(fds[0], request, deadline)
+        pid = int(reply.get("pid", 0))
+        output, truncated, timed_out = self._drain(fds[0], request, deadline, pid)
         if truncated or timed_out:
             worker_protocol.send(self.sock, {"cancel": True})
         end = worker_protocol.receive(self.sock)
@@ -240,22 +241,35 @@ class _Worker:
             raise _WorkerDied
         return reply
 
-    @staticmethod
-    def _drain(fd: int, request: RipgrepRequest, deadline: float) -> tuple[bytes, bool, bool]:
-        """Read ripgrep's stdout until it ends, the cap, or the deadline."""
+    def _drain(
+        self, fd: int, request: RipgrepRequest, deadline: float, pid: int
+    ) -> tuple[bytes, bool, bool]:
+        """Read ripgrep's stdout until it ends, the cap, or the deadline; a worker that dies
+        meanwhile takes its ripgrep with it."""
         chunks: list[bytes] = []
         size = lines = 0
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(fd, selectors.EVENT_READ)
+                selector.register(self.sock, selectors.EVENT_READ)
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return b"".join(chunks), False, True
-                    ready = selector.select(min(remaining, PROGRESS_EVERY))
+                    ready = [
+                        key.fileobj for key, _ in selector.select(min(remaining, PROGRESS_EVERY))
+                    ]
                     if request.on_progress is not None:
                         request.on_progress(lines)
-                    if not ready:
+                    if self.sock in ready:
+                        # The end-of-run frame (ripgrep is done: its output ends next), or
+                        # the end of the stream: the worker died.
+                        if not self.sock.recv(1, socket.MSG_PEEK):
+                            with contextlib.suppress(OSError):
+                                os.killpg(pid, 9)
+                            raise _WorkerDied
+                        selector.unregister(self.sock)
+                    if fd not in ready:
                         continue
                     chunk = os.read(fd, READ_CHUNK)
                     if not chunk:

@@ -187,6 +187,14 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
+@functools.lru_cache(maxsize=64)
+def _listing_regex(prefix: str, pattern: str) -> re.Pattern[str]:
+    """`glob_regex(pattern)` for `prefix` + paths in a NUL-separated listing, found in one pass."""
+    body = glob_regex(pattern).pattern.removesuffix(r"\Z")
+    body = body.replace("[^/", "[^/\\x00").replace(".*", "[^\\x00]*")
+    return re.compile(r"(?:(?<=\x00)|^)" + re.escape(prefix) + f"(?:{body})(?=\\x00)")
+
+
 def _literal_prefix(pattern: str) -> tuple[str, str]:
     """Split a glob into the directory its literal leading segments name, and the rest."""
     segments = [s for s in pattern.split("/") if s not in ("", ".")]
@@ -806,18 +814,18 @@ class LandlockFiles:
             raise ExecutionFailed(str(exc)) from exc
 
     @contextlib.contextmanager
-    def _open(self, path: str, *, directory: bool = False) -> Iterator[int]:
+    def _open(self, op: str, path: str, *, directory: bool = False) -> Iterator[int]:
         root, rel, _ = self._locate(path)
         try:
             root_fd = open_root(root)
         except OSError as exc:
             raise ExecutionFailed(
-                f"{path}: the root {root} cannot be opened ({exc.strerror})"
+                f"{op} {path}: the root {root} cannot be opened ({exc.strerror})"
             ) from exc
         try:
             fd = open_beneath(root_fd, rel, directory=directory)
         except OSError as exc:
-            raise ExecutionFailed(f"{path}: {_describe_os_error(exc)}") from exc
+            raise ExecutionFailed(f"{op} {path}: {_describe_os_error(exc)}") from exc
         finally:
             os.close(root_fd)
         try:
@@ -826,10 +834,12 @@ class LandlockFiles:
             os.close(fd)
 
     def read(self, path: str, *, offset: int = 0, limit: int = MAX_READ_BYTES) -> FileContent:
-        with self._open(path) as fd:
+        with self._open("read", path) as fd:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                raise ExecutionFailed(f"{path} is {_kind_of(info.st_mode)}, not a regular file")
+                raise ExecutionFailed(
+                    f"read {path}: it is {_kind_of(info.st_mode)}, not a regular file"
+                )
             chunks: list[bytes] = []
             position, wanted = offset, limit
             while wanted > 0:
@@ -843,7 +853,7 @@ class LandlockFiles:
 
     def list(self, path: str) -> builtins.list[Entry]:
         entries: builtins.list[Entry] = []
-        with self._open(path, directory=True) as fd, os.scandir(fd) as listing:
+        with self._open("list", path, directory=True) as fd, os.scandir(fd) as listing:
             for item in listing:
                 try:
                     info = item.stat(follow_symlinks=False)
@@ -866,20 +876,17 @@ class LandlockFiles:
         """A link's text, if it resolves inside the workspace (or to nothing there)."""
         try:
             text = os.readlink(name, dir_fd=dir_fd)
-            with self._open(_join(directory, name)):
-                return text
-        except ExecutionFailed as exc:
-            return (
-                text
-                if isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.ENOENT
-                else None
-            )
         except OSError:
             return None
+        try:
+            self.lookup(_join(directory, name))
+        except ExecutionFailed:
+            return None  # it leads out: its text is not shown either
+        return text
 
     def lookup(self, path: str) -> Entry | None:
         try:
-            with self._open(path) as fd:
+            with self._open("stat", path) as fd:
                 info = os.fstat(fd)
         except ExecutionFailed as exc:
             cause = exc.__cause__
@@ -913,30 +920,31 @@ class LandlockFiles:
     def glob(
         self, base: str, pattern: str, options: SearchOptions, progress: _Progress
     ) -> GlobFound:
+        top = self.lookup(base)
+        if top is None or top.type != "dir":
+            return GlobFound([])  # nothing there to search, so nothing matches
         _, rel, shown = self._locate(base)
-        # Anchored at the search root (ripgrep's cwd) with a leading `/`, as in a .gitignore.
-        anchored = "/" + (pattern if rel == "." else f"{rel}/{pattern}")
-        args = ["--files", "--null", "--glob", anchored, *_option_args(options)]
-        _, result = self._ripgrep(base, args, progress, "paths listed")
-        names = result.stdout.split(b"\0")
-        names.pop()  # after the last terminator; partial output ends mid-name: drop that too
+        # ripgrep lists what its rules let through; the pattern is matched here, because a
+        # ripgrep --glob would override those rules (ignored and hidden files would match).
+        _, result = self._ripgrep(
+            base, ["--files", "--null", *_option_args(options)], progress, "paths listed"
+        )
+        listing = result.stdout.decode("utf-8", "backslashreplace")
+        regex = _listing_regex("" if rel == "." else rel + "/", pattern)
         prefix = f"{shown}/" if shown else ""
-        paths = sorted(prefix + name.decode("utf-8", "backslashreplace") for name in names)
+        paths = sorted(prefix + m.group(0) for m in regex.finditer(listing))
         return GlobFound(paths, partial=result.truncated)
 
     def grep(self, query: GrepQuery, progress: _Progress) -> GrepFound:
+        top = self.lookup(query.root)
+        if top is None:
+            raise ExecutionFailed(f"grep {query.root}: no such file or directory")
+        if top.type == "other":
+            raise ExecutionFailed(f"grep {query.root}: not a regular file or directory")
         args = ["--null", "--max-filesize", str(GREP_MAX_FILE_BYTES), "--engine=auto"]
         args += _option_args(query.options)
         if query.case_insensitive:
             args.append("--ignore-case")
-        if query.glob is not None:
-            # Without a `/`, a glob matches file names at any depth; with one, paths relative
-            # to the searched directory: anchor it there.
-            _, rel, _ = self._locate(query.root)
-            glob = query.glob
-            if "/" in glob:
-                glob = "/" + (glob if rel == "." else f"{rel}/{glob}")
-            args += ["--glob", glob if not glob.startswith("!") else "\\" + glob]
         if query.files_only:
             args.append("--files-with-matches")
         else:
@@ -963,6 +971,13 @@ class LandlockFiles:
                 ((prefix + name).decode("utf-8", "backslashreplace"), by_file[name])
                 for name in sorted(by_file)
             ]
+        if query.glob is not None and top.type == "dir":
+            # Matched here: a ripgrep --glob would override the ignore and hidden rules.
+            _, rel, _ = self._locate(query.root)
+            cut = len(shown) + 1 if shown else 0
+            cut += 0 if rel == "." else len(rel) + 1
+            wanted = glob_regex(query.glob if "/" in query.glob else "**/" + query.glob)
+            found.files = [(path, lines) for path, lines in found.files if wanted.match(path[cut:])]
         found.unreadable = [line for line in result.stderr.splitlines() if line.startswith("rg: ")]
         return found
 
