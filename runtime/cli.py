@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -228,11 +228,26 @@ def _call(args: argparse.Namespace) -> int:
     payload = _json_arg(args.arguments, "arguments")
     try:
         with runtime.session() as session:
-            outcome = session.call(args.tool, payload)
+            outcome = session.call(args.tool, payload, progress=_progress_line())
     finally:
         runtime.close()
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[K")  # the progress line, if there was one
     _print_outcome(outcome, args.json)
     return exit_code(outcome)
+
+
+def _progress_line() -> Callable[[float, float | None, str | None], None] | None:
+    """A long call's progress, as one line on stderr rewritten in place (only on a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: float, total: float | None, message: str | None) -> None:
+        text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
+        sys.stderr.write(f"\r\x1b[K{visible(text)[:200]}")
+        sys.stderr.flush()
+
+    return show
 
 
 def exit_code(outcome: CallOutcome) -> int:
