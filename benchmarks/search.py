@@ -133,7 +133,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     generate_tree(fallback / "src")
     wasm = WasmEnvironment(cache_dir=ctx.scratch / "module-cache")
     grep_args = {"pattern": PATTERN, "path": "src", "max_results": 100_000}
-    glob_args = {"pattern": GLOB, "path": "src", "max_results": 200_000}
+    glob_args = {"pattern": GLOB, "path": "src", "max_results": 100_000}
     with (
         wasm,
         make_runtime(small, tools=tools) as small_rt,
