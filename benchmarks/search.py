@@ -167,7 +167,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
             }
             counts[f"search.glob.{size}"] = {
                 "tool": int(session.call("glob", glob_args).unwrap().data["total"]),
-                "rg": _ripgrep(files_argv, project).count(b"\0"),
+                "rg": _ripgrep(files_argv, project).count(b".py\0"),
                 "expected": PACKAGES * MODULES * FILES if size == "small" else large_files,
             }
         figures["search.grep.wasm"] = (

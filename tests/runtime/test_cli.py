@@ -62,7 +62,9 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
         "agent",
         "reason",
     }
-    assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {"@wasm"}
+    assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {
+        "@landlock"
+    }
     assert all(rows[n]["permission"] == "none" for n in rows if rows[n]["child"])
     assert len(rows) == 26
 
