@@ -1,28 +1,26 @@
-"""grep and glob through @wasm on a generated tree of a few thousand files, against a
-straightforward in-process Python reference and the GNU tools.
+"""grep and glob through the tools, on a generated tree of 3,000 files and one of 100,000,
+against ripgrep run directly with the same options.
 
-The tree (3,000 Python files of 40 lines, and a README in every directory: about 3.3 MB) is
-generated afresh. The grep pattern matches two lines in one file of seven. Every side must find
-the same matches: the counts are checked and kept in the figure's `extra`.
+The read tools run in @landlock: ripgrep in a Landlock-confined worker, its output parsed,
+sorted and rendered by the tool. The baseline is the same ripgrep binary with the same
+arguments, started by `subprocess.run` from this process: what an unconfined agent would run.
+The @wasm fallback (fileops walks and reads, Python matches) is measured on the small tree.
 
-* grep: the `grep` tool (fileops walks and reads the files in @wasm; Python matches), against
-  `os.walk` + `re` line by line, and `grep -rn`;
-* glob: the `glob` tool (fileops walks; Python matches), against `os.walk` + `fnmatch`, and
-  `find -name`.
+Trees: 3,000 Python files of 40 lines (plus a README per directory); 100,000 files of 12
+lines in 2,000 directories. The grep pattern matches lines in one file of seven. Every side
+must find the same matches: the counts are checked and kept in each figure's `extra`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import os
-import re
+import functools
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import Measured, compare, median_time
+from benchmarks.measure import Measured, Subject, compare
 from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from benchmarks.workspace import make_project, make_runtime, require_tools
 from runtime.ceiling import EnvironmentTag
@@ -32,27 +30,26 @@ __all__ = ["AREA", "generate_tree"]
 PACKAGES, MODULES, FILES, LINES = 30, 10, 10, 40
 PATTERN = r"TODO\(bench\)"
 GLOB = "**/*.py"
-PY_GREP = "os.walk + re, in process"
-GNU_GREP = "grep -rn"
-PY_GLOB = "os.walk + fnmatch, in process"
-GNU_FIND = "find -name"
+RG_GREP = "rg, same options"
+RG_FILES = "rg --files, same options"
+TWO = Target("max_ratio", 2.0, "≤ 2× ripgrep")
 
 SPECS = (
+    FigureSpec("search.grep.small", "grep tool on @landlock, 3,000 files", "ms", RG_GREP, TWO),
     FigureSpec(
-        "search.grep.vs_python",
-        "grep tool through @wasm, 3,000 files",
-        "ms",
-        PY_GREP,
-        Target("max_ratio", 2.0, "≤ 2× the Python reference"),
+        "search.glob.small", f"glob tool `{GLOB}` on @landlock, 3,000 files", "ms", RG_FILES, TWO
     ),
-    FigureSpec("search.grep.vs_gnu", "grep tool through @wasm, 3,000 files", "ms", GNU_GREP),
-    FigureSpec("search.glob.vs_python", f"glob tool `{GLOB}` through @wasm", "ms", PY_GLOB),
-    FigureSpec("search.glob.vs_gnu", f"glob tool `{GLOB}` through @wasm", "ms", GNU_FIND),
+    FigureSpec("search.grep.large", "grep tool on @landlock, 100,000 files", "ms", RG_GREP, TWO),
+    FigureSpec(
+        "search.glob.large", f"glob tool `{GLOB}` on @landlock, 100,000 files", "ms", RG_FILES, TWO
+    ),
+    FigureSpec("search.grep.wasm", "grep tool on @wasm (fallback), 3,000 files", "ms", RG_GREP),
+    FigureSpec("search.glob.wasm", f"glob tool `{GLOB}` on @wasm (fallback)", "ms", RG_FILES),
 )
 
 
 def generate_tree(root: Path) -> int:
-    """Write the tree under `root`; the number of lines the pattern matches."""
+    """Write the 3,000-file tree under `root`; the number of lines the pattern matches."""
     hits = 0
     number = 0
     for p in range(PACKAGES):
@@ -74,133 +71,129 @@ def generate_tree(root: Path) -> int:
     return hits
 
 
-def python_grep(root: Path, pattern: re.Pattern[str]) -> list[str]:
-    found: list[str] = []
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(directory, name)
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                for number, line in enumerate(handle, 1):
-                    if pattern.search(line):
-                        found.append(f"{path}:{number}:{line.rstrip()}")
-    return found
+def generate_large_tree(root: Path, files: int) -> int:
+    """`files` files of 12 lines, 50 to a directory; the number of lines the pattern matches."""
+    hits = 0
+    for number in range(files):
+        directory = root / f"pkg{number // 1000:03d}" / f"mod{number // 50 % 20:02d}"
+        if number % 50 == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+        lines = [f"def function_{number}_{k}(value: int) -> int:  # line {k}" for k in range(12)]
+        if number % 7 == 0:
+            lines[5] = f"    # TODO(bench): revisit file {number}"
+            hits += 1
+        with open(directory / f"file{number % 50:02d}.py", "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+    return hits
 
 
-def python_glob(root: Path, pattern: str) -> list[str]:
-    found: list[str] = []
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        found.extend(
-            os.path.relpath(os.path.join(directory, name), root)
-            for name in sorted(files)
-            if fnmatch.fnmatch(name, pattern)
-        )
-    return found
-
-
-def _gnu(argv: list[str], cwd: Path) -> list[str]:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+def _ripgrep(argv: list[str], cwd: Path) -> bytes:
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, check=False, env={})
     if done.returncode not in (0, 1):
-        raise RuntimeError(f"{argv[0]} failed: {done.stderr.strip()[:200]}")
-    return done.stdout.splitlines()
+        raise RuntimeError(f"rg failed: {done.stderr.decode()[:200]}")
+    return done.stdout
+
+
+def _rg_argv(rg: str, grep: bool) -> list[str]:
+    """The arguments the tools give ripgrep (runtime/tools/files.py), for `src`."""
+    common = [rg, "--no-config", "--color=never", "--no-require-git", "--iglob=!.git"]
+    if not grep:
+        return [*common, "--files", "--null", "--", "src"]
+    return [
+        *common,
+        *("--null", "--max-filesize", str(4 * 1024 * 1024), "--engine=auto"),
+        *("--line-number", "--with-filename", "--no-heading", "--stats"),
+        *("--no-context-separator", "-B", "0", "-A", "0", "--regexp", PATTERN, "--", "src"),
+    ]
 
 
 @contextlib.contextmanager
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     tools = require_tools("grep", "glob")
     try:
+        from environments.landlock import unavailable_reason
         from environments.wasm import WasmEnvironment
     except ImportError as exc:
-        raise Skipped(f"@wasm is unavailable: {exc}") from exc
-    project = make_project(ctx.scratch / "project")
-    src = project / "src"
-    expected = generate_tree(src)
-    env = WasmEnvironment(cache_dir=ctx.scratch / "module-cache")
-    with env, make_runtime(project, environments={EnvironmentTag.WASM: env}, tools=tools) as rt:
-        session = rt.session()
-        grep_args = {"pattern": PATTERN, "path": "src", "max_results": 100_000}
-        glob_args = {"pattern": GLOB, "path": "src", "max_results": 100_000}
-        regex = re.compile(PATTERN)
-        grep_argv = ["grep", "-rn", "-E", PATTERN, "src"]
-        find_argv = ["find", "src", "-name", "*.py"]
+        raise Skipped(f"the file environments are unavailable: {exc}") from exc
+    reason = unavailable_reason()
+    if reason is not None:
+        raise Skipped(f"@landlock is unavailable: {reason}")
+    from environments.landlock import ripgrep_binary
 
-        def grep() -> Any:
-            return session.call("grep", grep_args).unwrap()
+    rg = str(ripgrep_binary())
+    small = make_project(ctx.scratch / "small")
+    expected_small = generate_tree(small / "src")
+    large = make_project(ctx.scratch / "large")
+    large_files = ctx.rounds(100_000, 5_000)
+    expected_large = generate_large_tree(large / "src", large_files)
+    fallback = make_project(
+        ctx.scratch / "fallback",
+        {"environments": {"grep": "@wasm", "glob": "@wasm"}},
+    )
+    generate_tree(fallback / "src")
+    wasm = WasmEnvironment(cache_dir=ctx.scratch / "module-cache")
+    grep_args = {"pattern": PATTERN, "path": "src", "max_results": 100_000}
+    glob_args = {"pattern": GLOB, "path": "src", "max_results": 100_000}
+    with (
+        wasm,
+        make_runtime(small, tools=tools) as small_rt,
+        make_runtime(large, tools=tools) as large_rt,
+        make_runtime(fallback, environments={EnvironmentTag.WASM: wasm}, tools=tools) as wasm_rt,
+    ):
+        sessions = {"small": small_rt.session(), "large": large_rt.session()}
+        fallback_session = wasm_rt.session()
 
-        def glob() -> Any:
-            return session.call("glob", glob_args).unwrap()
+        def tool(session: Any, name: str, args: dict[str, Any]) -> Subject:
+            return lambda: session.call(name, args).unwrap()
 
-        counts = {
-            "tool": len(grep().data["matches"]),
-            "python": len(python_grep(src, regex)),
-            "gnu": len(_gnu(grep_argv, project)),
-            "expected": expected,
+        figures: dict[str, tuple[Subject, str | None]] = {}
+        baselines: dict[str, Subject] = {}
+        counts: dict[str, dict[str, int]] = {}
+        for size, project, expected in (
+            ("small", small, expected_small),
+            ("large", large, expected_large),
+        ):
+            session = sessions[size]
+            grep, glob = tool(session, "grep", grep_args), tool(session, "glob", glob_args)
+            grep_argv, files_argv = _rg_argv(rg, True), _rg_argv(rg, False)
+            baselines[f"{RG_GREP} {size}"] = functools.partial(_ripgrep, grep_argv, project)
+            baselines[f"{RG_FILES} {size}"] = functools.partial(_ripgrep, files_argv, project)
+            figures[f"search.grep.{size}"] = (grep, f"{RG_GREP} {size}")
+            figures[f"search.glob.{size}"] = (glob, f"{RG_FILES} {size}")
+            counts[f"search.grep.{size}"] = {
+                "tool": len(session.call("grep", grep_args).unwrap().data["matches"]),
+                "rg": _ripgrep(grep_argv, project).count(b"\0"),
+                "expected": expected,
+            }
+            counts[f"search.glob.{size}"] = {
+                "tool": int(session.call("glob", glob_args).unwrap().data["total"]),
+                "rg": _ripgrep(files_argv, project).count(b".py\0"),
+                "expected": PACKAGES * MODULES * FILES if size == "small" else large_files,
+            }
+        figures["search.grep.wasm"] = (
+            tool(fallback_session, "grep", grep_args),
+            f"{RG_GREP} small",
+        )
+        figures["search.glob.wasm"] = (
+            tool(fallback_session, "glob", glob_args),
+            f"{RG_FILES} small",
+        )
+        counts["search.grep.wasm"] = {
+            "tool": len(fallback_session.call("grep", grep_args).unwrap().data["matches"]),
+            "expected": expected_small,
         }
-        glob_counts = {
-            "tool": int(glob().data["total"]),
-            "python": len(python_glob(src, "*.py")),
-            "gnu": len(_gnu(find_argv, project)),
+        counts["search.glob.wasm"] = {
+            "tool": int(fallback_session.call("glob", glob_args).unwrap().data["total"]),
             "expected": PACKAGES * MODULES * FILES,
         }
-        measured = compare(
-            {
-                "search.grep.vs_python": (grep, PY_GREP),
-                "search.grep.vs_gnu": (grep, GNU_GREP),
-                "search.glob.vs_python": (glob, PY_GLOB),
-                "search.glob.vs_gnu": (glob, GNU_FIND),
-            },
-            {
-                PY_GREP: lambda: python_grep(src, regex),
-                GNU_GREP: lambda: _gnu(grep_argv, project),
-                PY_GLOB: lambda: python_glob(src, "*.py"),
-                GNU_FIND: lambda: _gnu(find_argv, project),
-            },
-            rounds=ctx.rounds(9, 2),
-            sample_seconds=None,
-        )
-        inside = _grep_breakdown(env, project, ctx)
+        measured = compare(figures, baselines, rounds=ctx.rounds(7, 2), sample_seconds=None)
         for name, figure in measured.items():
-            found = counts if ".grep." in name else glob_counts
+            found = counts[name]
             figure.extra["matches"] = found
             if len(set(found.values())) != 1:
                 figure.note = f"the sides disagree on what they found: {found}"
-            elif name == "search.grep.vs_python":
-                figure.extra.update(inside)
-                figure.note = (
-                    f"of which fileops walk {inside['walk_ms']:.0f} ms, reading the files "
-                    f"{inside['read_ms']:.0f} ms ({inside['read_us_per_file']:.0f} µs a file; "
-                    f"the Python reference reads and matches a file in "
-                    f"{inside['python_us_per_file']:.0f} µs)"
-                )
-                figure.miss_note = (
-                    "wasmtime's WASI runs each filesystem call of the module on a tokio "
-                    "blocking-pool thread: strace counts about 56 futex calls per file read and "
-                    "perf puts the time in thread wake-ups, not in I/O (reading on 4 threads "
-                    "at once gained only 1.3x)."
-                )
+        measured["search.grep.large"].extra["files"] = large_files
         yield measured
 
 
-def _grep_breakdown(env: Any, project: Path, ctx: BenchContext) -> dict[str, float]:
-    """Where grep's time goes: the walk and the reads in @wasm (ConfinedFiles), per file."""
-    from runtime.tools.files import ConfinedFiles
-
-    files = ConfinedFiles(env, project)
-    names = [e.path for e in files.walk("src", sizes=False).entries if e.type == "file"]
-    walk = median_time(lambda: files.walk("src", sizes=False), rounds=ctx.rounds(3, 1))
-    read = median_time(
-        lambda: list(files.read_many("src", names, limit=4 * 1024 * 1024)),
-        rounds=ctx.rounds(3, 1),
-    )
-    regex = re.compile(PATTERN)
-    python = median_time(lambda: python_grep(project / "src", regex), rounds=ctx.rounds(3, 1))
-    return {
-        "walk_ms": round(walk * 1e3, 1),
-        "read_ms": round(read * 1e3, 1),
-        "read_us_per_file": round(read / len(names) * 1e6, 1),
-        "python_us_per_file": round(python / len(names) * 1e6, 1),
-    }
-
-
-AREA = Area("search", "grep and glob through @wasm", SPECS, run)
+AREA = Area("search", "grep and glob on @landlock and @wasm, against ripgrep", SPECS, run)

@@ -135,7 +135,8 @@ def _set_up(
         from environments.wasm import WasmEnvironment
         from runtime.tools.files import ConfinedFiles
 
-        project = make_project(directory)
+        # read_file runs in @landlock by default; this figure is about @wasm (the fallback).
+        project = make_project(directory, {"environments": {"read_file": "@wasm"}})
         wasm = WasmEnvironment(cache_dir=directory / "module-cache")
         stack.callback(wasm.close)
         runtime = stack.enter_context(

@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from benchmarks.measure import Measured, SelfTimed, compare
+from benchmarks.measure import Measured, SelfTimed, Subject, compare
 from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from benchmarks.workspace import SMALL_FILE, make_project, make_runtime, require_tools, run_python
 from runtime.ceiling import EnvironmentTag
@@ -33,8 +33,15 @@ BARE_PYTHON = "python -c pass"
 
 SPECS = (
     FigureSpec(
+        "wasm.read_file.landlock",
+        "Session.call(read_file, small file) on @landlock (openat2), warm process",
+        "ms",
+        SPAWN,
+        Target("max_ratio", 1 / 10, '≤ 1/10 of subprocess.run(["true"])'),
+    ),
+    FigureSpec(
         "wasm.read_file.warm",
-        "Session.call(read_file, small file) on @wasm, warm process",
+        "Session.call(read_file, small file) on @wasm (the fallback), warm process",
         "ms",
         SPAWN,
         Target("max_ratio", 1.0, '≤ 1× subprocess.run(["true"])'),
@@ -120,18 +127,34 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     except ImportError as exc:
         raise Skipped(f"@wasm is unavailable: {exc}") from exc
     module = _fileops_module()
-    project = make_project(ctx.scratch / "project")
+    # read_file runs in @landlock by default; this project binds it to @wasm (the fallback).
+    project = make_project(ctx.scratch / "project", {"environments": {"read_file": "@wasm"}})
+    kernel = make_project(ctx.scratch / "kernel")
     cache = ctx.scratch / "module-cache"
     env = WasmEnvironment(cache_dir=cache)
-    with env, make_runtime(project, environments={EnvironmentTag.WASM: env}, tools=tools) as rt:
+    with (
+        env,
+        make_runtime(project, environments={EnvironmentTag.WASM: env}, tools=tools) as rt,
+        make_runtime(kernel, tools=tools) as kernel_rt,
+    ):
         session = rt.session()
         args = {"path": SMALL_FILE}
+        kernel_session = kernel_rt.session()
+        landlock: dict[str, tuple[Subject, str | None]] = {}
+        if kernel_rt.environment_of("read_file") is EnvironmentTag.LANDLOCK:
+            landlock["wasm.read_file.landlock"] = (
+                lambda: kernel_session.call("read_file", args),
+                SPAWN,
+            )
+            if not kernel_session.call("read_file", args).ok:
+                raise Skipped("read_file does not run on @landlock here")
         outcome = session.call("read_file", args)
         if not outcome.ok:
             raise Skipped(f"read_file does not run on @wasm here: {outcome.to_json()['error']}")
         files = ConfinedFiles(env, project)
         warm = compare(
             {
+                **landlock,
                 "wasm.read_file.warm": (lambda: session.call("read_file", args), SPAWN),
                 "wasm.read_file.environment": (lambda: files.read(SMALL_FILE), SPAWN),
             },

@@ -1159,7 +1159,10 @@ class _PermissionFilesLayer(_LayerRunner):
         directory = self.audit.fresh_dir("cloned")
         (directory / PROJECT_FILE).write_text(json.dumps(document, indent=2) + "\n")
         recorder, environments = _recorders()
-        environments.pop(EnvironmentTag.WASM)  # the read tools really read: that is the attack
+        # The read tools really read (in @landlock, or @wasm where it cannot run): that is the
+        # attack.
+        environments.pop(EnvironmentTag.LANDLOCK)
+        environments.pop(EnvironmentTag.WASM)
         environments.pop(EnvironmentTag.RUNTIME)
         asker = _Asker()
         # Never trusted: this is the file as it came with the repository (no trust override).

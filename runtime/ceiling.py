@@ -41,6 +41,7 @@ class EnvironmentTag(enum.StrEnum):
     SHELL = "@shell"
     DOCKER = "@docker"
     WASM = "@wasm"
+    LANDLOCK = "@landlock"
     RUNTIME = "@runtime"
 
     @property
@@ -66,6 +67,9 @@ _CEILINGS = {
     EnvironmentTag.SHELL: Scope.SESSION,
     EnvironmentTag.DOCKER: Scope.PROJECT,
     EnvironmentTag.WASM: Scope.PROJECT,
+    # Kernel confinement counts as a sandbox (SPEC §8): a Landlock-restricted worker, and reads
+    # that openat2 resolves only beneath the workspace.
+    EnvironmentTag.LANDLOCK: Scope.PROJECT,
     EnvironmentTag.RUNTIME: Scope.PROJECT,
 }
 
@@ -73,5 +77,6 @@ _CONTAINMENT = {
     EnvironmentTag.SHELL: "host processes, not sandboxed",
     EnvironmentTag.DOCKER: "a hardened container",
     EnvironmentTag.WASM: "a WASI sandbox",
+    EnvironmentTag.LANDLOCK: "kernel-confined to reading the workspace (Landlock, openat2)",
     EnvironmentTag.RUNTIME: "in-process, no external code",
 }

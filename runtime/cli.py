@@ -367,13 +367,36 @@ def _call(args: argparse.Namespace) -> int:
     runtime = Runtime(args.project, asker=_asker_for(args))
     _report_config(runtime)
     payload = _json_arg(args.arguments, "arguments")
+    progress = ProgressLine() if sys.stderr.isatty() else None
     try:
         with interruptible(), runtime.session() as session:
-            outcome = session.call(args.tool, payload)
+            outcome = session.call(args.tool, payload, progress=progress)
     finally:
         runtime.close()
+        if progress is not None:
+            progress.clear()
     _print_outcome(outcome, args.json)
     return exit_code(outcome)
+
+
+class ProgressLine:
+    """A long call's progress, as one line on stderr (a terminal) rewritten in place, and
+    cleared when the call ends; a call that reports nothing writes nothing at all."""
+
+    def __init__(self) -> None:
+        self._shown = False
+
+    def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
+        sys.stderr.write(f"\r\x1b[K{visible(text)[:200]}")
+        sys.stderr.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self._shown = False
 
 
 def exit_code(outcome: CallOutcome) -> int:

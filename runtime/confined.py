@@ -36,7 +36,7 @@ import stat
 import threading
 from pathlib import Path
 
-__all__ = ["Beneath", "NotBeneath", "open_beneath"]
+__all__ = ["Beneath", "NotBeneath", "open_beneath", "open_root", "openat2_available"]
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -93,6 +93,31 @@ def open_beneath(dir_fd: int, path: str | bytes, flags: int, *, symlinks: bool =
         else:
             raise OSError(errno.EAGAIN, "the directory kept changing", os.fsdecode(name))
     return _walk(dir_fd, name, flags, symlinks)
+
+
+def open_root(path: str | os.PathLike[str]) -> int:
+    """A descriptor for a directory that paths are then resolved beneath."""
+    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def openat2_available() -> bool:
+    """Whether this kernel (and any seccomp filter around us) lets openat2 resolve beneath, so
+    that confinement is the kernel's and not the component walk's (what @landlock requires)."""
+    if _openat2_missing.is_set():
+        return False
+    try:
+        root = open_root("/")
+    except OSError:
+        return False
+    how = _OpenHow(os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, 0, _RESOLVE_BENEATH)
+    try:
+        fd = _libc.syscall(_SYS_OPENAT2, root, b".", ctypes.byref(how), ctypes.sizeof(how))
+    finally:
+        os.close(root)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
 
 
 def _walk(dir_fd: int, path: bytes, flags: int, symlinks: bool) -> int:

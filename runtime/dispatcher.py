@@ -9,7 +9,7 @@ refused or not, leaves one audit record, and so does a call interrupted by Ctrl-
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +87,13 @@ class Dispatcher:
         self._engine = engine
         self._audit = audit
 
-    def call(self, name: str, args: Any) -> CallOutcome:
+    def call(
+        self,
+        name: str,
+        args: Any,
+        *,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> CallOutcome:
         started = time.monotonic()
         decision: Decision | None = None
         try:
@@ -109,6 +115,7 @@ class Dispatcher:
                 extra={"read_roots": runtime.config.read_roots},
                 key=permission.key,
                 grant=decision.grant,
+                progress=progress,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

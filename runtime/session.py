@@ -22,8 +22,10 @@ made at the prompt from a digest edited into codecoder.json by hand.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -124,7 +126,17 @@ class Runtime:
         self.tools = {**self.tools, capability.name: capability_tool(capability)}
 
     def environment_of(self, tool: str) -> EnvironmentTag:
-        return self.config.bindings.get(tool) or self.tools[tool].environment
+        """Where `tool` runs: its binding in codecoder.json, else its own environment; @landlock
+        falls back to @wasm where this machine cannot run it (said once, on stderr)."""
+        tag = self.config.bindings.get(tool) or self.tools[tool].environment
+        if tag is EnvironmentTag.LANDLOCK and tag not in self._environments:
+            from environments.landlock import unavailable_reason
+
+            reason = unavailable_reason()
+            if reason is not None:
+                _notice_fallback(reason)
+                return EnvironmentTag.WASM
+        return tag
 
     def definitions(self) -> list[ToolDefinition]:
         return [tool.definition(self.environment_of(name)) for name, tool in self.tools.items()]
@@ -151,6 +163,10 @@ class Runtime:
             from environments.docker import DockerEnvironment
 
             return DockerEnvironment(self.project_dir, self.config.docker)
+        if tag is EnvironmentTag.LANDLOCK:
+            from environments.landlock import LandlockEnvironment
+
+            return LandlockEnvironment()
         if tag is EnvironmentTag.RUNTIME:
             from environments.inprocess import InProcessEnvironment
 
@@ -215,10 +231,17 @@ class Session:
             return self.runtime.tools
         return {n: t for n, t in self.runtime.tools.items() if n in self.toolset}
 
-    def call(self, tool: str, args: Any) -> CallOutcome:
+    def call(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
-        the outcome carries them (use `outcome.unwrap()` to raise)."""
-        outcome = self._dispatcher.call(tool, args)
+        the outcome carries them (use `outcome.unwrap()` to raise). `progress`, if given,
+        hears from long-running tools (see `ToolContext.progress`)."""
+        outcome = self._dispatcher.call(tool, args, progress=progress)
         self._record_capability_approval(tool, outcome)
         return outcome
 
@@ -264,6 +287,14 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@functools.cache
+def _notice_fallback(reason: str) -> None:
+    print(
+        f"codecoder: the read tools run in @wasm instead of @landlock: {reason}",
+        file=sys.stderr,
+    )
 
 
 def default_asker() -> Asker:

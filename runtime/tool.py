@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -191,7 +191,13 @@ class ShellSettings:
 
 @dataclass(slots=True)
 class ToolContext:
-    """What `execute()` may use: the workspace, its bound environment, the call's limits."""
+    """What `execute()` may use: the workspace, its bound environment, the call's limits.
+
+    `progress`, when the caller can show it (a terminal, an MCP client that asked for it), is
+    called by long-running tools as `progress(done, total, message)` (the shape of an MCP
+    progress notification): `done` grows, `total` is None while unknown. Tools call it only
+    once a call has run for about a second.
+    """
 
     workspace: Path
     environment: Environment[Any, Any]
@@ -202,6 +208,8 @@ class ToolContext:
     extra: Mapping[str, Any] = field(default_factory=dict)
     grant: str | None = None  # the standing grant the call runs under (Decision.grant)
     key: PermissionKey | None = None  # the key the call was decided under, when it asked
+    # Long calls report (progress, total, message), the shape of an MCP progress notification.
+    progress: Callable[[float, float | None, str | None], None] | None = None
 
     @property
     def site(self) -> CallSite:

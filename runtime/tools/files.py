@@ -26,22 +26,31 @@ passed in `ToolContext.extra["read_roots"]` as a mapping of name to directory) a
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import difflib
+import errno
 import functools
 import importlib.resources
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Protocol
 
+import pathspec
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
 from environments.workspaceguard import ProtectedScan
 from runtime.ceiling import EnvironmentTag
+from runtime.confined import open_beneath, open_root
 from runtime.errors import ExecutionFailed, SandboxUnavailable
 from runtime.patterns import MOVE_SEPARATOR
 from runtime.protected import is_protected_path
@@ -87,6 +96,7 @@ MAX_MODULE_BYTES = 64 * 1024 * 1024
 GREP_MAX_FILE_BYTES = 4 * 1024 * 1024  # grep skips bigger files, and says so
 CAT_BATCH_BYTES = 32 * 1024 * 1024  # bytes of file content per fileops call in grep
 WALK_MAX_ENTRIES = 500_000
+SEARCH_MAX_OUTPUT = 64 * 1024 * 1024  # bytes of ripgrep output read; past it, a search stops
 LISTING_MAX_OUTPUT = 256 * 1024 * 1024
 BINARY_SNIFF_BYTES = 8000  # git's heuristic: a NUL in the first 8000 bytes means binary
 MAX_LINE_CHARS = 2000
@@ -179,6 +189,14 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         else:
             out.append(_segment_regex(segment) + ("" if last else "/"))
     return re.compile("".join(out) + r"\Z", re.DOTALL)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing_regex(prefix: str, pattern: str) -> re.Pattern[str]:
+    """`glob_regex(pattern)` for `prefix` + paths in a NUL-separated listing, found in one pass."""
+    body = glob_regex(pattern).pattern.removesuffix(r"\Z")
+    body = body.replace("[^/", "[^/\\x00").replace(".*", "[^\\x00]*")
+    return re.compile(r"(?:(?<=\x00)|^)" + re.escape(prefix) + f"(?:{body})(?=\\x00)")
 
 
 def _literal_prefix(pattern: str) -> tuple[str, str]:
@@ -429,6 +447,167 @@ class ConfinedFiles:
         preopen, guest = self._locate(path, write=True)
         self._run("delete", path, preopen, [guest])
 
+    # -- the read tools' search, on @wasm (the fallback where the kernel has no Landlock) --
+
+    def glob(
+        self, base: str, pattern: str, options: SearchOptions, progress: _Progress
+    ) -> GlobFound:
+        if base != ".":
+            top = self.lookup(base)
+            if top is None or top.type not in ("dir", "symlink"):
+                return GlobFound([])  # nothing there to search, so nothing matches
+        walk = self.walk(base, sizes=False)
+        regex = glob_regex(pattern)
+        files = _searched_files(self, base, walk.entries, options)
+        return GlobFound(
+            [_join(base, rel) for rel in files if regex.match(rel)], partial=walk.truncated
+        )
+
+    def grep(self, query: GrepQuery, progress: _Progress) -> GrepFound:
+        found = GrepFound()
+        skipped_binary = skipped_large = 0
+        root = query.root
+        top = self.stat(root) if root != "." else None
+        if top is not None and top.type != "dir":
+            base, _, name = root.rpartition("/")
+            base = base or "."
+            wanted = [name]
+        else:
+            base = root
+            walk = self.walk(root, sizes=False)
+            found.partial = walk.truncated
+            wanted = _searched_files(self, root, walk.entries, query.options)
+            if query.glob is not None:
+                glob = query.glob
+                name_filter = glob_regex(glob if "/" in glob else "**/" + glob)
+                wanted = [rel for rel in wanted if name_filter.match(rel)]
+        regex = re.compile(query.pattern, re.IGNORECASE if query.case_insensitive else 0)
+        prefilter = _line_filter(regex)
+        searched = 0
+        for rel, content in self.read_many(base, wanted, limit=GREP_MAX_FILE_BYTES):
+            path = _join(base, rel)
+            progress(searched, f"{searched:,} files searched so far")
+            if isinstance(content, str):
+                found.unreadable.append(f"{path}: {content}")
+                continue
+            if content.size > GREP_MAX_FILE_BYTES:
+                skipped_large += 1
+                continue
+            searched += 1
+            if _is_binary(content.data):
+                skipped_binary += 1
+                continue
+            text = content.data.decode("utf-8", errors="replace")
+            if prefilter is not None and not prefilter.search(text):
+                continue
+            lines = _lines(text)
+            hits = [n for n, line in enumerate(lines) if regex.search(line)]
+            if hits:
+                shown = [] if query.files_only else _with_context(lines, hits, query)
+                found.files.append((path, shown))
+        found.searched = searched
+        found.skipped_binary, found.skipped_large = skipped_binary, skipped_large
+        return found
+
+
+def _with_context(lines: list[str], hits: list[int], query: GrepQuery) -> list[GrepLine]:
+    hit_set = set(hits)
+    shown: list[int] = []
+    for n in hits:
+        for k in range(max(0, n - query.before), min(len(lines), n + query.after + 1)):
+            if not shown or k > shown[-1]:
+                shown.append(k)
+    return [GrepLine(k + 1, k in hit_set, lines[k]) for k in shown]
+
+
+IGNORE_FILES = (".rgignore", ".ignore", ".gitignore")  # ripgrep's precedence in one directory
+
+
+def _searched_files(
+    files: ConfinedFiles, base: str, entries: Sequence[Entry], options: SearchOptions
+) -> list[str]:
+    """The regular files of a walk of `base` that a search looks at (see SearchOptions), as
+    paths relative to `base`, in walk order."""
+    candidates = [
+        e.path
+        for e in entries
+        if e.type == "file"
+        and not _under_git(e.path)
+        and (options.hidden or not any(part.startswith(".") for part in e.path.split("/")))
+    ]
+    if options.include_ignored:
+        return candidates
+    rules = _IgnoreRules.load(files, base, entries)
+    return [rel for rel in candidates if not rules.ignored(rel)]
+
+
+class _IgnoreRules:
+    """`.gitignore`, `.ignore` and `.rgignore` files, applied as ripgrep applies them: the
+    deepest file with a matching pattern decides, the last matching pattern in it wins, and
+    nothing under an ignored directory comes back. Paths are relative to the walked `base`;
+    the ignore files of its parents, up to the root, count too."""
+
+    def __init__(self, specs: dict[str, list[pathspec.GitIgnoreSpec]], base: str) -> None:
+        self._specs = specs  # directory relative to the root ("" for the root) -> its files
+        self._base = "" if base == "." else base
+        self._dirs: dict[str, bool] = {}
+
+    @classmethod
+    def load(cls, files: ConfinedFiles, base: str, entries: Sequence[Entry]) -> _IgnoreRules:
+        head, _, _ = base.partition("/")
+        parts = base.split("/") if base != "." else []
+        prefix = [head] if head.startswith("@") else []
+        texts: dict[str, dict[str, bytes]] = {}
+        # The parents of `base`, up to the workspace (or read root) it is in.
+        for depth in range(len(prefix), len(parts)):
+            directory = "/".join(parts[:depth]) or "."
+            for name, content in files.read_many(directory, list(IGNORE_FILES), limit=1 << 20):
+                if isinstance(content, FileContent):
+                    texts.setdefault("/".join(parts[:depth]), {})[name] = content.data
+        inside = [
+            e.path
+            for e in entries
+            if e.type == "file" and e.path.rsplit("/", 1)[-1] in IGNORE_FILES
+        ]
+        for rel, content in files.read_many(base, inside, limit=1 << 20):
+            if isinstance(content, FileContent):
+                directory, _, name = _join("" if base == "." else base, rel).rpartition("/")
+                texts.setdefault(directory, {})[name] = content.data
+        specs = {
+            directory: [
+                pathspec.GitIgnoreSpec.from_lines(
+                    by_name[name].decode("utf-8", "replace").splitlines()
+                )
+                for name in IGNORE_FILES
+                if name in by_name
+            ]
+            for directory, by_name in texts.items()
+        }
+        return cls(specs, base)
+
+    def ignored(self, rel: str) -> bool:
+        path = _join(self._base or ".", rel) if self._base else rel
+        parts = path.split("/")
+        below = len(self._base.split("/")) if self._base else 0
+        for depth in range(below + 1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory not in self._dirs:
+                self._dirs[directory] = self._match(directory, is_dir=True)
+            if self._dirs[directory]:
+                return True
+        return self._match(path, is_dir=False)
+
+    def _match(self, path: str, *, is_dir: bool) -> bool:
+        parts = path.split("/")
+        for depth in range(len(parts) - 1, -1, -1):
+            directory = "/".join(parts[:depth])
+            for spec in self._specs.get(directory, ()):
+                rel = "/".join(parts[depth:]) + ("/" if is_dir else "")
+                verdict = spec.check_file(rel).include
+                if verdict is not None:
+                    return verdict
+        return False
+
 
 def _parse_cat(out: bytes) -> Iterator[tuple[str, FileContent | str]]:
     position = 0
@@ -476,6 +655,398 @@ def _failure(op: str, path: str, result: WasmResult) -> ExecutionFailed:
     return ExecutionFailed(f"{op} {path}: {message}")
 
 
+# -- the read tools' two backends --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GrepLine:
+    """One line grep shows: a match, or context around one."""
+
+    number: int
+    match: bool
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """Which files a search looks at: ripgrep's rules, the same in both backends.
+
+    By default, files and directories ignored by `.gitignore`, `.ignore` or `.rgignore` (in the
+    searched tree and in its parents up to the workspace root) and hidden ones (a name starting
+    with `.` below the searched directory) are skipped; a path named explicitly is always
+    searched. `.git` is never searched, whatever the options.
+    """
+
+    hidden: bool = False
+    include_ignored: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GrepQuery:
+    root: str  # a canonical path: the file, or the directory searched recursively
+    pattern: str
+    case_insensitive: bool = False
+    glob: str | None = None
+    before: int = 0
+    after: int = 0
+    files_only: bool = False
+    options: SearchOptions = SearchOptions()
+
+
+@dataclass(slots=True)
+class GrepFound:
+    """What a search found: every matching file in path order, with the lines to show."""
+
+    files: list[tuple[str, list[GrepLine]]] = field(default_factory=list)
+    searched: int | None = None  # files searched, when the backend knows
+    unreadable: list[str] = field(default_factory=list)
+    skipped_binary: int | None = None
+    skipped_large: int | None = None
+    partial: bool = False  # stopped at the output cap: more may exist
+
+
+@dataclass(frozen=True, slots=True)
+class GlobFound:
+    paths: list[str]
+    partial: bool = False
+
+
+class ReadBackend(Protocol):
+    """What the read tools need from the environment they run in (@landlock or @wasm)."""
+
+    def read(self, path: str, *, offset: int = 0, limit: int = MAX_READ_BYTES) -> FileContent:
+        """Bytes of a regular file (up to `limit` from `offset`) and its whole size."""
+
+    def list(self, path: str) -> list[Entry]:
+        """One directory's entries, sorted, links reported and not followed."""
+
+    def lookup(self, path: str) -> Entry | None:
+        """What `path` is (links inside the workspace followed), or None if nothing is there."""
+
+    def glob(
+        self, base: str, pattern: str, options: SearchOptions, progress: _Progress
+    ) -> GlobFound:
+        """Files under the directory `base` whose path relative to it matches `pattern`."""
+
+    def grep(self, query: GrepQuery, progress: _Progress) -> GrepFound:
+        """Lines matching `query.pattern` in the files under `query.root`."""
+
+
+class _Progress:
+    """Forwards a long call's progress to `ToolContext.progress`: nothing in its first second,
+    then at most five times a second."""
+
+    FIRST = 1.0
+    EVERY = 0.2
+
+    def __init__(self, sink: Callable[[float, float | None, str | None], None] | None, label: str):
+        self._sink = sink
+        self._label = label
+        self._started = time.monotonic()
+        self._last = 0.0
+
+    def __call__(self, done: float, what: str) -> None:
+        if self._sink is None:
+            return
+        now = time.monotonic()
+        elapsed = now - self._started
+        if elapsed < self.FIRST or now - self._last < self.EVERY:
+            return
+        self._last = now
+        self._sink(done, None, f"{self._label}: {elapsed:.1f} s, {what}")
+
+
+def _reader(ctx: ToolContext) -> ReadBackend:
+    env = ctx.environment
+    roots = ctx.extra.get("read_roots", {})
+    if isinstance(env, LandlockEnvironment):
+        return LandlockFiles(env, ctx.workspace, roots, timeout=ctx.limits.timeout)
+    if isinstance(env, WasmEnvironment):
+        return ConfinedFiles(env, ctx.workspace, roots, timeout=ctx.limits.timeout)
+    raise SandboxUnavailable(
+        f"the read tools run in @landlock or @wasm, but this call was given {type(env).__name__}"
+    )
+
+
+# -- @landlock: openat2 for single files, ripgrep in a Landlock-confined worker for searches ---
+
+_RG_COMMON = (
+    "--no-config",
+    "--color=never",
+    "--no-require-git",  # an ignore file means what it says, in a git repository or not
+    "--iglob=!.git",  # never into .git (a directory or a gitdir file), at any depth
+)
+_RG_RECORD = re.compile(rb"(\d+)([:-])")
+_RG_STATS = re.compile(rb"\n\n\d+ matches\n(?:.*\n)*?(\d+) files searched\n(?:.*\n)*\Z")
+
+
+def _outside(exc: OSError) -> bool:
+    return exc.errno in (errno.EXDEV, errno.ELOOP)
+
+
+class LandlockFiles:
+    """The read tools' file access on @landlock.
+
+    A single file or directory is opened by the runtime itself with openat2(RESOLVE_BENEATH)
+    from a descriptor of its root, so the kernel refuses any path, `..` or symlink that leads
+    out (EXDEV), and never follows /proc magic links; descriptors are fstat'ed before they are
+    read, so FIFOs and devices are refused, never read from. Searches run ripgrep in the
+    environment's Landlock-confined worker, which can read nothing but the roots.
+    """
+
+    def __init__(
+        self,
+        env: LandlockEnvironment,
+        workspace: Path,
+        extra_read_roots: Mapping[str, Path] = MappingProxyType({}),
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self._env = env
+        self._workspace = Path(workspace).resolve()
+        self._roots = {name: Path(root).resolve() for name, root in extra_read_roots.items()}
+        self._timeout = timeout
+
+    def _locate(self, path: str) -> tuple[Path, str, str]:
+        """The root directory of `path`, `path` relative to it, and the prefix to show."""
+        head, _, rest = path.partition("/")
+        try:
+            if head.startswith("@") and head[1:] in self._roots:
+                return self._roots[head[1:]], normalise_path(rest, allow_root=True), head
+            return self._workspace, normalise_path(path, allow_root=True), ""
+        except ValueError as exc:
+            raise ExecutionFailed(str(exc)) from exc
+
+    @contextlib.contextmanager
+    def _open(self, op: str, path: str, *, directory: bool = False) -> Iterator[int]:
+        root, rel, _ = self._locate(path)
+        try:
+            root_fd = open_root(root)
+        except OSError as exc:
+            raise ExecutionFailed(
+                f"{op} {path}: the root {root} cannot be opened ({exc.strerror})"
+            ) from exc
+        try:
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | (os.O_DIRECTORY if directory else 0)
+            fd = open_beneath(root_fd, rel, flags, symlinks=True)
+        except OSError as exc:
+            raise ExecutionFailed(f"{op} {path}: {_describe_os_error(exc)}") from exc
+        finally:
+            os.close(root_fd)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def read(self, path: str, *, offset: int = 0, limit: int = MAX_READ_BYTES) -> FileContent:
+        with self._open("read", path) as fd:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ExecutionFailed(
+                    f"read {path}: it is {_kind_of(info.st_mode)}, not a regular file"
+                )
+            chunks: list[bytes] = []
+            position, wanted = offset, limit
+            while wanted > 0:
+                chunk = os.pread(fd, min(wanted, 1 << 24), position)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                position += len(chunk)
+                wanted -= len(chunk)
+        return FileContent(data=b"".join(chunks), size=info.st_size, offset=offset)
+
+    def list(self, path: str) -> builtins.list[Entry]:
+        entries: builtins.list[Entry] = []
+        with self._open("list", path, directory=True) as fd, os.scandir(fd) as listing:
+            for item in listing:
+                try:
+                    info = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # gone since it was listed
+                name = os.fsdecode(item.name)
+                if stat.S_ISLNK(info.st_mode):
+                    entries.append(
+                        Entry(name, "symlink", -1, self._link_target(path, item.name, fd))
+                    )
+                elif stat.S_ISDIR(info.st_mode):
+                    entries.append(Entry(name, "dir", -1))
+                elif stat.S_ISREG(info.st_mode):
+                    entries.append(Entry(name, "file", info.st_size))
+                else:
+                    entries.append(Entry(name, "other", -1))
+        return sorted(entries, key=lambda e: e.path)
+
+    def _link_target(self, directory: str, name: str, dir_fd: int) -> str | None:
+        """A link's text, if it resolves inside the workspace (or to nothing there)."""
+        try:
+            text = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            return None
+        try:
+            self.lookup(_join(directory, name))
+        except ExecutionFailed:
+            return None  # it leads out: its text is not shown either
+        return text
+
+    def lookup(self, path: str) -> Entry | None:
+        try:
+            with self._open("stat", path) as fd:
+                info = os.fstat(fd)
+        except ExecutionFailed as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
+                return None
+            raise
+        if stat.S_ISDIR(info.st_mode):
+            return Entry(path, "dir", -1)
+        if stat.S_ISREG(info.st_mode):
+            return Entry(path, "file", info.st_size)
+        return Entry(path, "other", -1)
+
+    def _ripgrep(
+        self, path: str, args: builtins.list[str], progress: _Progress, what: str
+    ) -> tuple[str, RipgrepResult]:
+        root, rel, shown = self._locate(path)
+        request = RipgrepRequest(
+            roots=(self._workspace, *self._roots.values()),
+            cwd=root,
+            # No path for the root itself: ripgrep then prints paths without a `./` prefix.
+            args=(*_RG_COMMON, *args, *(["--", rel] if rel != "." else [])),
+            timeout=self._timeout,
+            max_output=SEARCH_MAX_OUTPUT,
+            on_progress=lambda lines: progress(lines, f"{lines:,} {what} so far"),
+        )
+        result = self._env.run(request)
+        if result.exit_code not in (0, 1) and not result.stdout:
+            raise ExecutionFailed(f"{path}: {_ripgrep_error(result.stderr)}")
+        return shown, result
+
+    def glob(
+        self, base: str, pattern: str, options: SearchOptions, progress: _Progress
+    ) -> GlobFound:
+        top = self.lookup(base)
+        if top is None or top.type != "dir":
+            return GlobFound([])  # nothing there to search, so nothing matches
+        _, rel, shown = self._locate(base)
+        # ripgrep lists what its rules let through; the pattern is matched here, because a
+        # ripgrep --glob would override those rules (ignored and hidden files would match).
+        _, result = self._ripgrep(
+            base, ["--files", "--null", *_option_args(options)], progress, "paths listed"
+        )
+        listing = result.stdout.decode("utf-8", "backslashreplace")
+        regex = _listing_regex("" if rel == "." else rel + "/", pattern)
+        prefix = f"{shown}/" if shown else ""
+        paths = sorted(prefix + m.group(0) for m in regex.finditer(listing))
+        return GlobFound(paths, partial=result.truncated)
+
+    def grep(self, query: GrepQuery, progress: _Progress) -> GrepFound:
+        top = self.lookup(query.root)
+        if top is None:
+            raise ExecutionFailed(f"grep {query.root}: no such file or directory")
+        if top.type == "other":
+            raise ExecutionFailed(f"grep {query.root}: not a regular file or directory")
+        args = ["--null", "--max-filesize", str(GREP_MAX_FILE_BYTES), "--engine=auto"]
+        args += _option_args(query.options)
+        if query.case_insensitive:
+            args.append("--ignore-case")
+        if query.files_only:
+            args.append("--files-with-matches")
+        else:
+            args += ["--line-number", "--with-filename", "--no-heading", "--stats"]
+            args += ["--no-context-separator", "-B", str(query.before), "-A", str(query.after)]
+        args += ["--regexp", query.pattern]
+        shown, result = self._ripgrep(query.root, args, progress, "lines found")
+        found = GrepFound(partial=result.truncated)
+        prefix = shown.encode() + b"/" if shown else b""
+        if query.files_only:
+            names = result.stdout.split(b"\0")
+            names.pop()
+            found.files = [
+                ((prefix + n).decode("utf-8", "backslashreplace"), []) for n in sorted(names)
+            ]
+        else:
+            body = result.stdout
+            stats = _RG_STATS.search(body)
+            if stats is not None:
+                found.searched = int(stats.group(1))
+                body = body[: stats.start() + 1]
+            by_file = _parse_records(body)
+            found.files = [
+                ((prefix + name).decode("utf-8", "backslashreplace"), by_file[name])
+                for name in sorted(by_file)
+            ]
+        if query.glob is not None and top.type == "dir":
+            # Matched here: a ripgrep --glob would override the ignore and hidden rules.
+            _, rel, _ = self._locate(query.root)
+            cut = len(shown) + 1 if shown else 0
+            cut += 0 if rel == "." else len(rel) + 1
+            wanted = glob_regex(query.glob if "/" in query.glob else "**/" + query.glob)
+            found.files = [(path, lines) for path, lines in found.files if wanted.match(path[cut:])]
+        found.unreadable = [line for line in result.stderr.splitlines() if line.startswith("rg: ")]
+        return found
+
+
+def _option_args(options: SearchOptions) -> list[str]:
+    return [
+        *(["--hidden"] if options.hidden else []),
+        *(["--no-ignore"] if options.include_ignored else []),
+    ]
+
+
+def _parse_records(body: bytes) -> dict[bytes, list[GrepLine]]:
+    """ripgrep's `PATH\\0NUMBER:TEXT` (a match) and `PATH\\0NUMBER-TEXT` (context) records.
+
+    Paths may hold any byte but NUL, lines any byte but newline, so each record is read from
+    its path's NUL to its line's newline. A record cut short by the output cap is dropped.
+    """
+    found: dict[bytes, list[GrepLine]] = {}
+    position, size = 0, len(body)
+    while position < size:
+        nul = body.find(b"\0", position)
+        end = body.find(b"\n", nul + 1) if nul >= 0 else -1
+        record = _RG_RECORD.match(body, nul + 1) if end >= 0 else None
+        if record is None:
+            break
+        text = body[record.end() : end].decode("utf-8", "replace")
+        if text.endswith("\r"):
+            text = text[:-1]
+        line = GrepLine(int(record.group(1)), record.group(2) == b":", text)
+        found.setdefault(body[position:nul], []).append(line)
+        position = end + 1
+    return found
+
+
+def _ripgrep_error(stderr: str) -> str:
+    lines = [line.removeprefix("rg: ") for line in stderr.strip().splitlines()]
+    text = "; ".join(lines[:5]) or "ripgrep failed"
+    if "Permission denied" in text:
+        text += " (it is outside the workspace, or reached through a link leading out)"
+    return text
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if _outside(exc):
+        return "not permitted: it is outside the workspace, or reached through a link leading out"
+    if exc.errno == errno.ENOENT:
+        return "no such file or directory"
+    if exc.errno == errno.ENOTDIR:
+        return "not a directory"
+    return exc.strerror or str(exc)
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
 # -- shared tool plumbing -------------------------------------------------------------------
 
 
@@ -512,7 +1083,7 @@ def _cap(text: str, limit: int) -> tuple[str, bool]:
     return text[:cut] + f"[... output truncated at {limit} characters]\n", True
 
 
-def _read_text(files: ConfinedFiles, path: str) -> str:
+def _read_text(files: ReadBackend, path: str) -> str:
     """A whole text file, for tools that must see all of it (diff, edit_file)."""
     content = files.read(path)
     if not content.complete:
@@ -561,11 +1132,12 @@ def _move_key(tool: str, source: str, destination: str) -> Permission:
 
 
 class _ReadTool:
-    """What the read tools share: @wasm, Permission.none, category READ."""
+    """What the read tools share: @landlock (or @wasm where the kernel has no Landlock),
+    Permission.none, category READ."""
 
     category = Category.READ
-    environment = EnvironmentTag.WASM
-    bindable = frozenset({EnvironmentTag.WASM})
+    environment = EnvironmentTag.LANDLOCK
+    bindable = frozenset({EnvironmentTag.LANDLOCK, EnvironmentTag.WASM})
     asks = False
 
 
@@ -603,7 +1175,7 @@ class ReadFile(_ReadTool, Tool[ReadFileParameters]):
         return Permission.none()
 
     def execute(self, args: ReadFileParameters, ctx: ToolContext) -> ToolResult:
-        content = _files(ctx).read(args.path)
+        content = _reader(ctx).read(args.path)
         data: dict[str, Any] = {"path": args.path, "size": content.size, "binary": False}
         if _is_binary(content.data):
             data["binary"] = True
@@ -658,7 +1230,7 @@ class ListDir(_ReadTool, Tool[ListDirParameters]):
         return Permission.none()
 
     def execute(self, args: ListDirParameters, ctx: ToolContext) -> ToolResult:
-        entries = _files(ctx).list(args.path)
+        entries = _reader(ctx).list(args.path)
         rows = []
         for e in entries:
             if e.type == "dir":
@@ -678,17 +1250,27 @@ class ListDir(_ReadTool, Tool[ListDirParameters]):
         return ToolResult(text or f"{args.path} is empty\n", data=data)
 
 
+_IGNORED_DESCRIPTION = (
+    "Also look at files that .gitignore, .ignore or .rgignore exclude (skipped by default)."
+)
+_HIDDEN_DESCRIPTION = (
+    "Also look at hidden files and directories (names starting with `.`; skipped by default "
+    "unless the path names them). `.git` is never searched."
+)
+
+
 class GlobParameters(Parameters):
     pattern: str = Field(
         description=(
             "A glob relative to `path`: `*`, `?` and `[abc]` match within one path segment, "
-            "`**` matches any number of directories (`**/*.py`, `src/**/test_*.py`). `*` also "
-            "matches names starting with a dot. `.git` directories are never searched."
+            "`**` matches any number of directories (`**/*.py`, `src/**/test_*.py`)."
         ),
         min_length=1,
     )
     path: DirPath = Field(default=".", description="The directory to search from.")
     max_results: int = Field(default=1000, ge=1, le=100_000, description="Stop after this many.")
+    include_ignored: bool = Field(default=False, description=_IGNORED_DESCRIPTION)
+    hidden: bool = Field(default=False, description=_HIDDEN_DESCRIPTION)
 
     @field_validator("pattern")
     @classmethod
@@ -701,11 +1283,17 @@ def _under_git(rel: str) -> bool:
     return ".git" in rel.casefold().split("/")
 
 
+def _searchable(tool: str, path: str) -> None:
+    if _under_git(path.partition("/")[2] if path.startswith("@") else path):
+        raise ExecutionFailed(f"{tool} {path}: .git is never searched (read_file reads its files)")
+
+
 class Glob(_ReadTool, Tool[GlobParameters]):
     name = "glob"
     description = (
-        "Find files and directories in the workspace whose path matches a glob pattern "
-        "(`**/*.py`). Results are workspace-relative paths, sorted; directories end with `/`."
+        "Find files in the workspace whose path matches a glob pattern (`**/*.py`). Results "
+        "are workspace-relative paths, sorted. Files ignored by .gitignore/.ignore and hidden "
+        "files are skipped unless asked for; symbolic links are not followed."
     )
     parameters = GlobParameters
 
@@ -713,36 +1301,39 @@ class Glob(_ReadTool, Tool[GlobParameters]):
         return Permission.none()
 
     def execute(self, args: GlobParameters, ctx: ToolContext) -> ToolResult:
-        files = _files(ctx)
         prefix, rest = _literal_prefix(args.pattern)
         base = _join(args.path, prefix) if prefix != "." else args.path
-        matches = glob_paths(files, base, rest)
-        shown = matches[: args.max_results]
-        rows = [f"{path}/" if kind == "dir" else path for path, kind in shown]
-        text, truncated = _cap("".join(f"{row}\n" for row in rows), ctx.limits.max_output)
-        if len(matches) > len(shown):
-            text += f"[{len(matches) - len(shown)} more matches not shown]\n"
-        data = {"matches": [p for p, _ in shown], "total": len(matches), "truncated": truncated}
-        return ToolResult(text or f"no paths match {args.pattern}\n", data=data)
-
-
-def glob_paths(files: ConfinedFiles, base: str, pattern: str) -> list[tuple[str, str]]:
-    """(workspace path, type) of the entries under `base` matching `pattern`, sorted."""
-    if base != ".":
-        top = files.lookup(base)
-        if top is None or top.type not in ("dir", "symlink"):
-            return []  # nothing there to search, so nothing matches
-    walk = files.walk(base, sizes=False)
-    regex = glob_regex(pattern)
-    return [
-        (_join(base, e.path), e.type)
-        for e in walk.entries
-        if not _under_git(e.path) and regex.match(e.path)
-    ]
+        _searchable(self.name, base)
+        # A pattern that names a hidden segment (`**/.eslintrc*`) asks for hidden files.
+        names_hidden = any(s.startswith(".") and s not in (".", "..") for s in rest.split("/"))
+        options = SearchOptions(
+            hidden=args.hidden or names_hidden, include_ignored=args.include_ignored
+        )
+        found = _reader(ctx).glob(base, rest, options, _Progress(ctx.progress, self.name))
+        shown = found.paths[: args.max_results]
+        text, truncated = _cap("".join(f"{path}\n" for path in shown), ctx.limits.max_output)
+        more = len(found.paths) - len(shown)
+        if more:
+            text += f"[{more} more {_plural(more, 'path')} not shown"
+            text += f" (max_results {args.max_results})]\n"
+        if found.partial:
+            text += "[the listing was stopped at its size limit: there may be more]\n"
+        data = {
+            "matches": shown,
+            "total": len(found.paths),
+            "truncated": truncated,
+            "partial": found.partial,
+        }
+        return ToolResult(text or f"no files match {args.pattern}\n", data=data)
 
 
 class GrepParameters(Parameters):
-    pattern: str = Field(description="A Python regular expression, searched in each line.")
+    pattern: str = Field(
+        description=(
+            "A regular expression searched in each line (Python/PCRE syntax: lookaround and "
+            "backreferences work)."
+        )
+    )
     path: DirPath = Field(
         default=".", description="A file, or a directory searched recursively (not `.git`)."
     )
@@ -762,6 +1353,8 @@ class GrepParameters(Parameters):
     files_with_matches: bool = Field(
         default=False, description="List only the files that match, not the lines."
     )
+    include_ignored: bool = Field(default=False, description=_IGNORED_DESCRIPTION)
+    hidden: bool = Field(default=False, description=_HIDDEN_DESCRIPTION)
 
     @field_validator("pattern")
     @classmethod
@@ -780,19 +1373,13 @@ class GrepParameters(Parameters):
         return value
 
 
-@dataclass(frozen=True, slots=True)
-class GrepMatch:
-    path: str
-    line: int
-    text: str
-
-
 class Grep(_ReadTool, Tool[GrepParameters]):
     name = "grep"
     description = (
-        "Search file contents in the workspace with a Python regular expression. Prints "
+        "Search file contents in the workspace with a regular expression. Prints "
         "`path:line:text` for matching lines and `path-line-text` for context lines, files in "
-        "path order. Binary files and files over 4 MiB are skipped and counted."
+        "path order. Files ignored by .gitignore/.ignore, hidden files, binary files and files "
+        "over 4 MiB are skipped."
     )
     parameters = GrepParameters
 
@@ -800,51 +1387,104 @@ class Grep(_ReadTool, Tool[GrepParameters]):
         return Permission.none()
 
     def execute(self, args: GrepParameters, ctx: ToolContext) -> ToolResult:
-        files = _files(ctx)
-        search = grep_files(
-            files,
-            args.path,
-            re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0),
+        _searchable(self.name, args.path)
+        query = GrepQuery(
+            root=args.path,
+            pattern=args.pattern,
+            case_insensitive=args.case_insensitive,
             glob=args.glob,
-            max_results=args.max_results,
             before=args.context_before,
             after=args.context_after,
             files_only=args.files_with_matches,
+            options=SearchOptions(hidden=args.hidden, include_ignored=args.include_ignored),
         )
-        text, truncated = _cap(search.text, ctx.limits.max_output)
+        found = _reader(ctx).grep(query, _Progress(ctx.progress, self.name))
+        shown = _GrepShown.of(found, args.max_results, before=query.before, after=query.after)
+        text, truncated = _cap(shown.text, ctx.limits.max_output)
         notes = []
-        if search.stopped:
-            notes.append(f"stopped after {args.max_results} results")
-        if search.skipped_binary:
-            notes.append(f"{search.skipped_binary} binary files skipped")
-        if search.skipped_large:
-            notes.append(f"{search.skipped_large} files over {GREP_MAX_FILE_BYTES} bytes skipped")
-        if search.unreadable:
-            notes.append(f"{len(search.unreadable)} files unreadable")
+        more = shown.total - shown.count
+        if more:
+            unit = "file" if query.files_only else "matching line"
+            notes.append(
+                f"{more} more {_plural(more, unit)} not shown (max_results {args.max_results})"
+            )
+        if found.partial:
+            notes.append("the search was stopped at its output limit: there may be more")
+        if found.skipped_binary:
+            notes.append(f"{found.skipped_binary} binary files skipped")
+        if found.skipped_large:
+            notes.append(f"{found.skipped_large} files over {GREP_MAX_FILE_BYTES} bytes skipped")
+        if found.unreadable:
+            notes.append(
+                f"{len(found.unreadable)} {_plural(len(found.unreadable), 'path')} unreadable"
+            )
         if notes:
             text += f"[{'; '.join(notes)}]\n"
         data = {
-            "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in search.matches],
-            "files": search.files,
-            "searched": search.searched,
-            "stopped": search.stopped,
+            "matches": shown.matches,
+            "files": shown.files,
+            "searched": found.searched,
+            "total": shown.total,
+            "stopped": bool(more) or found.partial,
             "truncated": truncated,
         }
         return ToolResult(text or "no matches\n", data=data)
 
 
-@dataclass(slots=True)
-class GrepSearch:
-    """What grep_files found; `text` is the rendered output."""
+def _plural(count: int, noun: str) -> str:
+    return noun if count == 1 else noun + "s"
 
-    text: str = ""
-    matches: list[GrepMatch] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-    searched: int = 0
-    stopped: bool = False
-    skipped_binary: int = 0
-    skipped_large: int = 0
+
+@dataclass(slots=True)
+class _GrepShown:
+    """The part of a search's findings that is shown: the first `max_results` matching lines
+    (or files), with their context, in grep's format; `total` counts them all."""
+
+    text: str
+    matches: list[dict[str, Any]]
+    files: list[str]
+    count: int
+    total: int
+
+    @classmethod
+    def of(cls, found: GrepFound, max_results: int, *, before: int, after: int) -> _GrepShown:
+        context = bool(before or after)
+        rows: list[str] = []
+        matches: list[dict[str, Any]] = []
+        files: list[str] = []
+        count = total = 0
+        for path, lines in found.files:
+            hits = sum(1 for line in lines if line.match) or 1  # files_only: one per file
+            total += hits
+            room = max_results - count
+            if room <= 0:
+                continue
+            files.append(path)
+            if not lines:
+                rows.append(f"{path}\n")
+                count += 1
+                continue
+            previous: int | None = -2 if rows else None  # -2: a group came before
+            taken = 0
+            last_match = 0
+            for line in lines:
+                if line.match:
+                    if taken == room:
+                        break
+                    taken += 1
+                    last_match = line.number
+                elif taken == room and line.number > last_match + after:
+                    break  # context of a match that is not shown
+                # `--` separates groups of lines that are not contiguous, as grep does.
+                if context and previous is not None and line.number > previous + 1:
+                    rows.append("--\n")
+                mark = ":" if line.match else "-"
+                rows.append(f"{path}{mark}{line.number}{mark}{_clip(line.text, 500)}\n")
+                if line.match:
+                    matches.append({"path": path, "line": line.number, "text": line.text})
+                previous = line.number
+            count += taken
+        return cls("".join(rows), matches, files, count, total)
 
 
 def _line_filter(regex: re.Pattern[str]) -> re.Pattern[str] | None:
@@ -856,98 +1496,6 @@ def _line_filter(regex: re.Pattern[str]) -> re.Pattern[str] | None:
     if any(token in regex.pattern for token in ("\\A", "\\Z", "\\z", "(?<")):
         return None
     return re.compile(regex.pattern, regex.flags | re.MULTILINE)
-
-
-def grep_files(
-    files: ConfinedFiles,
-    root: str,
-    regex: re.Pattern[str],
-    *,
-    glob: str | None = None,
-    max_results: int = 200,
-    before: int = 0,
-    after: int = 0,
-    files_only: bool = False,
-) -> GrepSearch:
-    """Search regular files under `root` (or `root` itself if it is a file), in path order."""
-    found = GrepSearch()
-    top = files.stat(root) if root != "." else None
-    if top is not None and top.type != "dir":
-        base, _, name = root.rpartition("/")
-        base = base or "."
-        wanted = [name]
-    else:
-        base = root
-        walk = files.walk(root, sizes=False)
-        name_filter = None
-        if glob is not None:
-            name_filter = glob_regex(glob if "/" in glob else "**/" + glob)
-        wanted = [
-            e.path
-            for e in walk.entries
-            if e.type == "file"
-            and not _under_git(e.path)
-            and (name_filter is None or name_filter.match(e.path))
-        ]
-    prefilter = _line_filter(regex)
-    out: list[str] = []
-    results = 0
-    for rel, content in files.read_many(base, wanted, limit=GREP_MAX_FILE_BYTES):
-        path = _join(base, rel)
-        if isinstance(content, str):
-            found.unreadable.append(f"{path}: {content}")
-            continue
-        if content.size > GREP_MAX_FILE_BYTES:
-            found.skipped_large += 1
-            continue
-        found.searched += 1
-        if _is_binary(content.data):
-            found.skipped_binary += 1
-            continue
-        text = content.data.decode("utf-8", errors="replace")
-        if prefilter is not None and not prefilter.search(text):
-            continue
-        lines = _lines(text)
-        hits = [n for n, line in enumerate(lines) if regex.search(line)]
-        if not hits:
-            continue
-        if files_only:
-            found.files.append(path)
-            out.append(f"{path}\n")
-            results += 1
-        else:
-            if len(hits) > max_results - results:
-                hits = hits[: max_results - results]
-            found.files.append(path)
-            out.append(_render_hits(path, lines, hits, before, after, separator=bool(out)))
-            found.matches.extend(GrepMatch(path, n + 1, lines[n]) for n in hits)
-            results += len(hits)
-        if results >= max_results:
-            found.stopped = True
-            break
-    found.text = "".join(out)
-    return found
-
-
-def _render_hits(
-    path: str, lines: list[str], hits: list[int], before: int, after: int, *, separator: bool
-) -> str:
-    hit_set = set(hits)
-    shown: list[int] = []
-    for n in hits:
-        for k in range(max(0, n - before), min(len(lines), n + after + 1)):
-            if not shown or k > shown[-1]:
-                shown.append(k)
-    rows: list[str] = []
-    previous: int | None = -2 if separator else None  # -2: a group came before (another file)
-    for k in shown:
-        # `--` separates groups of lines that are not contiguous, as grep does with context.
-        if (before or after) and previous is not None and k > previous + 1:
-            rows.append("--\n")
-        mark = ":" if k in hit_set else "-"
-        rows.append(f"{path}{mark}{k + 1}{mark}{_clip(lines[k], 500)}\n")
-        previous = k
-    return "".join(rows)
 
 
 class DiffParameters(Parameters):
@@ -994,7 +1542,7 @@ class Diff(_ReadTool, Tool[DiffParameters]):
         return Permission.none()
 
     def execute(self, args: DiffParameters, ctx: ToolContext) -> ToolResult:
-        files = _files(ctx)
+        files = _reader(ctx)
         old = _read_text(files, args.path)
         if args.other_path is not None:
             new, new_name = _read_text(files, args.other_path), f"b/{args.other_path}"

@@ -67,7 +67,9 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
         "agent",
         "reason",
     }
-    assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {"@wasm"}
+    assert {row["environment"] for row in rows.values() if row["category"] == "read"} == {
+        "@landlock"
+    }
     assert all(rows[n]["permission"] == "none" for n in rows if rows[n]["child"])
     assert len(rows) == 26
 
@@ -412,4 +414,22 @@ def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
         "interrupted",
         "once",
         "Terminated" if signal_number == signal.SIGTERM else "KeyboardInterrupt",
+    )
+
+
+def test_the_progress_line_writes_nothing_for_a_call_that_reports_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from runtime.cli import ProgressLine
+
+    quiet = ProgressLine()
+    quiet.clear()
+    assert capsys.readouterr().err == ""
+
+    loud = ProgressLine()
+    loud(3, 10, None)
+    loud(5, None, "searched 5 files\x1b[8m")
+    loud.clear()
+    assert capsys.readouterr().err == (
+        "\r\x1b[K3/10" + "\r\x1b[Ksearched 5 files\\e[8m" + "\r\x1b[K"
     )

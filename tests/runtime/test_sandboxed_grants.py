@@ -36,7 +36,7 @@ def test_read_file_works_from_the_cli_without_a_docker_engine(project: Path) -> 
     result = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stderr
     assert result["decision"]["source"] == "none"
-    assert result["decision"]["environment"] == "@wasm"
+    assert result["decision"]["environment"] == "@landlock"
     assert "hello" in result["result"]["output"] and "world" in result["result"]["output"]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from environments.landlock import LandlockEnvironment, unavailable_reason
 from environments.wasm import WasmEnvironment
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import ExecutionFailed, SandboxUnavailable
@@ -62,6 +63,38 @@ def ctx(workspace: Path, env: WasmEnvironment) -> ToolContext:
     )
 
 
+@pytest.fixture(scope="module")
+def landlock() -> Iterator[LandlockEnvironment]:
+    reason = unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"@landlock is unavailable here: {reason}")
+    environment = LandlockEnvironment()
+    yield environment
+    environment.close()
+
+
+def _read_ctx(request: pytest.FixtureRequest, workspace: Path, **extra: Any) -> ToolContext:
+    tag = EnvironmentTag(getattr(request, "param", None) or request.getfixturevalue("backend"))
+    env = request.getfixturevalue("landlock" if tag is EnvironmentTag.LANDLOCK else "env")
+    return ToolContext(
+        workspace=workspace, environment=env, environment_tag=tag, session_id="t", extra=extra
+    )
+
+
+READ_BACKENDS = ["@landlock", "@wasm"]
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=READ_BACKENDS)
+def rctx(request: pytest.FixtureRequest, workspace: Path) -> ToolContext:
+    """A context for the read tools, once on each of their environments: they must agree."""
+    return _read_ctx(request, workspace)
+
+
 def validate(tool: str, args: dict[str, Any]) -> Any:
     return TOOLS[tool].parameters.model_validate(args)
 
@@ -77,7 +110,7 @@ def key(tool: str, **args: Any) -> PermissionKey | None:
 # -- the contract with the registry ---------------------------------------------------------
 
 
-def test_the_file_tools_are_the_ten_of_the_spec_all_in_wasm() -> None:
+def test_the_file_tools_are_the_ten_of_the_spec_reads_in_landlock_the_rest_in_wasm() -> None:
     assert {t.name: (t.category, t.asks) for t in FILE_TOOLS} == {
         "read_file": (Category.READ, False),
         "list_dir": (Category.READ, False),
@@ -90,7 +123,9 @@ def test_the_file_tools_are_the_ten_of_the_spec_all_in_wasm() -> None:
         "delete_file": (Category.WRITE, True),
         "run_wasm": (Category.EXECUTE, True),
     }
-    assert {t.environment for t in FILE_TOOLS} == {EnvironmentTag.WASM}
+    read = {"read_file", "list_dir", "glob", "grep", "diff"}
+    assert {t.environment for t in FILE_TOOLS if t.name in read} == {EnvironmentTag.LANDLOCK}
+    assert {t.environment for t in FILE_TOOLS if t.name not in read} == {EnvironmentTag.WASM}
 
 
 def test_every_parameter_is_described_for_the_model() -> None:
@@ -252,8 +287,8 @@ def test_arguments_that_cannot_mean_anything_are_refused() -> None:
 # -- read_file ------------------------------------------------------------------------------
 
 
-def test_read_file_numbers_lines_like_cat_n(ctx: ToolContext) -> None:
-    result = call("read_file", ctx, path="src/app.py")
+def test_read_file_numbers_lines_like_cat_n(rctx: ToolContext) -> None:
+    result = call("read_file", rctx, path="src/app.py")
 
     assert result.output == (
         "     1\timport os\n     2\t\n     3\tdef main():\n     4\t    print('hi')\n"
@@ -268,10 +303,10 @@ def test_read_file_numbers_lines_like_cat_n(ctx: ToolContext) -> None:
     }
 
 
-def test_read_file_pages_by_lines(ctx: ToolContext, workspace: Path) -> None:
+def test_read_file_pages_by_lines(rctx: ToolContext, workspace: Path) -> None:
     (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
 
-    result = call("read_file", ctx, path="long.txt", offset=10, limit=3)
+    result = call("read_file", rctx, path="long.txt", offset=10, limit=3)
 
     assert result.output == (
         "    10\tline 10\n    11\tline 11\n    12\tline 12\n"
@@ -280,55 +315,55 @@ def test_read_file_pages_by_lines(ctx: ToolContext, workspace: Path) -> None:
 
 
 def test_read_file_reports_a_binary_file_instead_of_dumping_it(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)))
 
-    result = call("read_file", ctx, path="image.png")
+    result = call("read_file", rctx, path="image.png")
 
     assert result.output == "image.png is a binary file (272 bytes); not shown"
     assert result.data["binary"] is True
 
 
-def test_read_file_of_a_missing_file_fails_clearly(ctx: ToolContext) -> None:
+def test_read_file_of_a_missing_file_fails_clearly(rctx: ToolContext) -> None:
     with pytest.raises(ExecutionFailed, match=r"read nope\.txt: no such file or directory"):
-        call("read_file", ctx, path="nope.txt")
+        call("read_file", rctx, path="nope.txt")
 
 
 @pytest.mark.parametrize(
     "target", ["/etc/passwd", "/proc/self/environ", "../secret.txt", "{secret}"]
 )
 def test_a_symlink_pointing_outside_the_workspace_cannot_be_read(
-    ctx: ToolContext, workspace: Path, target: str
+    rctx: ToolContext, workspace: Path, target: str
 ) -> None:
     (workspace / "link").symlink_to(target.format(secret=workspace.parent / "secret.txt"))
 
     with pytest.raises(ExecutionFailed, match="outside the workspace") as raised:
-        call("read_file", ctx, path="link")
+        call("read_file", rctx, path="link")
     assert "secret" not in str(raised.value) and "root:" not in str(raised.value)
 
 
 def test_a_directory_symlink_pointing_outside_leads_nowhere(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "up").symlink_to("..")
 
     with pytest.raises(ExecutionFailed, match="outside the workspace"):
-        call("read_file", ctx, path="up/secret.txt")
+        call("read_file", rctx, path="up/secret.txt")
     with pytest.raises(ExecutionFailed, match="outside the workspace"):
-        call("list_dir", ctx, path="up")
+        call("list_dir", rctx, path="up")
 
 
 def test_a_symlink_inside_the_workspace_is_followed_for_reading(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "alias.py").symlink_to("src/app.py")
 
-    assert "import os" in call("read_file", ctx, path="alias.py").output
+    assert "import os" in call("read_file", rctx, path="alias.py").output
 
 
 def test_a_symlink_swapped_during_reads_never_reveals_the_outside(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "inside.txt").write_text("harmless\n")
     link = workspace / "flip"
@@ -349,7 +384,7 @@ def test_a_symlink_swapped_during_reads_never_reveals_the_outside(
     try:
         for _ in range(150):
             try:
-                seen.add(call("read_file", ctx, path="flip").output)
+                seen.add(call("read_file", rctx, path="flip").output)
             except ExecutionFailed as exc:
                 seen.add(f"refused: {'outside the workspace' in str(exc)}")
     finally:
@@ -360,19 +395,14 @@ def test_a_symlink_swapped_during_reads_never_reveals_the_outside(
     assert "refused: False" not in seen
 
 
+@pytest.mark.parametrize("backend", READ_BACKENDS, indirect=["backend"])
 def test_extra_read_roots_are_read_only_and_named(
-    env: WasmEnvironment, workspace: Path, tmp_path: Path
+    backend: str, request: pytest.FixtureRequest, workspace: Path, tmp_path: Path
 ) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "guide.md").write_text("read me\n")
-    ctx = ToolContext(
-        workspace=workspace,
-        environment=env,
-        environment_tag=EnvironmentTag.WASM,
-        session_id="t",
-        extra={"read_roots": {"docs": docs}},
-    )
+    ctx = _read_ctx(request, workspace, read_roots={"docs": docs})
 
     assert call("read_file", ctx, path="@docs/guide.md").output == "     1\tread me\n"
     assert call("glob", ctx, pattern="@docs/*.md").output == "@docs/guide.md\n"
@@ -394,18 +424,20 @@ def test_the_file_tools_need_the_wasm_environment(workspace: Path) -> None:
         environment_tag=EnvironmentTag.WASM,
         session_id="t",
     )
-    with pytest.raises(SandboxUnavailable, match="run in @wasm"):
+    with pytest.raises(SandboxUnavailable, match="run in @landlock or @wasm"):
         call("read_file", ctx, path="README.md")
+    with pytest.raises(SandboxUnavailable, match="run in @wasm"):
+        call("write_file", ctx, path="README.md", content="")
 
 
 # -- list_dir, glob, grep, diff -------------------------------------------------------------
 
 
-def test_list_dir_shows_kinds_sizes_and_link_targets(ctx: ToolContext, workspace: Path) -> None:
+def test_list_dir_shows_kinds_sizes_and_link_targets(rctx: ToolContext, workspace: Path) -> None:
     (workspace / "alias.py").symlink_to("src/app.py")
     (workspace / "passwd").symlink_to("/etc/passwd")
 
-    result = call("list_dir", ctx)
+    result = call("list_dir", rctx)
 
     assert result.output == (
         "README.md  (20 bytes)\n"
@@ -415,25 +447,27 @@ def test_list_dir_shows_kinds_sizes_and_link_targets(ctx: ToolContext, workspace
     )
 
 
-def test_glob_matches_recursively_and_skips_git(ctx: ToolContext, workspace: Path) -> None:
+def test_glob_matches_recursively_and_skips_git(rctx: ToolContext, workspace: Path) -> None:
     (workspace / "src" / "pkg").mkdir()
     (workspace / "src" / "pkg" / "mod.py").write_text("")
     (workspace / ".git").mkdir()
     (workspace / ".git" / "hook.py").write_text("")
     (workspace / "setup.py").write_text("")
 
-    assert call("glob", ctx, pattern="**/*.py").output == ("setup.py\nsrc/app.py\nsrc/pkg/mod.py\n")
-    assert call("glob", ctx, pattern="src/*").output == "src/app.py\nsrc/pkg/\n"
-    assert call("glob", ctx, pattern="*.py", path="src").output == "src/app.py\n"
-    assert call("glob", ctx, pattern="nothing/**").output == "no paths match nothing/**\n"
+    assert call("glob", rctx, pattern="**/*.py").output == (
+        "setup.py\nsrc/app.py\nsrc/pkg/mod.py\n"
+    )
+    assert call("glob", rctx, pattern="src/*").output == "src/app.py\n"  # files only
+    assert call("glob", rctx, pattern="*.py", path="src").output == "src/app.py\n"
+    assert call("glob", rctx, pattern="nothing/**").output == "no files match nothing/**\n"
 
 
 def test_grep_prints_matches_with_line_numbers_and_context(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "src" / "b.py").write_text("one\ntwo\nMAIN\nthree\nfour\nfive\nmain()\n")
 
-    result = call("grep", ctx, pattern="main", case_insensitive=True, context_before=1)
+    result = call("grep", rctx, pattern="main", case_insensitive=True, context_before=1)
 
     assert result.output == (
         "src/app.py-2-\n"
@@ -459,8 +493,8 @@ def test_grep_filters_files_limits_results_and_skips_binaries(
 
     assert only_md.output == "README.md:2:hello world\n"
     assert limited.output == (
-        "README.md:2:hello world\nnotes.txt:1:hello\n[stopped after 2 results; 1 binary files "
-        "skipped]\n"
+        "README.md:2:hello world\nnotes.txt:1:hello\n[4 more matching lines not shown "
+        "(max_results 2); 1 binary files skipped]\n"
     )
     assert files.output == "README.md\nnotes.txt\n[1 binary files skipped]\n"
 
@@ -489,19 +523,19 @@ def test_grep_skips_files_over_its_size_limit_and_says_so(
     assert result.output == "README.md:2:hello world\n[1 files over 30 bytes skipped]\n"
 
 
-def test_grep_searches_a_single_file(ctx: ToolContext) -> None:
-    assert call("grep", ctx, pattern="print", path="src/app.py").output == (
+def test_grep_searches_a_single_file(rctx: ToolContext) -> None:
+    assert call("grep", rctx, pattern="print", path="src/app.py").output == (
         "src/app.py:4:    print('hi')\n"
     )
 
 
 def test_diff_of_two_files_and_of_a_file_and_proposed_content(
-    ctx: ToolContext, workspace: Path
+    rctx: ToolContext, workspace: Path
 ) -> None:
     (workspace / "src" / "new.py").write_text("import os\n\ndef main():\n    print('bye')")
 
-    files = call("diff", ctx, path="src/app.py", other_path="src/new.py")
-    proposed = call("diff", ctx, path="README.md", content="# Title\nhello world\n")
+    files = call("diff", rctx, path="src/app.py", other_path="src/new.py")
+    proposed = call("diff", rctx, path="README.md", content="# Title\nhello world\n")
 
     assert files.output == (
         "--- a/src/app.py\n+++ b/src/new.py\n@@ -1,4 +1,4 @@\n import os\n \n def main():\n"
@@ -823,20 +857,23 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture
-def tree_ctx(tree: Path, env: WasmEnvironment) -> ToolContext:
-    return ToolContext(
-        workspace=tree, environment=env, environment_tag=EnvironmentTag.WASM, session_id="t"
-    )
+@pytest.fixture(params=READ_BACKENDS)
+def tree_ctx(request: pytest.FixtureRequest, tree: Path) -> ToolContext:
+    return _read_ctx(request, tree)
+
+
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/"))
 
 
 def _reference_glob(root: Path, pattern: str) -> list[str]:
+    """Files only, hidden ones (and .git) skipped: what the glob tool lists by default."""
     found = []
     for path in root.glob(pattern):
         rel = path.relative_to(root).as_posix()
-        if ".git" not in rel.split("/"):
-            found.append(rel + ("/" if path.is_dir() else ""))
-    return sorted(found, key=lambda p: p.rstrip("/"))
+        if path.is_file() and not _hidden(rel):
+            found.append(rel)
+    return sorted(found)
 
 
 def _reference_grep(root: Path, regex: re.Pattern[str]) -> list[tuple[str, int, str]]:
@@ -852,6 +889,8 @@ def _reference_grep(root: Path, regex: re.Pattern[str]) -> list[tuple[str, int, 
             if lines[-1] == "":
                 lines.pop()
             rel = path.relative_to(root).as_posix()
+            if _hidden(rel):
+                continue
             found += [(rel, n + 1, line) for n, line in enumerate(lines) if regex.search(line)]
     return sorted(found)
 
