@@ -7,6 +7,7 @@ nothing of permissions: by the time a request reaches it, the dispatcher has dec
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -19,7 +20,8 @@ class CommandRequest:
     """A command to run: either `argv` (executed directly, no shell) or `script` (run by bash).
 
     Exactly one of the two is set. `writable` says whether the call may change the workspace
-    (sandboxed environments mount it read-only otherwise).
+    (sandboxed environments mount it read-only otherwise). When `cancel` is set while the
+    command runs, the environment stops it (as at a timeout) and raises `Cancelled`.
     """
 
     cwd: Path
@@ -30,6 +32,7 @@ class CommandRequest:
     env: dict[str, str] | None = None
     stdin: bytes = b""
     writable: bool = False
+    cancel: threading.Event | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

@@ -60,7 +60,13 @@ from environments.dockersettings import (
     LooserSetting,
 )
 from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
+from runtime.errors import (
+    Cancelled,
+    ExecutionFailed,
+    ExecutionTimeout,
+    OutOfMemory,
+    SandboxUnavailable,
+)
 from runtime.prompt import visible
 from runtime.protected import PROTECTED_NAMES
 from runtime.state import state_directory
@@ -230,8 +236,12 @@ class _AgentChannel:
     def wait_ready(self, timeout: float) -> bool:
         return self._hello.wait(timeout) and self.gone is None
 
-    def call(self, message: dict[str, Any], wait: float) -> dict[str, Any] | None:
-        """Send one request; its answer, or None when none came within `wait` seconds."""
+    def call(
+        self, message: dict[str, Any], wait: float, cancel: threading.Event | None = None
+    ) -> dict[str, Any] | None:
+        """Send one request; its answer, or None when none came within `wait` seconds.
+
+        Raises Cancelled as soon as `cancel` is set (the caller then discards the container)."""
         pending = _Pending()
         with self._lock:
             if self.gone is not None:
@@ -247,9 +257,11 @@ class _AgentChannel:
                 self._sock.sendall(data)
         except OSError as exc:
             self._fail(f"writing to the sandbox agent failed: {exc}")
-        if not pending.done.wait(wait):
+        if not _wait_or_cancel(pending.done, wait, cancel):
             with self._lock:
                 self._pending.pop(request_id, None)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled: the sandbox container running it was killed")
             return None
         if pending.response is None:
             raise _AgentGone(self.gone or "the sandbox agent stopped")
@@ -392,7 +404,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "max_output": request.max_output,
         }
         try:
-            response = channel.call(message, wait=request.timeout + HOST_GRACE_SECONDS)
+            response = channel.call(
+                message, wait=request.timeout + HOST_GRACE_SECONDS, cancel=request.cancel
+            )
+        except Cancelled:
+            self._discard(channel)  # the only way to stop the call: a fresh container follows
+            raise
         except _AgentGone as gone:
             oom = self._container_oom_killed(channel)
             self._discard(channel)
@@ -819,6 +836,17 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             duration=time.monotonic() - call.started,
             truncated=out_cut or err_cut,
         )
+
+
+def _wait_or_cancel(done: threading.Event, wait: float, cancel: threading.Event | None) -> bool:
+    """Wait for `done` up to `wait` seconds, looking at `cancel` every 50 ms; True when done."""
+    if cancel is None:
+        return done.wait(wait)
+    deadline = time.monotonic() + wait
+    while not done.wait(min(0.05, max(deadline - time.monotonic(), 0.0))):
+        if cancel.is_set() or time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def _cap(data: bytes, limit: int) -> tuple[str, bool]:

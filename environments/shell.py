@@ -2,8 +2,9 @@
 session (runtime.ceiling).
 
 Each command runs in a new session (process group) with the workspace as its cwd and no stdin.
-At its deadline, and when it ends, the whole group is killed: a command cannot leave a
-background job behind to hold the pipes open or outlive the call.
+At its deadline, when it ends, and when the caller cancels it (`CommandRequest.cancel`), the
+whole group is killed: a command cannot leave a background job behind to hold the pipes open
+or outlive the call.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import select
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from environments.base import CommandRequest, CommandResult, Environment
 from environments.output import CappedBuffer
 from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, ExecutionTimeout
+from runtime.errors import Cancelled, ExecutionFailed, ExecutionTimeout
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 
@@ -37,6 +39,8 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         else:
             assert request.script is not None
             argv = [self._bash, "--noprofile", "--norc", "-c", request.script]
+        if request.cancel is not None and request.cancel.is_set():
+            raise Cancelled("the call was cancelled before the command started")
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -68,7 +72,8 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
     ) -> CommandResult:
         out, err = CappedBuffer(request.max_output), CappedBuffer(request.max_output)
         deadline = started + request.timeout
-        timed_out = False
+        timed_out = cancelled = False
+        cancel = request.cancel
         assert proc.stdout is not None and proc.stderr is not None
         if proc.stdin is not None:
             try:
@@ -93,6 +98,10 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                     timed_out = True
                     _kill_group(proc.pid)
                     break
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    _kill_group(proc.pid)
+                    break
                 wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_AFTER_EXIT)
                 for selkey, _ in sel.select(timeout=max(wait, 0.0)):
                     chunk = os.read(selkey.fd, 65536)
@@ -100,9 +109,11 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                         selkey.data.write(chunk)
                     else:
                         sel.unregister(selkey.fileobj)
-        if not timed_out:
+        if not (timed_out or cancelled):
             # The pipes can close a moment before the process exits: wait for it, not kill it.
-            _wait_for_exit(proc, deadline)
+            _wait_for_exit(proc, deadline, cancel)
+            cancelled = cancel is not None and cancel.is_set() and proc.poll() is None
+        if not (timed_out or cancelled):
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
@@ -112,6 +123,10 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         proc.stdout.close()
         proc.stderr.close()
         duration = time.monotonic() - started
+        if cancelled:
+            raise Cancelled(
+                f"cancelled after {duration:.1f}s: the command's whole process group was killed"
+            )
         if timed_out:
             tail = (out.text() + err.text())[-2000:]
             raise ExecutionTimeout(
@@ -132,11 +147,14 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         )
 
 
-def _wait_for_exit(proc: subprocess.Popen[bytes], deadline: float) -> None:
-    """Block until the process exits or the deadline passes, without polling.
+def _wait_for_exit(
+    proc: subprocess.Popen[bytes], deadline: float, cancel: threading.Event | None = None
+) -> None:
+    """Block until the process exits, the deadline passes or the call is cancelled.
 
     Popen.wait(timeout=...) polls with sleeps starting at 1 ms, which doubled the cost of a
-    short command; a pidfd becomes readable the moment the process exits.
+    short command; a pidfd becomes readable the moment the process exits. A cancellable call
+    looks at its cancel event every 50 ms meanwhile.
     """
     if proc.poll() is not None:
         return
@@ -145,7 +163,12 @@ def _wait_for_exit(proc: subprocess.Popen[bytes], deadline: float) -> None:
     except (AttributeError, OSError):
         return  # no pidfd here: Popen.wait's polling will do
     try:
-        select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            step = left if cancel is None else min(left, 0.05)
+            ready, _, _ = select.select([fd], [], [], step)
+            if ready or left <= step or (cancel is not None and cancel.is_set()):
+                return
     finally:
         os.close(fd)
 

@@ -2,13 +2,15 @@
 
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
 `Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
-refused or not, leaves one audit record.
+refused or not, leaves one audit record. A call's duration leaves out the time spent waiting
+for the human's answer (`CallOutcome.waited`): it measures the call, not the person.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from runtime.audit import AuditLog
 from runtime.decision import Decision
 from runtime.engine import PermissionEngine
 from runtime.errors import (
+    Cancelled,
     CodecoderError,
     ExecutionFailed,
     InvalidArguments,
@@ -39,7 +42,8 @@ class CallOutcome:
     result: ToolResult | None
     error: CodecoderError | None
     decision: Decision | None
-    duration: float
+    duration: float  # seconds, without `waited`
+    waited: float = 0.0  # seconds spent waiting for the human's answer
 
     @property
     def ok(self) -> bool:
@@ -64,6 +68,7 @@ class CallOutcome:
             "error": error,
             "decision": decision,
             "duration_ms": round(self.duration * 1000, 3),
+            "waited_ms": round(self.waited * 1000, 3),
         }
 
 
@@ -76,15 +81,34 @@ class Dispatcher:
         self._engine = engine
         self._audit = audit
 
-    def call(self, name: str, args: Any) -> CallOutcome:
+    def call(
+        self,
+        name: str,
+        args: Any,
+        *,
+        cancel: threading.Event | None = None,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> CallOutcome:
+        """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
+        receives the tool's progress reports."""
         started = time.monotonic()
         decision: Decision | None = None
+        clock = _Clock(started)
+        asking = started
         try:
             tool = self._tool(name)
             params = validate_arguments(tool, args)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            decision = self._engine.decide(name, tag, tool.permission(params))
+            permission = tool.permission(params)
+            asking = time.monotonic()
+            try:
+                decision = self._engine.decide(name, tag, permission)
+            finally:
+                if permission.key is not None:
+                    clock.waited_since(asking, decision)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -93,17 +117,20 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
+                progress=progress,
+                cancel=cancel,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
-            return self._finish(name, None, exc, decision, started)
+                clock.waited_since(asking, decision)
+            return self._finish(name, None, exc, decision, clock)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
             error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
-            return self._finish(name, None, error, decision, started)
-        return self._finish(name, result, None, decision, started)
+            return self._finish(name, None, error, decision, clock)
+        return self._finish(name, result, None, decision, clock)
 
     def _tool(self, name: str) -> Tool[Any]:
         tools = self._session.tools()
@@ -118,11 +145,13 @@ class Dispatcher:
         result: ToolResult | None,
         error: CodecoderError | None,
         decision: Decision | None,
-        started: float,
+        clock: _Clock,
     ) -> CallOutcome:
-        duration = time.monotonic() - started
+        duration = max(time.monotonic() - clock.started - clock.waited, 0.0)
         if isinstance(error, PermissionDenied):
             outcome = "denied"
+        elif isinstance(error, Cancelled):
+            outcome = "cancelled"
         elif isinstance(error, ToolError):
             outcome = "error"
         elif error is not None:
@@ -139,7 +168,20 @@ class Dispatcher:
             error=str(error) if error else None,
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
         )
-        return CallOutcome(name, result, error, decision, duration)
+        return CallOutcome(name, result, error, decision, duration, clock.waited)
+
+
+@dataclass(slots=True)
+class _Clock:
+    """When a call started, and how long of it was spent waiting for the human."""
+
+    started: float
+    waited: float = 0.0
+
+    def waited_since(self, asking: float, decision: Decision | None) -> None:
+        """Count the time since `asking` as the human's, when the human was asked."""
+        if decision is not None and decision.answer is not None and not self.waited:
+            self.waited = time.monotonic() - asking
 
 
 def validate_arguments(tool: Tool[Any], args: Any) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -78,6 +79,7 @@ class Runtime:
         self.asker: Asker = asker or default_asker()
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._owned: set[EnvironmentTag] = set()
+        self._starting = threading.Lock()
         if audit_log is _DEFAULT_AUDIT:
             audit_log = self.project_dir / ".codecoder" / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
@@ -122,12 +124,17 @@ class Runtime:
         return [tool.definition(self.environment_of(name)) for name, tool in self.tools.items()]
 
     def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]:
-        """The environment for `tag`, started on first use and kept for the runtime's life."""
+        """The environment for `tag`, started on first use and kept for the runtime's life.
+
+        Safe to call from several threads: each environment is started once."""
         env = self._environments.get(tag)
         if env is None:
-            env = self._start(tag)
-            self._environments[tag] = env
-            self._owned.add(tag)
+            with self._starting:
+                env = self._environments.get(tag)
+                if env is None:
+                    env = self._start(tag)
+                    self._environments[tag] = env
+                    self._owned.add(tag)
         return env
 
     def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
@@ -207,10 +214,18 @@ class Session:
             return self.runtime.tools
         return {n: t for n, t in self.runtime.tools.items() if n in self.toolset}
 
-    def call(self, tool: str, args: Any) -> CallOutcome:
+    def call(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        cancel: threading.Event | None = None,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
-        the outcome carries them (use `outcome.unwrap()` to raise)."""
-        outcome = self._dispatcher.call(tool, args)
+        the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
+        the call; `progress` receives the tool's progress reports."""
+        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress)
         self._record_capability_approval(tool, outcome)
         return outcome
 

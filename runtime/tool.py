@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -122,6 +123,11 @@ class ToolContext:
     limits: ShellSettings = field(default_factory=ShellSettings)
     session: Session | None = None  # the calling session: lets `agent` start a child session
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Reports how far the call is (progress, total, message); None when nobody listens.
+    progress: Callable[[float, float | None, str | None], None] | None = None
+    # Set when the caller gave up on the call (an MCP client's cancel): what the tool started
+    # should stop (environments take it as `CommandRequest.cancel`), and the call ends Cancelled.
+    cancel: threading.Event | None = None
 
 
 class Parameters(BaseModel):

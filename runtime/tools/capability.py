@@ -238,6 +238,7 @@ def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> Comm
         env=env,
         stdin=stdin,
         writable=manifest.writable,
+        cancel=ctx.cancel,
     )
     result: CommandResult = ctx.environment.run(request)
     return result

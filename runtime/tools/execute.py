@@ -101,6 +101,7 @@ class RunCommand(Tool[RunCommandParameters]):
             timeout=timeout,
             max_output=ctx.limits.max_output,
             writable=True,  # builds write the workspace; protected paths stay read-only
+            cancel=ctx.cancel,
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)
@@ -156,6 +157,7 @@ class Commit(Tool[CommitParameters]):
                     argv=("git", *argv),
                     timeout=ctx.limits.timeout,
                     max_output=ctx.limits.max_output,
+                    cancel=ctx.cancel,
                 )
             )
             return result
