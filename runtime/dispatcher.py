@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from runtime.audit import AuditLog
 from runtime.decision import Decision
@@ -185,16 +186,45 @@ class _Clock:
 
 
 def validate_arguments(tool: Tool[Any], args: Any) -> Any:
-    """The tool's parameter model filled from `args`, or InvalidArguments naming each field."""
+    """The tool's parameter model filled from `args`, or InvalidArguments naming each field.
+
+    A null given for an optional field that does not take null means "the default": strict
+    tool schemas (`runtime.schemas.strict_schema`) make every field required and the optional
+    ones nullable, so a model in strict mode sends null for what it leaves out.
+    """
     if not isinstance(args, Mapping):
         raise InvalidArguments(
             tool.name, [("(arguments)", f"must be a JSON object, got {type(args).__name__}")]
         )
     try:
-        return tool.parameters.model_validate(dict(args))
+        return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
     except ValidationError as exc:
         problems = [
             (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
             for err in exc.errors()
         ]
         raise InvalidArguments(tool.name, problems) from None
+
+
+def _without_null_defaults(model: type[BaseModel], args: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        field = model.model_fields.get(name)
+        if field is not None and value is None and not field.is_required():
+            if not _takes_none(field.annotation):
+                continue
+        elif field is not None and isinstance(value, Mapping):
+            nested = _model_of(field.annotation)
+            if nested is not None:
+                value = _without_null_defaults(nested, value)
+        out[name] = value
+    return out
+
+
+def _takes_none(annotation: Any) -> bool:
+    return annotation is None or annotation is Any or type(None) in typing.get_args(annotation)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *typing.get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)

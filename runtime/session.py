@@ -38,15 +38,17 @@ from runtime.capabilities import (
     load_capabilities,
     record_approval,
 )
-from runtime.ceiling import EnvironmentTag
+from runtime.ceiling import EnvironmentTag, Scope
 from runtime.decision import Answer, Source
 from runtime.dispatcher import CallOutcome, Dispatcher
-from runtime.engine import PermissionEngine
-from runtime.errors import ConfigError, SandboxUnavailable, UsageError
+from runtime.engine import PROTECTED_NOTE, PermissionEngine
+from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, UsageError
+from runtime.patterns import KeyPattern, PatternError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
-from runtime.tool import Tool, ToolDefinition
+from runtime.protected import is_protected_path
+from runtime.tool import KeyStyle, PermissionKey, Tool, ToolDefinition
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
 
@@ -228,6 +230,48 @@ class Session:
         outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress)
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    def grant(self, raw: str) -> PermissionKey:
+        """Grant one key for this session before any call (`--allow KEY`): a session grant
+        like the human's AlwaysThisSession answer, checked as one.
+
+        `raw` is a key as `codecoder key` prints it (`run_command:npm`); a capability's grant
+        is pinned to the capability as it is now. Refused with a clear error: a key that is not
+        one (bad syntax, unknown tool, a wildcard: patterns belong in codecoder.json), and a
+        protected path, which can be allowed only once.
+        """
+        try:
+            pattern = KeyPattern.parse(raw)
+        except PatternError as exc:
+            raise UsageError(f"--allow {raw!r}: {exc}") from None
+        tool = self.tools().get(pattern.tool)
+        if tool is None:
+            raise UsageError(
+                f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
+                + ", ".join(sorted(self.tools()))
+            )
+        try:
+            pattern.check(tool.key_style)
+        except PatternError as exc:
+            raise UsageError(f"--allow {raw!r}: {exc}") from None
+        if not pattern.is_exact_compound and any(c in pattern.action for c in "*?["):
+            raise UsageError(
+                f"--allow {raw!r}: a session grant is one key, as `codecoder key` prints it; "
+                "wildcard patterns belong in codecoder.json"
+            )
+        environment = self.runtime.environment_of(tool.name)
+        if tool.key_style is KeyStyle.PATH and is_protected_path(pattern.action):
+            raise CeilingViolation(raw, environment.value, "Once", f"{raw}: {PROTECTED_NOTE}")
+        if not environment.allows(Scope.SESSION):  # no environment is below it today
+            raise CeilingViolation(raw, environment.value, environment.ceiling.label)
+        key = PermissionKey(pattern.tool, pattern.action, raw, style=tool.key_style)
+        if pattern.tool == RUN_CAPABILITY:
+            capability = self.runtime.capabilities.get(pattern.action)
+            if capability is None:
+                raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
+            key = capability.permission_key()
+        self.allowlist.grant(key, digest=key.digest)
+        return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:
         """If the human just granted a capability for the project, record the approved digest.

@@ -149,6 +149,8 @@ class ToolDefinition:
     environment: EnvironmentTag
     needs_permission: bool
     input_schema: dict[str, Any]
+    # What a successful result's `data` carries beyond its text, as JSON Schema (None: nothing).
+    output_schema: dict[str, Any] | None = None
 
 
 class Tool(abc.ABC, Generic[P]):
@@ -167,6 +169,9 @@ class Tool(abc.ABC, Generic[P]):
     parameters: ClassVar[type[Parameters]]
     key_style: ClassVar[KeyStyle] = KeyStyle.NAME
     asks: ClassVar[bool] = True  # whether permission() can return Ask; shown by `tools`
+    # The part of `ToolResult.data` that is not already in the text, as a JSON Schema of an
+    # object; interfaces that carry structured results (MCP) send exactly these fields.
+    output_schema: ClassVar[dict[str, Any] | None] = None
 
     @abc.abstractmethod
     def permission(self, args: P) -> Permission:
@@ -184,4 +189,5 @@ class Tool(abc.ABC, Generic[P]):
             environment=environment or self.environment,
             needs_permission=self.asks,
             input_schema=self.parameters.model_json_schema(),
+            output_schema=self.output_schema,
         )

@@ -49,6 +49,25 @@ class RunCommandParameters(Parameters):
         return value
 
 
+COMMAND_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "exit_code": {"type": "integer", "description": "The command's exit code."},
+        "truncated": {
+            "type": "boolean",
+            "description": "Whether output was cut (head and tail kept, the cut marked).",
+        },
+        "killed_by": {
+            "type": ["string", "null"],
+            "description": "The signal that killed the command, if one did.",
+        },
+    },
+    "required": ["exit_code", "truncated", "killed_by"],
+    "additionalProperties": False,
+}
+"""What a command's result carries beyond its text (`result_of`'s data has these and more)."""
+
+
 def result_of(res: CommandResult) -> ToolResult:
     parts = [res.stdout]
     if res.stderr:
@@ -85,6 +104,7 @@ class RunCommand(Tool[RunCommandParameters]):
     bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.DOCKER})
     parameters = RunCommandParameters
     key_style = KeyStyle.COMMAND
+    output_schema = COMMAND_OUTPUT_SCHEMA
 
     def permission(self, args: RunCommandParameters) -> Permission:
         return Permission.ask(key_command(args.command).permission_key(self.name))
@@ -145,6 +165,7 @@ class Commit(Tool[CommitParameters]):
     environment = EnvironmentTag.SHELL
     bindable = frozenset({EnvironmentTag.SHELL})
     parameters = CommitParameters
+    output_schema = COMMAND_OUTPUT_SCHEMA
 
     def permission(self, args: CommitParameters) -> Permission:
         return Permission.ask(PermissionKey.named(self.name, subject=_commit_summary(args)))

@@ -69,8 +69,16 @@ def test_every_tool_exports_as_an_anthropic_tool(project: Path) -> None:
 def test_every_tool_exports_as_an_mcp_tool(project: Path) -> None:
     defs = definitions(project)
     exported = export(defs, "mcp")
-    assert exported == [
-        {"name": d.name, "description": d.description, "inputSchema": input_schema(d)} for d in defs
+    assert [
+        {k: e[k] for k in ("name", "description", "inputSchema", "title")} for e in exported
+    ] == [
+        {
+            "name": d.name,
+            "description": d.description,
+            "inputSchema": input_schema(d),
+            "title": f"{d.name.replace('_', ' ').capitalize()} ({d.environment.value})",
+        }
+        for d in defs
     ]
     for entry in exported:
         assert entry["inputSchema"]["type"] == "object"
