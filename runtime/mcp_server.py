@@ -347,7 +347,7 @@ class ToolServer:
             return self._input_required(ran.request, ctx.protocol_version)
         assert ran is not None
         outcome = ran
-        await self._tools_changed()
+        await self.tools_changed()
         tool = self.runtime.tools.get(params.name)
         return tool_result(outcome, tool.output_schema if tool is not None else None)
 
@@ -477,9 +477,10 @@ class ToolServer:
             return asked, Answer.DENY
         return asked, answer_of(response, asked)
 
-    async def _tools_changed(self) -> None:
-        """Tell the client when the tool list is no longer what it last listed."""
-        if not self._listed or _fingerprint(self.runtime) == self._listed:
+    async def tools_changed(self, *, reloaded: bool = False) -> None:
+        """Tell the client when the tool list is no longer what it last listed (and after
+        every reload: what the client holds was listed from the file as it was)."""
+        if not reloaded and (not self._listed or _fingerprint(self.runtime) == self._listed):
             return
         self._listed = _fingerprint(self.runtime)
         session = self._notify
@@ -681,6 +682,7 @@ async def _handle_signals(
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await anyio.to_thread.run_sync(tool_server.reload)
+                await tool_server.tools_changed(reloaded=True)
             else:
                 _stop(tool_server, signum)
 
