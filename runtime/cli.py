@@ -412,7 +412,8 @@ def _hook(args: argparse.Namespace) -> int:
 def _exec(args: argparse.Namespace) -> int:
     """Run a command in @docker through the chain, as `--sandbox docker` hooks rewrite it:
     the command's own output and exit code, or a refusal on stderr (exit 3)."""
-    from runtime.decision import Answer
+    from runtime.decision import Answer, Decision, Source
+    from runtime.errors import DeniedByUser
     from runtime.hooks import HOSTS, HookSessions
     from runtime.prompt import AskRequest
     from runtime.session import Runtime, default_asker
@@ -425,11 +426,20 @@ def _exec(args: argparse.Namespace) -> int:
         host_session = (HookSessions(args.project.resolve(), host), session_id)
 
     def approved(request: AskRequest) -> Answer:
-        if host_session is None or not args.approved:
-            return Answer.DENY
+        """The host's question, answered by the human there, is this call's only answer."""
+        assert host_session is not None
         sessions, session_id = host_session
-        redeemed = sessions.redeem(session_id, args.approved, request.key)
-        return Answer.ONCE if redeemed else Answer.DENY
+        if args.approved and sessions.redeem(session_id, args.approved, request.key):
+            return Answer.ONCE
+        reason = (
+            "the host's approval for this call was already used, or was for another key"
+            if args.approved
+            else "nothing granted this key, and the host asked no question for it"
+        )
+        decision = Decision(
+            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        )
+        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
 
     asker = approved if host_session is not None else default_asker()
     with Runtime(args.project, asker=asker) as runtime:
