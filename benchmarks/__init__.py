@@ -20,6 +20,8 @@ One module per area:
     docker       @docker warm calls against exec_run and docker run --rm
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
+    agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
+                 another agent) against `python -c pass`; an MCP result's size against its text
 
 `measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
 the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
@@ -28,6 +30,7 @@ the loop over areas. Peak memory (the RSS high-water mark) is part of every repo
 from __future__ import annotations
 
 from benchmarks import (
+    agents,
     allowlists,
     docker,
     keying,
@@ -51,4 +54,5 @@ AREAS: tuple[Area, ...] = (
     docker.AREA,
     search.AREA,
     throughput.AREA,
+    agents.AREA,
 )

@@ -7,6 +7,7 @@ nothing of permissions: by the time a request reaches it, the dispatcher has dec
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,8 @@ class CommandRequest:
     (sandboxed environments mount it read-only otherwise). `grant` names the grant the call
     was allowed under (`Decision.grant`); a sandbox keeps state (its home, /tmp) only between
     calls of the same grant, and None means this call alone. `snapshot`, when set, is the code
-    the command runs from, and replaces `cwd`.
+    the command runs from, and replaces `cwd`. When `cancel` is set while the command runs, the
+    environment stops it (as at a timeout) and raises `Cancelled`.
     """
 
     cwd: Path
@@ -49,6 +51,7 @@ class CommandRequest:
     writable: bool = False
     grant: str | None = None
     snapshot: Snapshot | None = None
+    cancel: threading.Event | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

@@ -78,7 +78,13 @@ from environments.dockersettings import (
 )
 from environments.workspaceguard import ProtectedScan, quarantine
 from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
+from runtime.errors import (
+    Cancelled,
+    ExecutionFailed,
+    ExecutionTimeout,
+    OutOfMemory,
+    SandboxUnavailable,
+)
 from runtime.prompt import visible
 
 __all__ = [
@@ -275,8 +281,16 @@ class _AgentChannel:
     def wait_ready(self, timeout: float) -> bool:
         return self._hello.wait(timeout) and self.gone is None
 
-    def call(self, message: dict[str, Any], wait: float, max_output: int) -> dict[str, Any] | None:
-        """Send one request; its answer, or None when none came within `wait` seconds."""
+    def call(
+        self,
+        message: dict[str, Any],
+        wait: float,
+        max_output: int,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, Any] | None:
+        """Send one request; its answer, or None when none came within `wait` seconds.
+
+        Raises Cancelled as soon as `cancel` is set (the caller then discards the container)."""
         with self._lock:
             if self.gone is not None:
                 raise _AgentGone(self.gone)
@@ -287,9 +301,11 @@ class _AgentChannel:
         # JSON escapes every control character, so the engine's detach sequence (ctrl-p ctrl-q)
         # can never appear in what we write to the attached stdin.
         self._send(self._seal(b"H", json.dumps(message, separators=(",", ":")).encode()))
-        if not pending.done.wait(wait):
+        if not _wait_or_cancel(pending.done, wait, cancel):
             with self._lock:
                 self._pending = None
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled: the sandbox container running it was killed")
             return None
         if pending.response is None:
             raise _AgentGone(self.gone or "the sandbox agent stopped")
@@ -592,7 +608,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             message = self._message(call, request, channel, fresh=fresh)
             try:
                 response = channel.call(
-                    message, request.timeout + HOST_GRACE_SECONDS, request.max_output
+                    message,
+                    request.timeout + HOST_GRACE_SECONDS,
+                    request.max_output,
+                    cancel=request.cancel,
                 )
             except _AgentGone as gone:
                 oom = self._container_oom_killed(channel)
@@ -605,9 +624,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     "a fresh one is started for the next call"
                 ) from None
             except BaseException:
-                # Interrupted (Ctrl-C, SIGTERM): the command must not go on in the sandbox, and
-                # the channel still expects its answer. The container goes (so every process of
-                # the call ends with it), what it left is checked, and the interrupt goes on.
+                # Cancelled or interrupted (an MCP cancel, Ctrl-C, SIGTERM): the command must not
+                # go on in the sandbox, and the channel still expects its answer. The container
+                # goes (so every process of the call ends with it), what it left is checked, and
+                # the cancellation or interrupt goes on.
                 self._discard(channel)
                 try:
                     self._guard(channel, call)
@@ -1051,6 +1071,17 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             duration=time.monotonic() - call.started,
             truncated=out_cut or err_cut,
         )
+
+
+def _wait_or_cancel(done: threading.Event, wait: float, cancel: threading.Event | None) -> bool:
+    """Wait for `done` up to `wait` seconds, looking at `cancel` every 50 ms; True when done."""
+    if cancel is None:
+        return done.wait(wait)
+    deadline = time.monotonic() + wait
+    while not done.wait(min(0.05, max(deadline - time.monotonic(), 0.0))):
+        if cancel.is_set() or time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def _cap(data: bytes, limit: int) -> tuple[str, bool]:

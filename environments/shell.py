@@ -2,10 +2,11 @@
 session (runtime.ceiling).
 
 Each command runs in a new session (process group) with the workspace as its cwd and no stdin.
-At its deadline, when it ends, and when the call is interrupted (Ctrl-C, SIGTERM: whatever
-exception reaches it while it waits), the whole group is killed: a command cannot leave a
-background job behind to hold the pipes open or outlive the call. Being in its own session, the
-group does not get the terminal's Ctrl-C itself; the runtime, which does, ends it.
+At its deadline, when it ends, when the caller cancels it (`CommandRequest.cancel`), and when
+the call is interrupted (Ctrl-C, SIGTERM: whatever exception reaches it while it waits), the
+whole group is killed: a command cannot leave a background job behind to hold the pipes open or
+outlive the call. Being in its own session, the group does not get the terminal's Ctrl-C itself;
+the runtime, which does, ends it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,7 @@ from pathlib import Path
 from environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from environments.output import CappedBuffer
 from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, ExecutionTimeout
+from runtime.errors import Cancelled, ExecutionFailed, ExecutionTimeout
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 
@@ -49,6 +51,8 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         else:
             assert request.script is not None
             argv = [self._bash, "--noprofile", "--norc", "-c", request.script]
+        if request.cancel is not None and request.cancel.is_set():
+            raise Cancelled("the call was cancelled before the command started")
         started = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -86,7 +90,8 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
     ) -> CommandResult:
         out, err = CappedBuffer(request.max_output), CappedBuffer(request.max_output)
         deadline = started + request.timeout
-        timed_out = False
+        timed_out = cancelled = False
+        cancel = request.cancel
         assert proc.stdout is not None and proc.stderr is not None
         if proc.stdin is not None:
             try:
@@ -111,6 +116,10 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                     timed_out = True
                     _kill_group(proc.pid)
                     break
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    _kill_group(proc.pid)
+                    break
                 wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_AFTER_EXIT)
                 for selkey, _ in sel.select(timeout=max(wait, 0.0)):
                     chunk = os.read(selkey.fd, 65536)
@@ -118,9 +127,11 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                         selkey.data.write(chunk)
                     else:
                         sel.unregister(selkey.fileobj)
-        if not timed_out:
+        if not (timed_out or cancelled):
             # The pipes can close a moment before the process exits: wait for it, not kill it.
-            _wait_for_exit(proc, deadline)
+            _wait_for_exit(proc, deadline, cancel)
+            cancelled = cancel is not None and cancel.is_set() and proc.poll() is None
+        if not (timed_out or cancelled):
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
@@ -130,6 +141,10 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         proc.stdout.close()
         proc.stderr.close()
         duration = time.monotonic() - started
+        if cancelled:
+            raise Cancelled(
+                f"cancelled after {duration:.1f}s: the command's whole process group was killed"
+            )
         if timed_out:
             tail = (out.text() + err.text())[-2000:]
             raise ExecutionTimeout(
@@ -173,11 +188,14 @@ def _materialized(snapshot: Snapshot) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _wait_for_exit(proc: subprocess.Popen[bytes], deadline: float) -> None:
-    """Block until the process exits or the deadline passes, without polling.
+def _wait_for_exit(
+    proc: subprocess.Popen[bytes], deadline: float, cancel: threading.Event | None = None
+) -> None:
+    """Block until the process exits, the deadline passes or the call is cancelled.
 
     Popen.wait(timeout=...) polls with sleeps starting at 1 ms, which doubled the cost of a
-    short command; a pidfd becomes readable the moment the process exits.
+    short command; a pidfd becomes readable the moment the process exits. A cancellable call
+    looks at its cancel event every 50 ms meanwhile.
     """
     if proc.poll() is not None:
         return
@@ -186,7 +204,12 @@ def _wait_for_exit(proc: subprocess.Popen[bytes], deadline: float) -> None:
     except (AttributeError, OSError):
         return  # no pidfd here: Popen.wait's polling will do
     try:
-        select.select([fd], [], [], max(deadline - time.monotonic(), 0.0))
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            step = left if cancel is None else min(left, 0.05)
+            ready, _, _ = select.select([fd], [], [], step)
+            if ready or left <= step or (cancel is not None and cancel.is_set()):
+                return
     finally:
         os.close(fd)
 

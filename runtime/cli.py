@@ -1,13 +1,17 @@
 """The `codecoder` command line.
 
 Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission
-denied, 130 interrupted by Ctrl-C, 143 ended by SIGTERM. Every command that a script would read
-takes `--json`.
+denied (`decide`: 0 allow, 3 deny, 4 it would ask), 130 interrupted by Ctrl-C, 143 ended by
+SIGTERM. Every command that a script would read takes `--json`, and with `--json` an error is
+JSON too: `{"ok": false, "error": {"type", "message"}}`.
 
 An interruption stops the call in progress where it is: SIGTERM is turned into `Terminated` (a
 KeyboardInterrupt) in the main thread, so both unwind the same way; @shell kills the command's
 whole process group, @docker removes the container the command ran in, the dispatcher writes
 the call's audit record with outcome `interrupted`, and the command exits without a traceback.
+
+Imports are made where they are used: `decide`, `hook` and `exec` run on every tool call of
+another agent, and `--version` should not load the tool catalogue.
 """
 
 from __future__ import annotations
@@ -20,29 +24,27 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from runtime.commandkey import key_command
-from runtime.decision import Answer
-from runtime.dispatcher import CallOutcome, validate_arguments
 from runtime.errors import (
+    CodecoderError,
     ConfigError,
     InvalidArguments,
     PermissionDenied,
     ToolError,
     UsageError,
 )
-from runtime.project import ProjectConfig
-from runtime.projectfile import Diagnostic, exclusive_lock_of, remove_allow_entry
-from runtime.prompt import Asker, AskRequest, fixed, for_terminal, non_interactive, visible
-from runtime.schemas import export
-from runtime.session import Runtime, default_asker
-from runtime.tool import CallSite
-from runtime.tools import CHILD_TOOLSET
-from runtime.trust import TrustState, digest_of, forget, record_trust
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED = 0, 1, 2, 3
+if TYPE_CHECKING:
+    from runtime.dispatcher import CallOutcome
+    from runtime.project import ProjectConfig
+    from runtime.projectfile import Diagnostic
+    from runtime.prompt import Asker
+    from runtime.session import Runtime, Session
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED, EXIT_WOULD_ASK = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
+ANSWERS = ("once", "session", "project", "deny")  # runtime.decision.Answer's values
 
 
 class Terminated(KeyboardInterrupt):
@@ -66,29 +68,60 @@ def interruptible() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors are UsageErrors, so that `--json` reports them as JSON too."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
+        args = _parser().parse_args(argv)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         print(f"codecoder: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    except UsageError as exc:
-        print(f"codecoder: {exc}", file=sys.stderr)
+    except (UsageError, FileNotFoundError) as exc:
+        _error(exc, as_json)
         return EXIT_USAGE
-    except FileNotFoundError as exc:
-        print(f"codecoder: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except PermissionDenied as exc:
+        _error(exc, as_json)
+        return EXIT_DENIED
+    except CodecoderError as exc:
+        _error(exc, as_json)
+        return EXIT_FAILED
     return code
 
 
+def _error(exc: BaseException, as_json: bool) -> None:
+    if as_json:
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        print(json.dumps({"ok": False, "error": error}, ensure_ascii=False))
+    else:
+        from runtime.prompt import visible
+
+        print(f"codecoder: {visible(str(exc))}", file=sys.stderr)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("codecoder-runtime")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="codecoder",
         description="A sandboxed tool-execution runtime for AI agents.",
     )
+    parser.add_argument("--version", action="version", version=f"codecoder {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -96,6 +129,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--project", type=Path, default=Path("."), help="project directory")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
+
+    def allow(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--allow",
+            action="append",
+            default=[],
+            metavar="KEY",
+            help="grant KEY (as `codecoder key` prints it) for this run only, like an "
+            "AlwaysThisSession answer; repeatable",
+        )
 
     p = command("tools", "list the tools, their category, environment and permission")
     p.set_defaults(handler=_tools)
@@ -124,10 +167,16 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("call", "run one tool call through the whole permission chain")
     p.add_argument("tool")
-    p.add_argument("arguments", nargs="?", default="{}", help="the arguments as a JSON object")
+    p.add_argument(
+        "arguments",
+        nargs="?",
+        default="{}",
+        help="the arguments as a JSON object; - reads them from stdin, @FILE from FILE",
+    )
+    allow(p)
     p.add_argument(
         "--answer",
-        choices=[a.value for a in Answer],
+        choices=ANSWERS,
         help="answer any permission prompt with this (ceilings still apply)",
     )
     p.add_argument(
@@ -137,7 +186,42 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("replay", "replay a recorded run: one session, one call per JSON line")
     p.add_argument("file", type=Path, help='JSON lines {"tool", "args", "answer"?}; - for stdin')
+    allow(p)
     p.set_defaults(handler=_replay)
+
+    p = command(
+        "decide",
+        "show what the permission chain decides for a call, without running or recording it",
+    )
+    p.add_argument("tool")
+    p.add_argument(
+        "arguments", nargs="?", default="{}", help="the arguments as JSON; - for stdin, @FILE"
+    )
+    allow(p)
+    p.set_defaults(handler=_decide)
+
+    p = command("hook", "answer another agent's permission hook (JSON on stdin and stdout)")
+    p.add_argument("host", choices=["claude-code", "gemini"], help="the agent calling the hook")
+    allow(p)
+    p.add_argument(
+        "--sandbox",
+        choices=["docker"],
+        help="rewrite shell commands to run in codecoder's @docker sandbox (`codecoder exec`)",
+    )
+    p.add_argument(
+        "--mcp-server",
+        default="codecoder",
+        metavar="NAME",
+        help="the name codecoder's MCP server has in the host (its tools are allowed here)",
+    )
+    p.set_defaults(handler=_hook)
+
+    p = command("exec", "run a command in the @docker sandbox through the permission chain")
+    allow(p)
+    p.add_argument("--hook", metavar="HOST:SESSION", help="the host session a hook rewrote for")
+    p.add_argument("--approved", metavar="TOKEN", help="the one-time token of the host's question")
+    p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
+    p.set_defaults(handler=_exec)
 
     p = command("allowlist", "list the project's grants and deny rules, or revoke a grant")
     p.add_argument("action", choices=["list", "revoke"])
@@ -145,11 +229,20 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_allowlist)
 
     p = command("serve", "serve the tools over MCP (stdio), asking through elicitation")
+    allow(p)
     p.set_defaults(handler=_serve)
 
     p = command("schema", "export the tool definitions for an LLM API, ready to paste")
     p.add_argument(
-        "--format", required=True, choices=["openai", "anthropic", "mcp"], help="the API"
+        "--format",
+        required=True,
+        choices=["openai", "openai-responses", "anthropic", "mcp"],
+        help="the API",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="schemas for the providers' strict mode (optional fields become nullable)",
     )
     p.set_defaults(handler=_schema)
 
@@ -181,10 +274,22 @@ def _usage(message: str) -> NoReturn:
 
 
 def _runtime(args: argparse.Namespace, asker: Asker | None = None) -> Runtime:
+    from runtime.prompt import non_interactive
+    from runtime.session import Runtime
+
     return Runtime(args.project, asker=asker or non_interactive)
 
 
+def _granted(session: Session, args: argparse.Namespace) -> Session:
+    """The session with the run's `--allow` keys granted (each checked as a session grant)."""
+    for key in args.allow:
+        session.grant(key)
+    return session
+
+
 def _tools(args: argparse.Namespace) -> int:
+    from runtime.tools import CHILD_TOOLSET
+
     runtime = _runtime(args)
     rows = [
         {
@@ -209,6 +314,10 @@ def _tools(args: argparse.Namespace) -> int:
 
 
 def _key(args: argparse.Namespace) -> int:
+    from runtime.commandkey import key_command
+    from runtime.dispatcher import validate_arguments
+    from runtime.tool import CallSite
+
     if args.tool is None:
         keyed = key_command(args.input) if args.input.strip() else _usage("the command is blank")
         command_key = keyed.permission_key("run_command")
@@ -246,6 +355,8 @@ def _key(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from runtime.prompt import visible
+
     runtime = _runtime(args)
     config = runtime.config
     diagnostics = runtime.diagnostics
@@ -274,6 +385,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _trust_note(config: ProjectConfig) -> str:
+    from runtime.trust import TrustState
+
     trust = config.trust
     count = len(trust.widenings)
     if trust.state is TrustState.UNTRUSTED:
@@ -287,6 +400,10 @@ def _trust_note(config: ProjectConfig) -> str:
 
 
 def _trust(args: argparse.Namespace) -> int:
+    from runtime.projectfile import exclusive_lock_of
+    from runtime.prompt import visible
+    from runtime.trust import digest_of, forget, record_trust
+
     runtime = _runtime(args)
     project = runtime.project_dir
     if args.revoke:
@@ -349,6 +466,8 @@ def _trust(args: argparse.Namespace) -> int:
 
 
 def format_diagnostic(path: Path, d: Diagnostic) -> str:
+    from runtime.prompt import visible
+
     where = d.file or f"{path}"
     if d.line is not None:
         where += f":{d.line}" + (f":{d.column}" if d.column is not None else "")
@@ -356,6 +475,10 @@ def format_diagnostic(path: Path, d: Diagnostic) -> str:
 
 
 def _asker_for(args: argparse.Namespace) -> Asker:
+    from runtime.decision import Answer
+    from runtime.prompt import fixed, non_interactive
+    from runtime.session import default_asker
+
     if args.answer:
         return fixed(Answer(args.answer))
     if args.non_interactive:
@@ -364,13 +487,15 @@ def _asker_for(args: argparse.Namespace) -> Asker:
 
 
 def _call(args: argparse.Namespace) -> int:
+    from runtime.session import Runtime
+
+    payload = _arguments(args.arguments)
     runtime = Runtime(args.project, asker=_asker_for(args))
     _report_config(runtime)
-    payload = _json_arg(args.arguments, "arguments")
     progress = ProgressLine() if sys.stderr.isatty() else None
     try:
         with interruptible(), runtime.session() as session:
-            outcome = session.call(args.tool, payload, progress=progress)
+            outcome = _granted(session, args).call(args.tool, payload, progress=progress)
     finally:
         runtime.close()
         if progress is not None:
@@ -387,6 +512,8 @@ class ProgressLine:
         self._shown = False
 
     def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        from runtime.prompt import visible
+
         text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
         sys.stderr.write(f"\r\x1b[K{visible(text)[:200]}")
         sys.stderr.flush()
@@ -397,6 +524,113 @@ class ProgressLine:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
             self._shown = False
+
+
+def _arguments(text: str) -> Any:
+    """A call's JSON arguments: given inline, `-` for stdin, `@FILE` for a file (no limit of
+    the command line's length either way)."""
+    if text == "-":
+        return _json_arg(sys.stdin.read(), "arguments (stdin)")
+    if text.startswith("@"):
+        return _json_arg(_read(Path(text[1:])), f"arguments ({text[1:]})")
+    return _json_arg(text, "arguments")
+
+
+def _decide(args: argparse.Namespace) -> int:
+    from runtime.evaluation import evaluate
+    from runtime.prompt import visible
+
+    payload = _arguments(args.arguments)
+    with _runtime(args) as runtime:
+        session = _granted(runtime.session(), args)
+        verdict = evaluate(session, args.tool, payload)
+    if args.json:
+        _out(verdict.to_json())
+    else:
+        key = visible(verdict.key) if verdict.key else "(no permission needed)"
+        print(f"{verdict.decision}  {key}  {verdict.environment.value}")
+        print(f"  {visible(verdict.reason)}")
+        if verdict.matched:
+            print(f"  matched: {visible(verdict.matched)}")
+        for violation in verdict.violations:
+            print(f"  {visible(violation)}")
+    return {"allow": EXIT_OK, "deny": EXIT_DENIED, "ask": EXIT_WOULD_ASK}[verdict.decision]
+
+
+def _hook(args: argparse.Namespace) -> int:
+    """One hook event from the host. Whatever goes wrong blocks the call (exit 2 with the
+    reason on stderr, which both hosts read as "blocked"): a hook that cannot decide must not
+    let a call through."""
+    from runtime.hooks import HookOptions, handle
+
+    options = HookOptions(
+        project=args.project,
+        allow=tuple(args.allow),
+        sandbox=args.sandbox,
+        mcp_server=args.mcp_server,
+    )
+    try:
+        event = json.loads(sys.stdin.read())
+        if not isinstance(event, dict):
+            raise UsageError("the hook input is not a JSON object")
+        answer = handle(args.host, event, options)
+    except (ValueError, CodecoderError, OSError) as exc:
+        print(f"codecoder hook: blocked: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if answer:
+        print(json.dumps(answer, ensure_ascii=False))
+    return EXIT_OK
+
+
+def _exec(args: argparse.Namespace) -> int:
+    """Run a command in @docker through the chain, as `--sandbox docker` hooks rewrite it:
+    the command's own output and exit code, or a refusal on stderr (exit 3)."""
+    from runtime.decision import Answer, Decision, Source
+    from runtime.errors import DeniedByUser
+    from runtime.hooks import HOSTS, HookSessions
+    from runtime.prompt import AskRequest
+    from runtime.session import Runtime, default_asker
+
+    host_session: tuple[HookSessions, str] | None = None
+    if args.hook:
+        host, _, session_id = args.hook.partition(":")
+        if host not in HOSTS or not session_id:
+            _usage(f"--hook must be HOST:SESSION with HOST one of {', '.join(HOSTS)}")
+        host_session = (HookSessions(args.project.resolve(), host), session_id)
+
+    def approved(request: AskRequest) -> Answer:
+        """The host's question, answered by the human there, is this call's only answer."""
+        assert host_session is not None
+        sessions, session_id = host_session
+        if args.approved and sessions.redeem(session_id, args.approved, request.key):
+            return Answer.ONCE
+        reason = (
+            "the host's approval for this call was already used, or was for another key"
+            if args.approved
+            else "nothing granted this key, and the host asked no question for it"
+        )
+        decision = Decision(
+            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        )
+        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+
+    asker = approved if host_session is not None else default_asker()
+    with Runtime(args.project, asker=asker) as runtime:
+        session = _granted(runtime.session(), args)
+        if host_session is not None:
+            host_session[0].load_into(session, host_session[1])
+        outcome = session.call("run_container", {"command": args.command_line})
+    if args.json:
+        _print_outcome(outcome, True)
+        return exit_code(outcome)
+    if outcome.result is not None:
+        data = outcome.result.data
+        sys.stdout.write(str(data.get("stdout", outcome.result.output)))
+        sys.stderr.write(str(data.get("stderr", "")))
+        code = data.get("exit_code")
+        return code if isinstance(code, int) else exit_code(outcome)
+    _print_outcome(outcome, False)
+    return exit_code(outcome)
 
 
 def exit_code(outcome: CallOutcome) -> int:
@@ -413,6 +647,8 @@ def exit_code(outcome: CallOutcome) -> int:
 def _print_outcome(outcome: CallOutcome, as_json: bool) -> None:
     """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
     `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
+    from runtime.prompt import for_terminal, visible
+
     if as_json:
         print(json.dumps(outcome.to_json(), ensure_ascii=not _is_terminal()))
         return
@@ -444,6 +680,8 @@ def _is_terminal() -> bool:
 
 
 def _report_config(runtime: Runtime) -> None:
+    from runtime.trust import TrustState
+
     for d in runtime.diagnostics:
         print(format_diagnostic(runtime.project_file, d), file=sys.stderr)
     if not runtime.config.file.usable:
@@ -455,6 +693,10 @@ def _report_config(runtime: Runtime) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from runtime.decision import Answer
+    from runtime.prompt import AskRequest
+    from runtime.session import Runtime
+
     text = sys.stdin.read() if str(args.file) == "-" else _read(args.file)
     current: list[Answer] = []
 
@@ -466,6 +708,7 @@ def _replay(args: argparse.Namespace) -> int:
     codes: list[int] = []
     try:
         with interruptible(), runtime.session() as session:
+            _granted(session, args)
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -499,7 +742,9 @@ def _replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _replay_line(line: str, number: int) -> tuple[str, Any, Answer | None]:
+def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
+    from runtime.decision import Answer
+
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -517,6 +762,9 @@ def _replay_line(line: str, number: int) -> tuple[str, Any, Answer | None]:
 
 
 def _allowlist(args: argparse.Namespace) -> int:
+    from runtime.projectfile import remove_allow_entry
+    from runtime.prompt import visible
+
     runtime = _runtime(args)
     if args.action == "revoke":
         if not args.key:
@@ -583,11 +831,13 @@ def _read(path: Path) -> str:
 def _serve(args: argparse.Namespace) -> int:
     from runtime.mcp_server import serve
 
-    return serve(args.project)
+    return serve(args.project, allow=tuple(args.allow))
 
 
 def _schema(args: argparse.Namespace) -> int:
-    _out(export(_runtime(args).definitions(), args.format))
+    from runtime.schemas import export
+
+    _out(export(_runtime(args).definitions(), args.format, strict=args.strict))
     return EXIT_OK
 
 

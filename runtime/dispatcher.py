@@ -3,18 +3,22 @@
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
 `Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
 refused or not, leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM
-(outcome `interrupted`, the interruption then carrying on up to whoever handles it).
+(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A call's
+duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
+measures the call, not the person.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from environments.workspaceguard import unresolved_quarantine
 from runtime.audit import AuditLog
@@ -22,6 +26,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.decision import Decision
 from runtime.engine import PermissionEngine
 from runtime.errors import (
+    Cancelled,
     CodecoderError,
     ExecutionFailed,
     InvalidArguments,
@@ -43,7 +48,8 @@ class CallOutcome:
     result: ToolResult | None
     error: CodecoderError | None
     decision: Decision | None
-    duration: float
+    duration: float  # seconds, without `waited`
+    waited: float = 0.0  # seconds spent waiting for the human's answer
 
     @property
     def ok(self) -> bool:
@@ -68,6 +74,7 @@ class CallOutcome:
             "error": error,
             "decision": decision,
             "duration_ms": round(self.duration * 1000, 3),
+            "waited_ms": round(self.waited * 1000, 3),
         }
 
 
@@ -92,19 +99,31 @@ class Dispatcher:
         name: str,
         args: Any,
         *,
+        cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
     ) -> CallOutcome:
+        """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
+        receives the tool's progress reports."""
         started = time.monotonic()
         decision: Decision | None = None
+        clock = _Clock(started)
+        asking = started
         try:
             tool = self._tool(name)
             params = validate_arguments(tool, args)
             runtime = self._runtime
             tag = runtime.environment_of(name)
             permission = tool.permission_in(params, CallSite(runtime.project_dir, tag))
-            decision = self._engine.decide(name, tag, permission)
+            asking = time.monotonic()
+            try:
+                decision = self._engine.decide(name, tag, permission)
+            finally:
+                if permission.key is not None:
+                    clock.waited_since(asking, decision)
             if tag is EnvironmentTag.SHELL:
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag),
@@ -116,20 +135,22 @@ class Dispatcher:
                 key=permission.key,
                 grant=decision.grant,
                 progress=progress,
+                cancel=cancel,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
-            return self._finish(name, None, exc, decision, started)
+                clock.waited_since(asking, decision)
+            return self._finish(name, None, exc, decision, clock)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
             error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
-            return self._finish(name, None, error, decision, started)
+            return self._finish(name, None, error, decision, clock)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (runtime.cli): audit, go on
-            self._finish(name, None, None, decision, started, interrupted=type(exc).__name__)
+            self._finish(name, None, None, decision, clock, interrupted=type(exc).__name__)
             raise
-        return self._finish(name, result, None, decision, started)
+        return self._finish(name, result, None, decision, clock)
 
     def _tool(self, name: str) -> Tool[Any]:
         tools = self._session.tools()
@@ -144,14 +165,16 @@ class Dispatcher:
         result: ToolResult | None,
         error: CodecoderError | None,
         decision: Decision | None,
-        started: float,
+        clock: _Clock,
         interrupted: str | None = None,
     ) -> CallOutcome:
-        duration = time.monotonic() - started
+        duration = max(time.monotonic() - clock.started - clock.waited, 0.0)
         if interrupted is not None:
             outcome = "interrupted"
         elif isinstance(error, PermissionDenied):
             outcome = "denied"
+        elif isinstance(error, Cancelled):
+            outcome = "cancelled"
         elif isinstance(error, ToolError):
             outcome = "error"
         elif error is not None:
@@ -168,20 +191,62 @@ class Dispatcher:
             error=str(error) if error else interrupted,
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
         )
-        return CallOutcome(name, result, error, decision, duration)
+        return CallOutcome(name, result, error, decision, duration, clock.waited)
+
+
+@dataclass(slots=True)
+class _Clock:
+    """When a call started, and how long of it was spent waiting for the human."""
+
+    started: float
+    waited: float = 0.0
+
+    def waited_since(self, asking: float, decision: Decision | None) -> None:
+        """Count the time since `asking` as the human's, when the human was asked."""
+        if decision is not None and decision.answer is not None and not self.waited:
+            self.waited = time.monotonic() - asking
 
 
 def validate_arguments(tool: Tool[Any], args: Any) -> Any:
-    """The tool's parameter model filled from `args`, or InvalidArguments naming each field."""
+    """The tool's parameter model filled from `args`, or InvalidArguments naming each field.
+
+    A null given for an optional field that does not take null means "the default": strict
+    tool schemas (`runtime.schemas.strict_schema`) make every field required and the optional
+    ones nullable, so a model in strict mode sends null for what it leaves out.
+    """
     if not isinstance(args, Mapping):
         raise InvalidArguments(
             tool.name, [("(arguments)", f"must be a JSON object, got {type(args).__name__}")]
         )
     try:
-        return tool.parameters.model_validate(dict(args))
+        return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
     except ValidationError as exc:
         problems = [
             (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
             for err in exc.errors()
         ]
         raise InvalidArguments(tool.name, problems) from None
+
+
+def _without_null_defaults(model: type[BaseModel], args: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        field = model.model_fields.get(name)
+        if field is not None and value is None and not field.is_required():
+            if not _takes_none(field.annotation):
+                continue
+        elif field is not None and isinstance(value, Mapping):
+            nested = _model_of(field.annotation)
+            if nested is not None:
+                value = _without_null_defaults(nested, value)
+        out[name] = value
+    return out
+
+
+def _takes_none(annotation: Any) -> bool:
+    return annotation is None or annotation is Any or type(None) in typing.get_args(annotation)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *typing.get_args(annotation)]
+    return next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)

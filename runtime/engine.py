@@ -19,6 +19,9 @@ names more than its program, the human is also offered the program-wide entry
 
 Keys for protected paths (codecoder.json, .codecoder/, .git/) skip both allowlists and can be
 allowed only once: a standing grant there would let a tool grant itself trust or plant a hook.
+
+`evaluate()` walks the same chain without asking anyone or recording anything: it returns the
+standing decision, or the question the human would be asked (`codecoder decide`, hooks).
 """
 
 from __future__ import annotations
@@ -53,8 +56,28 @@ class PermissionEngine:
         self.asker = asker
         self._project_file = project_file
 
-    def decide(self, tool: str, environment: EnvironmentTag, permission: Permission) -> Decision:
-        """Decide one call; a refusal raises PermissionDenied carrying its Decision."""
+    def evaluate(
+        self, tool: str, environment: EnvironmentTag, permission: Permission
+    ) -> Decision | AskRequest:
+        """What `decide()` would do, with nobody asked and nothing recorded: the standing
+        decision (a deny rule raises DeniedByRule, as in `decide()`), or the question that
+        would be put to the human."""
+        try:
+            return self.decide(tool, environment, permission, asker=_would_ask)
+        except _WouldAsk as asked:
+            return asked.request
+
+    def decide(
+        self,
+        tool: str,
+        environment: EnvironmentTag,
+        permission: Permission,
+        *,
+        asker: Asker | None = None,
+    ) -> Decision:
+        """Decide one call; a refusal raises PermissionDenied carrying its Decision.
+
+        `asker` replaces the engine's own for this one decision."""
         key = permission.key
         if key is None:
             return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
@@ -106,7 +129,9 @@ class PermissionEngine:
         else:
             notes.append(PROTECTED_NOTE)
         notes.extend(violations)
-        return self._ask(tool, environment, permission, violations, "; ".join(notes))
+        return self._ask(
+            tool, environment, permission, violations, "; ".join(notes), asker or self.asker
+        )
 
     def _ask(
         self,
@@ -115,6 +140,7 @@ class PermissionEngine:
         permission: Permission,
         violations: list[str],
         note: str,
+        asker: Asker,
     ) -> Decision:
         key = permission.key
         assert key is not None
@@ -146,7 +172,7 @@ class PermissionEngine:
             note=note,
             grants=grants,
         )
-        answer = self.asker(request)
+        answer = asker(request)
         done = tuple(violations)
         # An answer that was not offered (a fixed asker's program-wide choice for a key that
         # has none) records the narrowest entry.
@@ -176,7 +202,7 @@ class PermissionEngine:
         if answer is Answer.DENY:
             reason = (
                 "non-interactive: nothing granted this key"
-                if self.asker is non_interactive
+                if asker is non_interactive
                 else "denied at the prompt"
             )
             raise DeniedByUser(
@@ -244,3 +270,18 @@ def _digest_note(grant: Grant, digest: str) -> str:
         f"entry {grant.pattern.raw!r}{where} was approved for {grant.digest}, but what would "
         f"run now is {digest}: it changed since it was approved, so it is asked again"
     )
+
+
+class _WouldAsk(BaseException):
+    """Unwinds `evaluate()` at the question, before anything is answered or recorded.
+
+    A BaseException so that no `except Exception` between the engine and here can take it
+    for an answer."""
+
+    def __init__(self, request: AskRequest) -> None:
+        super().__init__(request.key)
+        self.request = request
+
+
+def _would_ask(request: AskRequest) -> Answer:
+    raise _WouldAsk(request)

@@ -18,7 +18,8 @@ leak.
         ├── ExecutionTimeout        killed at its deadline
         ├── OutOfMemory             killed at its memory limit
         ├── OutOfFuel               a Wasm module ran out of fuel
-        └── SandboxUnavailable      the environment it is bound to cannot be reached
+        ├── SandboxUnavailable      the environment it is bound to cannot be reached
+        └── Cancelled               the caller cancelled the call; what it started was stopped
 """
 
 from __future__ import annotations
@@ -131,3 +132,7 @@ class OutOfFuel(ToolError):
 
 class SandboxUnavailable(ToolError):
     """The environment the tool is bound to cannot be reached; the message says what to do."""
+
+
+class Cancelled(ToolError):
+    """The caller cancelled the call while it ran; what it had started was stopped."""

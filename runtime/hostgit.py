@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,14 @@ class HostGit:
             options += ["-c", f"{key}={value}"]
         return options
 
-    def runner(self, run: Run, *, timeout: float, max_output: int) -> Callable[..., CommandResult]:
+    def runner(
+        self,
+        run: Run,
+        *,
+        timeout: float,
+        max_output: int,
+        cancel: threading.Event | None = None,
+    ) -> Callable[..., CommandResult]:
         """`git(*args)` for this workspace: first lists the drivers, then runs each command
         with every override. Refuses a hook that leads out of .git/."""
         self._check_hooks()
@@ -162,7 +170,12 @@ class HostGit:
         def request(args: tuple[str, ...], overrides: list[str]) -> CommandRequest:
             argv = (self.git, *overrides, *args)
             return CommandRequest(
-                cwd=self.workspace, argv=argv, env=self.env, timeout=timeout, max_output=max_output
+                cwd=self.workspace,
+                argv=argv,
+                env=self.env,
+                timeout=timeout,
+                max_output=max_output,
+                cancel=cancel,
             )
 
         listing = ("config", "--null", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.")

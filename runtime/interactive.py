@@ -5,6 +5,10 @@
     codecoder> /allowlist                          session and project grants, deny rules
     codecoder> /audit 5                            the last decisions
     codecoder> /reload                             apply codecoder.json, report its problems
+    codecoder> /revoke run_command:git             drop a session grant
+
+On a terminal the line is edited with readline (history in the state directory, kept across
+sessions: `$XDG_STATE_HOME/codecoder/session_history`).
 
 One session for the whole run, so AlwaysThisSession answers hold until `/quit`. Edits to
 codecoder.json are applied by `/reload` only, and a reload prints every diagnostic (syntax
@@ -13,11 +17,14 @@ errors with line and column, ceiling violations) instead of dropping it.
 Whatever comes from a tool or a call goes through `visible()` (keys, error messages, audit
 records) or `for_terminal()` (output, which keeps its line breaks and tabs) before it reaches
 the terminal, so an escape sequence in a command's output cannot repaint the screen, fake a
-prompt or hide a line, and a long run of blanks is shown as a marker with its length.
+prompt or hide a line, and a long run of blanks is shown as a marker with its length. The
+duration shown for a call leaves out the time the human took to answer its question.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import sys
 import time
@@ -32,6 +39,7 @@ from runtime.errors import PermissionDenied, ToolError, UnknownTool, UsageError
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, for_terminal, non_interactive, visible
 from runtime.session import Runtime, Session, default_asker
+from runtime.state import state_directory
 from runtime.trust import TrustState
 
 __all__ = ["InteractiveSession", "run_session"]
@@ -45,6 +53,7 @@ HELP = """\
   /allowlist         session grants, project grants (codecoder.json) and deny rules
   /audit [N]         the last N decisions (default 10)
   /reload            apply codecoder.json as it is now and show its problems
+  /revoke KEY        drop the session grant for KEY (codecoder.json: codecoder allowlist revoke)
   /help              this help
   /quit              leave (Ctrl-D too); session grants end with the session"""
 
@@ -65,6 +74,7 @@ class InteractiveSession:
             "/allowlist": self._allowlist,
             "/audit": self._audit,
             "/reload": self._reload,
+            "/revoke": self._revoke,
             "/quit": self._quit,
             "/exit": self._quit,
         }
@@ -73,11 +83,10 @@ class InteractiveSession:
         self._say(f"codecoder session for {visible(str(self.runtime.project_dir))}")
         self._report(list(self.runtime.diagnostics), "loaded")
         self._say("type /help for commands, /quit to leave")
+        read = self._line_reader()
         while True:
-            self._out.write(PROMPT)
-            self._out.flush()
             try:
-                line = self._in.readline()
+                line = read()
             except Terminated:
                 raise
             except KeyboardInterrupt:
@@ -94,6 +103,41 @@ class InteractiveSession:
             except KeyboardInterrupt:
                 # The call in progress was stopped (its process group killed) and audited.
                 self._say("\n(interrupted)")
+
+    def _line_reader(self) -> Callable[[], str]:
+        """readline's `input()` with history on a terminal; a plain line read otherwise."""
+        if self._in is sys.stdin and self._out is sys.stdout and sys.stdin.isatty():
+            try:
+                import readline
+            except ImportError:  # a Python built without it
+                pass
+            else:
+                history = state_directory() / "session_history"
+                with contextlib.suppress(OSError):
+                    readline.read_history_file(history)
+                readline.set_history_length(1000)
+
+                def save() -> None:
+                    with contextlib.suppress(OSError):
+                        history.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                        readline.write_history_file(history)
+
+                atexit.register(save)
+
+                def read_line() -> str:
+                    try:
+                        return input(PROMPT) + "\n"
+                    except EOFError:
+                        return ""
+
+                return read_line
+
+        def plain() -> str:
+            self._out.write(PROMPT)
+            self._out.flush()
+            return self._in.readline()
+
+        return plain
 
     def handle(self, line: str) -> bool:
         """Run one line; False when the session should end."""
@@ -235,6 +279,18 @@ class InteractiveSession:
 
     def _reload(self, rest: str) -> bool:
         self._report(self.runtime.reload(), "reloaded")
+        return True
+
+    def _revoke(self, rest: str) -> bool:
+        if not rest:
+            self._say("usage: /revoke KEY (the session grants: /allowlist)")
+        elif self.session.allowlist.revoke(rest):
+            self._say(f"revoked the session grant for {visible(rest)}")
+        else:
+            self._say(
+                f"no session grant for {visible(rest)}; project grants are revoked with "
+                "`codecoder allowlist revoke KEY`"
+            )
         return True
 
     def _quit(self, rest: str) -> bool:

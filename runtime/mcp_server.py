@@ -1,12 +1,29 @@
 """`codecoder serve`: the project's tools over MCP (stdio), asking the human through elicitation.
 
-    codecoder serve --project DIR
+    codecoder serve --project DIR [--allow KEY ...]
 
 The server is one long-running process holding one `Session`: session grants live as long as
-it does. Every tool of the runtime is listed with its JSON Schema (`runtime.schemas.mcp_tool`)
-and every call goes through `Session.call()`, the same chain as every other interface. A call
-that fails in any way (denied, invalid arguments, unknown tool, the tool's own failure) is an
-MCP tool result with `isError: true`, never a protocol error.
+it does (`--allow` adds some at the start, ceiling-checked). Every tool of the runtime is listed
+with its JSON Schema, a title and annotations derived from the tool model, and an output schema
+where its result carries more than text (`runtime.schemas.mcp_tool`); every call goes through
+`Session.call()`, the same chain as every other interface. A call that fails in any way (denied,
+invalid arguments, unknown tool, the tool's own failure) is an MCP tool result with
+`isError: true`, never a protocol error.
+
+Results. `content` is the text the model needs, once. `structuredContent` is sent only by tools
+that declare an `outputSchema`, and holds only what the text does not already say in a form a
+program can read (a command's exit code, whether its output was truncated). The decision
+(`codecoder/decision`) and the call's duration travel in `_meta`, which clients do not hand to
+the model.
+
+Concurrency. Calls that need no permission run as soon as they arrive, alongside a running
+call and alongside a question waiting for the human. Calls that may ask take turns, in order:
+one question at a time, and an answer is never given to a call it was not asked for.
+
+Cancellation. `notifications/cancelled` stops the call: a command's process group is killed
+(@shell) or its container discarded (@docker), a question still waiting is withdrawn, and the
+call is audited with the outcome `cancelled`. Progress a tool reports goes to the client as
+`notifications/progress` when the request carried a progress token.
 
 Asking. The engine's asker is synchronous and is called inside `Session.call()`, while the
 server is async. Each call therefore runs in a worker thread, and the asker reaches back into
@@ -24,7 +41,13 @@ the event loop for the question:
 
 The form offers exactly `AskRequest.choices` (AlwaysThisProject only where the ceiling allows;
 the message says why it is missing) and shows the key, the environment and the full subject
-through `visible()`. Decline, cancel, or an answer that was not offered all mean Deny.
+through `visible()`. Only an accepted, offered choice is an answer. A client that declines or
+cancels the question (a headless client does so without showing it to anyone) is reported as
+exactly that, not as a human's Deny; nothing runs either way.
+
+Tool list changes. The server declares `tools.listChanged` and sends
+`notifications/tools/list_changed` after a call changed the tools (`create_capability`) and
+after a reload.
 
 Reload is never automatic: SIGHUP applies codecoder.json as it now is and logs its
 diagnostics to stderr. `codecoder reload` finds the project's servers through their pid files
@@ -42,8 +65,8 @@ import signal
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, Literal, TextIO
@@ -56,15 +79,23 @@ import anyio.to_thread
 import mcp.types as types
 from anyio.lowlevel import EventLoopToken
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from runtime.cli import format_diagnostic
 from runtime.decision import Answer, Decision, Source
-from runtime.dispatcher import CallOutcome
-from runtime.errors import DeniedByUser, PermissionDenied, ToolError, UsageError
+from runtime.dispatcher import CallOutcome, validate_arguments
+from runtime.errors import (
+    Cancelled,
+    CodecoderError,
+    DeniedByUser,
+    PermissionDenied,
+    ToolError,
+    UsageError,
+)
 from runtime.projectfile import Diagnostic
 from runtime.prompt import AskRequest, choice_detail, describe, non_interactive, visible
 from runtime.schemas import mcp_tool
@@ -80,6 +111,7 @@ __all__ = [
     "live_servers",
     "permission_required_message",
     "pid_directory",
+    "question_refused",
     "serve",
     "signal_servers",
     "tool_result",
@@ -109,6 +141,7 @@ def _title(request: AskRequest, answer: Answer) -> str:
 
 
 _TITLED_ENUM_SINCE: Final = "2025-11-25"  # oneOf/const/title; earlier revisions used enumNames
+_META: Final = "codecoder"  # the prefix of this server's `_meta` keys
 
 
 # --- what the human sees ------------------------------------------------------------------
@@ -150,12 +183,34 @@ def _titled_enums(protocol_version: str) -> bool:
 
 
 def answer_of(result: types.ElicitResult, request: AskRequest) -> Answer:
-    """The answer an elicitation result gives; anything but an offered choice is Deny."""
-    if result.action != "accept" or not result.content:
-        return Answer.DENY
-    value = result.content.get(ANSWER_FIELD)
-    offered = {answer.value: answer for answer in request.choices}
-    return offered.get(value, Answer.DENY) if isinstance(value, str) else Answer.DENY
+    """The answer an elicitation result gives: an accepted, offered choice.
+
+    Anything else raises DeniedByUser saying what happened (`question_refused`).
+    """
+    refusal = question_refused(result, request)
+    if refusal is not None:
+        raise refusal
+    assert result.content is not None
+    value = result.content[ANSWER_FIELD]
+    assert isinstance(value, str)
+    return Answer(value)
+
+
+def question_refused(result: types.ElicitResult, request: AskRequest) -> DeniedByUser | None:
+    """None for an accepted, offered choice; otherwise the refusal that says what the client
+    did: declined or cancelled the question (a headless client does so without showing it to
+    anyone), or answered something that was not offered."""
+    key = visible(request.key)
+    if result.action in ("decline", "cancel"):
+        what = "declined" if result.action == "decline" else "cancelled"
+        reason = f"the MCP client {what} the question (no answer was given)"
+        return _refusal(request, f"{key} was not allowed: {reason}", reason)
+    value = (result.content or {}).get(ANSWER_FIELD)
+    if isinstance(value, str) and value in {answer.value for answer in request.choices}:
+        return None
+    shown = visible(repr(value))[:80]
+    reason = f"the MCP client answered {shown}, which was not one of the choices offered"
+    return _refusal(request, f"{key} was not allowed: {reason}", reason)
 
 
 def permission_required_message(request: AskRequest) -> str:
@@ -211,23 +266,35 @@ class _Channel:
     ctx: ServerRequestContext[Any, Any]
     loop: EventLoopToken  # the server's event loop, reachable from any thread
     answered: tuple[AskRequest, Answer] | None = None  # from a 2026-07-28 retry
+    cancel: threading.Event = field(default_factory=threading.Event)  # seen by the call
+    withdrawn: anyio.Event = field(default_factory=anyio.Event)  # seen by its question
 
 
 class ToolServer:
     """The MCP face of one runtime: lists its tools, runs calls through one session."""
 
-    def __init__(self, runtime: Runtime, *, log: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        log: TextIO | None = None,
+        allow: Sequence[str] = (),
+    ) -> None:
         self.runtime = runtime
         self.session: Session = runtime.session(asker=self._ask)
         self._log = log or sys.stderr
-        # The core is not written for concurrent calls on one session (lazily started
-        # environments, the allowlists); calls and reloads take turns. Taking turns also
-        # means one call at a time, so the asker finds its call's channel here, whichever
-        # thread the question comes from (a tool may ask from a thread of its own).
+        for key in allow:
+            self.session.grant(key)  # UsageError / CeilingViolation: refused before serving
+        # Calls that may ask take turns, in the order they came: one question at a time, and
+        # the asker finds its call's channel here, whichever thread the question comes from (a
+        # tool may ask from a thread of its own). Reloads take the same turn. Calls that need
+        # no permission never ask and do not wait for it.
         self._turn = threading.Lock()
         self._channel: _Channel | None = None
         self._questions: OrderedDict[str, AskRequest] = OrderedDict()
         self._questions_lock = threading.Lock()
+        self._listed: tuple[str, ...] = ()
+        self._notify: ServerSession | None = None  # the connection, for list_changed
         self.server: Server[Any] = Server(
             "codecoder",
             version=_version(),
@@ -240,32 +307,94 @@ class ToolServer:
             on_call_tool=self._call_tool,
         )
 
+    def initialization_options(self) -> Any:
+        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [types.Tool.model_validate(mcp_tool(d)) for d in self.runtime.definitions()]
+        self._notify = ctx.session
+        definitions = self.runtime.definitions()
+        self._listed = _fingerprint(self.runtime)
+        tools = [types.Tool.model_validate(mcp_tool(d)) for d in definitions]
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        channel = _Channel(_ask_mode(ctx), ctx, anyio.lowlevel.current_token())
+        self._notify = ctx.session
+        loop = anyio.lowlevel.current_token()
+        channel = _Channel(_ask_mode(ctx), ctx, loop)
         if channel.mode == "input_required":
             channel.answered = self._answer_from_retry(params)
         arguments = dict(params.arguments or {})
-        try:
-            outcome = await anyio.to_thread.run_sync(self._run, channel, params.name, arguments)
-        except _QuestionPending as pending:
-            return self._input_required(pending.request, ctx.protocol_version)
-        return tool_result(outcome)
+        progress = _progress_reporter(ctx, loop)
+        finished = False
 
-    def _run(self, channel: _Channel, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        with self._turn:
-            self._channel = channel
+        async def watch_for_cancel() -> None:
+            # The SDK cancels this handler's scope on `notifications/cancelled` (and when the
+            # connection closes); the call in its worker thread learns it here.
             try:
-                return self.session.call(name, arguments)
+                await anyio.sleep_forever()
+            finally:
+                if not finished:
+                    channel.cancel.set()
+                    channel.withdrawn.set()
+
+        ran: CallOutcome | _QuestionPending | None = None
+        async with anyio.create_task_group() as watchers:
+            watchers.start_soon(watch_for_cancel)
+            try:
+                ran = await anyio.to_thread.run_sync(
+                    self._run, channel, params.name, arguments, progress
+                )
+            except _QuestionPending as pending:
+                ran = pending
+            finally:
+                finished = True
+                watchers.cancel_scope.cancel()
+        if isinstance(ran, _QuestionPending):
+            return self._input_required(ran.request, ctx.protocol_version)
+        assert ran is not None
+        outcome = ran
+        await self.tools_changed()
+        tool = self.runtime.tools.get(params.name)
+        return tool_result(outcome, tool.output_schema if tool is not None else None)
+
+    def _run(
+        self,
+        channel: _Channel,
+        name: str,
+        arguments: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], None] | None,
+    ) -> CallOutcome:
+        if not self._may_ask(name, arguments):
+            return self.session.call(name, arguments, cancel=channel.cancel, progress=progress)
+        while not self._turn.acquire(timeout=0.05):
+            if channel.cancel.is_set():
+                break
+        else:
+            try:
+                self._channel = channel
+                return self.session.call(name, arguments, cancel=channel.cancel, progress=progress)
             finally:
                 self._channel = None
+                self._turn.release()
+        # Cancelled while waiting for its turn: the dispatcher audits it as cancelled.
+        return self.session.call(name, arguments, cancel=channel.cancel)
+
+    def _may_ask(self, name: str, arguments: dict[str, Any]) -> bool:
+        """Whether the call can reach the asker; calls that cannot never wait for their turn."""
+        tool = self.session.tools().get(name)
+        if tool is None:
+            return False  # refused as unknown, without asking
+        try:
+            params = validate_arguments(tool, arguments)
+            return tool.permission(params).key is not None
+        except CodecoderError:
+            return False  # refused as invalid, without asking
+        except Exception:
+            return True  # the dispatcher reports it; when unsure, take a turn
 
     def _ask(self, request: AskRequest) -> Answer:
         """The session's asker; runs in a worker thread, never on the event loop."""
@@ -278,7 +407,7 @@ class ToolServer:
             )
         if channel.mode == "request":
             answer: Answer = anyio.from_thread.run(
-                self._elicit, channel.ctx, request, token=channel.loop
+                self._elicit, channel, request, token=channel.loop
             )
             return answer
         if channel.answered is not None:
@@ -288,21 +417,41 @@ class ToolServer:
                 return answer
         raise _QuestionPending(request)
 
-    async def _elicit(self, ctx: ServerRequestContext[Any, Any], request: AskRequest) -> Answer:
-        try:
-            result = await ctx.session.elicit_form(
-                elicitation_message(request),
-                elicitation_schema(request, ctx.protocol_version),
-                related_request_id=ctx.request_id,
-            )
-        except Exception as exc:
+    async def _elicit(self, channel: _Channel, request: AskRequest) -> Answer:
+        ctx = channel.ctx
+        result: types.ElicitResult | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as race:
+
+            async def withdraw_on_cancel() -> None:
+                await channel.withdrawn.wait()
+                race.cancel_scope.cancel()
+
+            race.start_soon(withdraw_on_cancel)
+            try:
+                result = await ctx.session.elicit_form(
+                    elicitation_message(request),
+                    elicitation_schema(request, ctx.protocol_version),
+                    related_request_id=ctx.request_id,
+                )
+            except Exception as exc:
+                failure = exc
+            race.cancel_scope.cancel()
+        if failure is not None:
             # A failed question is not an answer: nothing runs, and the error says so.
-            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            what = (
+                f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
+            )
             raise _refusal(
                 request,
                 f"{request.key} was not allowed: asking through the MCP client failed ({what})",
                 f"the elicitation failed ({what})",
-            ) from None
+            )
+        if result is None:  # the call was cancelled while its question waited
+            raise Cancelled(
+                f"{visible(request.key)} was cancelled by the MCP client while its question "
+                "waited for an answer; nothing ran"
+            )
         return answer_of(result, request)
 
     def _input_required(
@@ -334,7 +483,21 @@ class ToolServer:
         response = (params.input_responses or {}).get(_INPUT_KEY)
         if not isinstance(response, types.ElicitResult):
             return asked, Answer.DENY
+        if question_refused(response, asked) is not None:
+            return asked, Answer.DENY
         return asked, answer_of(response, asked)
+
+    async def tools_changed(self, *, reloaded: bool = False) -> None:
+        """Tell the client when the tool list is no longer what it last listed (and after
+        every reload: what the client holds was listed from the file as it was)."""
+        if not reloaded and (not self._listed or _fingerprint(self.runtime) == self._listed):
+            return
+        self._listed = _fingerprint(self.runtime)
+        session = self._notify
+        if session is None:
+            return
+        with contextlib.suppress(Exception):  # a client gone, or of an era without it
+            await session.send_tool_list_changed()
 
     def reload(self) -> list[Diagnostic]:
         """Apply codecoder.json as it now is (between calls) and log its diagnostics."""
@@ -346,6 +509,28 @@ class ToolServer:
     def close(self) -> None:
         self.session.close()
         self.runtime.close()
+
+
+def _fingerprint(runtime: Runtime) -> tuple[str, ...]:
+    """What a client's tool list depends on: each tool's definition as listed."""
+    return tuple(json.dumps(mcp_tool(d), sort_keys=True) for d in runtime.definitions())
+
+
+def _progress_reporter(
+    ctx: ServerRequestContext[Any, Any], loop: EventLoopToken
+) -> Callable[[float, float | None, str | None], None] | None:
+    """`ToolContext.progress` for this request: `notifications/progress`, when the client
+    asked for it (a progress token); None otherwise."""
+    meta = ctx.meta
+    token = meta.get("progress_token", meta.get("progressToken")) if meta else None
+    if token is None:
+        return None
+
+    def report(progress: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(Exception):  # progress is advice: never fail the call for it
+            anyio.from_thread.run(ctx.session.report_progress, progress, total, message, token=loop)
+
+    return report
 
 
 def _ask_mode(ctx: ServerRequestContext[Any, Any]) -> AskMode:
@@ -361,24 +546,44 @@ def _ask_mode(ctx: ServerRequestContext[Any, Any]) -> AskMode:
     return "unable"
 
 
-def tool_result(outcome: CallOutcome) -> types.CallToolResult:
-    """A call's outcome as an MCP tool result: the output for the model, the rest structured."""
+def tool_result(
+    outcome: CallOutcome, output_schema: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    """A call's outcome as an MCP tool result.
+
+    `content`: the text for the model, once. `structuredContent`: only for a tool with an
+    output schema, only on success, only the schema's fields (what the text does not carry in
+    a form a program reads). `_meta`: the decision and the call's duration, for the client.
+    """
     error = outcome.error
+    structured: dict[str, Any] | None = None
     if error is None:
         assert outcome.result is not None
         text = outcome.result.output
+        if output_schema is not None:
+            fields = output_schema.get("properties", {})
+            structured = {k: v for k, v in outcome.result.data.items() if k in fields}
     elif isinstance(error, PermissionDenied):
         text = f"permission denied: {error}"
     elif isinstance(error, UsageError):
         text = f"invalid call: {error}"
+    elif isinstance(error, Cancelled):
+        text = f"cancelled: {error}"
     elif isinstance(error, ToolError):
         text = f"tool error: {error}"
     else:
         text = f"error: {error}"
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        structured_content=outcome.to_json(),
-        is_error=not outcome.ok,
+    meta: dict[str, Any] = {
+        f"{_META}/decision": outcome.decision.to_json() if outcome.decision else None,
+        f"{_META}/duration_ms": round(outcome.duration * 1000, 3),
+    }
+    return types.CallToolResult.model_validate(
+        {
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": structured,
+            "isError": not outcome.ok,
+            "_meta": meta,
+        }
     )
 
 
@@ -487,6 +692,7 @@ async def _handle_signals(
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await anyio.to_thread.run_sync(tool_server.reload)
+                await tool_server.tools_changed(reloaded=True)
             else:
                 _stop(tool_server, signum)
 
@@ -506,9 +712,13 @@ def _stop(tool_server: ToolServer, signum: int) -> None:
     os.kill(os.getpid(), signum)
 
 
-async def _serve(project_dir: Path, log: TextIO) -> None:
+async def _serve(project_dir: Path, log: TextIO, allow: Sequence[str]) -> None:
     runtime = Runtime(project_dir, asker=non_interactive)
-    tool_server = ToolServer(runtime, log=log)
+    try:
+        tool_server = ToolServer(runtime, log=log, allow=allow)
+    except BaseException:
+        runtime.close()
+        raise
     _log_config(runtime, list(runtime.diagnostics), log, "serving")
     try:
         async with anyio.create_task_group() as tasks:
@@ -517,14 +727,14 @@ async def _serve(project_dir: Path, log: TextIO) -> None:
             await tasks.start(_handle_signals, tool_server)
             with _pid_file(runtime.project_dir):
                 async with stdio_server() as (read, write):
-                    options = tool_server.server.create_initialization_options()
+                    options = tool_server.initialization_options()
                     await tool_server.server.run(read, write, options)
             tasks.cancel_scope.cancel()
     finally:
         tool_server.close()
 
 
-def serve(project_dir: Path, log: TextIO | None = None) -> int:
+def serve(project_dir: Path, log: TextIO | None = None, allow: Sequence[str] = ()) -> int:
     """Serve over stdin/stdout until the client closes stdin; returns the exit code."""
-    anyio.run(_serve, Path(project_dir), log or sys.stderr)
+    anyio.run(_serve, Path(project_dir), log or sys.stderr, tuple(allow))
     return 0

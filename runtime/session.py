@@ -26,6 +26,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,16 +42,18 @@ from runtime.capabilities import (
     load_capabilities,
     record_approval,
 )
-from runtime.ceiling import EnvironmentTag
+from runtime.ceiling import EnvironmentTag, Scope
 from runtime.decision import Answer, Source
 from runtime.dispatcher import CallOutcome, Dispatcher
-from runtime.engine import PermissionEngine
-from runtime.errors import ConfigError, SandboxUnavailable, UsageError
+from runtime.engine import PROTECTED_NOTE, PermissionEngine
+from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, UsageError
+from runtime.patterns import KeyPattern, PatternError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.protected import is_protected_path
 from runtime.state import project_state_directory
-from runtime.tool import Tool, ToolDefinition
+from runtime.tool import KeyStyle, PermissionKey, Tool, ToolDefinition
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
 
@@ -88,6 +91,7 @@ class Runtime:
         self.asker: Asker = asker or default_asker()
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._owned: set[EnvironmentTag] = set()
+        self._starting = threading.Lock()
         if audit_log is _DEFAULT_AUDIT:
             audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
@@ -142,12 +146,17 @@ class Runtime:
         return [tool.definition(self.environment_of(name)) for name, tool in self.tools.items()]
 
     def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]:
-        """The environment for `tag`, started on first use and kept for the runtime's life."""
+        """The environment for `tag`, started on first use and kept for the runtime's life.
+
+        Safe to call from several threads: each environment is started once."""
         env = self._environments.get(tag)
         if env is None:
-            env = self._start(tag)
-            self._environments[tag] = env
-            self._owned.add(tag)
+            with self._starting:
+                env = self._environments.get(tag)
+                if env is None:
+                    env = self._start(tag)
+                    self._environments[tag] = env
+                    self._owned.add(tag)
         return env
 
     def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
@@ -236,14 +245,57 @@ class Session:
         tool: str,
         args: Any,
         *,
+        cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
     ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
-        the outcome carries them (use `outcome.unwrap()` to raise). `progress`, if given,
-        hears from long-running tools (see `ToolContext.progress`)."""
-        outcome = self._dispatcher.call(tool, args, progress=progress)
+        the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
+        the call; `progress` receives the tool's progress reports."""
+        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress)
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    def grant(self, raw: str) -> PermissionKey:
+        """Grant one key for this session before any call (`--allow KEY`): a session grant
+        like the human's AlwaysThisSession answer, checked as one.
+
+        `raw` is a key as `codecoder key` prints it (`run_command:npm`); a capability's grant
+        is pinned to the capability as it is now. Refused with a clear error: a key that is not
+        one (bad syntax, unknown tool, a wildcard: patterns belong in codecoder.json), and a
+        protected path, which can be allowed only once.
+        """
+        try:
+            pattern = KeyPattern.parse(raw)
+        except PatternError as exc:
+            raise UsageError(f"--allow {raw!r}: {exc}") from None
+        tool = self.tools().get(pattern.tool)
+        if tool is None:
+            raise UsageError(
+                f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
+                + ", ".join(sorted(self.tools()))
+            )
+        try:
+            pattern.check(tool.key_style)
+        except PatternError as exc:
+            raise UsageError(f"--allow {raw!r}: {exc}") from None
+        if not pattern.is_exact_compound and any(c in pattern.action for c in "*?["):
+            raise UsageError(
+                f"--allow {raw!r}: a session grant is one key, as `codecoder key` prints it; "
+                "wildcard patterns belong in codecoder.json"
+            )
+        environment = self.runtime.environment_of(tool.name)
+        if tool.key_style is KeyStyle.PATH and is_protected_path(pattern.action):
+            raise CeilingViolation(raw, environment.value, "Once", f"{raw}: {PROTECTED_NOTE}")
+        if not environment.allows(Scope.SESSION):  # no environment is below it today
+            raise CeilingViolation(raw, environment.value, environment.ceiling.label)
+        key = PermissionKey(pattern.tool, pattern.action, raw, style=tool.key_style)
+        if pattern.tool == RUN_CAPABILITY:
+            capability = self.runtime.capabilities.get(pattern.action)
+            if capability is None:
+                raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
+            key = capability.permission_key()
+        self.allowlist.grant(key, environment, digest=key.digest)
+        return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:
         """If the human just granted a capability for the project, record the approved digest.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import enum
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,8 +209,12 @@ class ToolContext:
     extra: Mapping[str, Any] = field(default_factory=dict)
     grant: str | None = None  # the standing grant the call runs under (Decision.grant)
     key: PermissionKey | None = None  # the key the call was decided under, when it asked
-    # Long calls report (progress, total, message), the shape of an MCP progress notification.
+    # Reports how far the call is (progress, total, message), the shape of an MCP progress
+    # notification; None when nobody listens.
     progress: Callable[[float, float | None, str | None], None] | None = None
+    # Set when the caller gave up on the call (an MCP client's cancel): what the tool started
+    # should stop (environments take it as `CommandRequest.cancel`), and the call ends Cancelled.
+    cancel: threading.Event | None = None
 
     @property
     def site(self) -> CallSite:
@@ -235,6 +240,8 @@ class ToolDefinition:
     environment: EnvironmentTag
     needs_permission: bool
     input_schema: dict[str, Any]
+    # What a successful result's `data` carries beyond its text, as JSON Schema (None: nothing).
+    output_schema: dict[str, Any] | None = None
 
 
 class Tool(abc.ABC, Generic[P]):
@@ -253,6 +260,9 @@ class Tool(abc.ABC, Generic[P]):
     parameters: ClassVar[type[Parameters]]
     key_style: ClassVar[KeyStyle] = KeyStyle.NAME
     asks: ClassVar[bool] = True  # whether permission() can return Ask; shown by `tools`
+    # The part of `ToolResult.data` that is not already in the text, as a JSON Schema of an
+    # object; interfaces that carry structured results (MCP) send exactly these fields.
+    output_schema: ClassVar[dict[str, Any] | None] = None
 
     @abc.abstractmethod
     def permission(self, args: P) -> Permission:
@@ -275,4 +285,5 @@ class Tool(abc.ABC, Generic[P]):
             environment=environment or self.environment,
             needs_permission=self.asks,
             input_schema=self.parameters.model_json_schema(),
+            output_schema=self.output_schema,
         )

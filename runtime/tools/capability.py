@@ -245,6 +245,7 @@ def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> Comm
         # and no grant to share state with: a capability starts from an empty home.
         snapshot=Snapshot(capability.files, capability.digest),
         grant=None,
+        cancel=ctx.cancel,
     )
     result: CommandResult = ctx.environment.run(request)
     return result

@@ -62,6 +62,25 @@ class RunCommandParameters(Parameters):
         return value
 
 
+COMMAND_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "exit_code": {"type": "integer", "description": "The command's exit code."},
+        "truncated": {
+            "type": "boolean",
+            "description": "Whether output was cut (head and tail kept, the cut marked).",
+        },
+        "killed_by": {
+            "type": ["string", "null"],
+            "description": "The signal that killed the command, if one did.",
+        },
+    },
+    "required": ["exit_code", "truncated", "killed_by"],
+    "additionalProperties": False,
+}
+"""What a command's result carries beyond its text (`result_of`'s data has these and more)."""
+
+
 def result_of(res: CommandResult) -> ToolResult:
     parts = [res.stdout]
     if res.stderr:
@@ -98,6 +117,7 @@ class RunCommand(Tool[RunCommandParameters]):
     bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.DOCKER})
     parameters = RunCommandParameters
     key_style = KeyStyle.COMMAND
+    output_schema = COMMAND_OUTPUT_SCHEMA
 
     def permission(self, args: RunCommandParameters) -> Permission:
         return Permission.ask(key_command(args.command).permission_key(self.name))
@@ -149,6 +169,7 @@ class RunCommand(Tool[RunCommandParameters]):
             env=env,
             writable=True,  # builds write the workspace; protected paths stay read-only
             grant=ctx.grant,
+            cancel=ctx.cancel,
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)
@@ -192,6 +213,7 @@ class Commit(Tool[CommitParameters]):
     environment = EnvironmentTag.SHELL
     bindable = frozenset({EnvironmentTag.SHELL})
     parameters = CommitParameters
+    output_schema = COMMAND_OUTPUT_SCHEMA
 
     def permission(self, args: CommitParameters) -> Permission:
         return Permission.ask(PermissionKey.named(self.name, subject=_commit_summary(args)))
@@ -208,7 +230,10 @@ class Commit(Tool[CommitParameters]):
 
     def execute(self, args: CommitParameters, ctx: ToolContext) -> ToolResult:
         git = HostGit.for_workspace(ctx.workspace).runner(
-            ctx.environment.run, timeout=ctx.limits.timeout, max_output=ctx.limits.max_output
+            ctx.environment.run,
+            timeout=ctx.limits.timeout,
+            max_output=ctx.limits.max_output,
+            cancel=ctx.cancel,
         )
         if args.paths:
             staged = git("add", "--", *args.paths)

@@ -49,6 +49,9 @@ FIGURE_NAMES = [
     "search.grep.wasm",
     "search.glob.wasm",
     *(f"throughput.{env}.{n}" for env in ("mock", "shell", "wasm", "docker") for n in (1, 4, 16)),
+    "agents.startup.decide",
+    "agents.startup.hook",
+    "agents.mcp.result_size",
 ]
 CHEAP = ["permission", "keying", "allowlists"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}

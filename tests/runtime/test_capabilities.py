@@ -822,8 +822,16 @@ def test_codecoder_tools_and_schema_list_the_capabilities(project: Path) -> None
     assert [t for t in schema if t["name"] == "echo"] == [
         {
             "name": "echo",
+            "title": "Echo (@wasm)",
             "description": "Echo the arguments. (a capability, runs in @wasm)",
             "inputSchema": WHO,
+            "annotations": {
+                "title": "Echo (@wasm)",
+                "readOnlyHint": False,
+                "destructiveHint": True,
+                "idempotentHint": False,
+                "openWorldHint": False,
+            },
         }
     ]
 

@@ -99,7 +99,9 @@ def test_key_for_any_tool_takes_its_arguments_as_json(project: Path) -> None:
     assert (as_json(proc)["key"], as_json(proc)["permission"]) == ("commit", "ask")
     bad = codecoder("key", "--json", "--tool", "commit", '{"mesage": "m"}', project=project)
     assert bad.returncode == 2
-    assert "message" in bad.stderr and "mesage" in bad.stderr
+    error = as_json(bad)["error"]  # with --json, the error is JSON on stdout
+    assert error["type"] == "InvalidArguments"
+    assert "message" in error["message"] and "mesage" in error["message"]
 
 
 def test_check_reports_the_seed_example_as_a_user_would_expect(project: Path) -> None:
@@ -433,3 +435,132 @@ def test_the_progress_line_writes_nothing_for_a_call_that_reports_nothing(
     assert capsys.readouterr().err == (
         "\r\x1b[K3/10" + "\r\x1b[Ksearched 5 files\\e[8m" + "\r\x1b[K"
     )
+
+
+# --- decide, --allow, arguments from stdin and files, JSON errors, --version -----------------
+
+
+def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Path) -> None:
+    write_config(project, {"deny": ["run_command:git:push"]})
+    would_ask = codecoder(
+        "decide", "run_command", '{"command": "touch marker"}', "--json", project=project
+    )
+    assert would_ask.returncode == 4
+    assert as_json(would_ask) == {
+        "decision": "ask",
+        "tool": "run_command",
+        "key": "run_command:touch",
+        "environment": "@shell",
+        "source": None,
+        "matched": None,
+        "would_ask": True,
+        "choices": ["once", "session", "deny"],
+        "reason": "nothing grants this key: the human would be asked",
+        "violations": [],
+        "protected": False,
+    }
+    denied = codecoder(
+        "decide", "run_command", '{"command": "git push"}', "--json", project=project
+    )
+    assert denied.returncode == 3
+    assert (as_json(denied)["decision"], as_json(denied)["matched"]) == (
+        "deny",
+        "run_command:git:push",
+    )
+    allowed = codecoder(
+        "decide",
+        "run_command",
+        '{"command": "touch x"}',
+        "--allow",
+        "run_command:touch",
+        "--json",
+        project=project,
+    )
+    assert allowed.returncode == 0
+    assert (as_json(allowed)["source"], as_json(allowed)["would_ask"]) == ("session", False)
+    assert not (project / "marker").exists() and not (project / "x").exists()
+    assert not (project / ".codecoder" / "audit.jsonl").exists()
+
+
+def test_allow_grants_only_its_key_and_refuses_what_a_session_grant_cannot_be(
+    project: Path,
+) -> None:
+    ok = codecoder(
+        "call",
+        "run_command",
+        '{"command": "echo hi"}',
+        "--allow",
+        "run_command:echo",
+        "--non-interactive",
+        "--json",
+        project=project,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert as_json(ok)["decision"]["source"] == "session"
+    other = codecoder(
+        "call",
+        "run_command",
+        '{"command": "touch y"}',
+        "--allow",
+        "run_command:echo",
+        "--non-interactive",
+        project=project,
+    )
+    assert other.returncode == 3 and not (project / "y").exists()
+    for key, message in [
+        ("run_command:*", "wildcard patterns belong in codecoder.json"),
+        ("write_file:.git/hooks/pre-commit", "can be allowed only once"),
+        ("write_file:codecoder.json", "can be allowed only once"),
+        ("nosuch:x", "there is no tool named 'nosuch'"),
+    ]:
+        proc = codecoder(
+            "call",
+            "write_file",
+            '{"path": "a", "content": "b"}',
+            "--allow",
+            key,
+            "--json",
+            project=project,
+        )
+        assert proc.returncode in (2, 3), key
+        assert message in as_json(proc)["error"]["message"], key
+    assert not (project / "a").exists()
+
+
+def test_call_reads_its_arguments_from_stdin_or_a_file_of_any_size(project: Path) -> None:
+    content = "x" * 300_000  # more than a command line may carry
+    args = json.dumps({"path": "big.txt", "content": content})
+    proc = codecoder(
+        "call", "write_file", "-", "--answer", "once", "--json", project=project, stdin=args
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "big.txt").read_text() == content
+    (project / "args.json").write_text(json.dumps({"path": "big.txt"}))
+    read = codecoder("call", "read_file", "@args.json", "--json", project=project)
+    assert read.returncode == 0 and as_json(read)["ok"]
+    missing = codecoder("call", "read_file", "@nope.json", "--json", project=project)
+    assert missing.returncode == 2
+    assert as_json(missing)["error"]["message"].startswith("cannot read nope.json")
+
+
+def test_json_errors_are_json(project: Path) -> None:
+    bad = codecoder("call", "run_command", "{nope", "--json", project=project)
+    assert bad.returncode == 2
+    assert as_json(bad) == {
+        "ok": False,
+        "error": {
+            "type": "InvalidArguments",
+            "message": "invalid arguments for (cli): arguments: not valid JSON: Expecting property "
+            "name enclosed in double quotes at column 2",
+        },
+    }
+    usage = codecoder("schema", "--format", "nope", "--json", project=project)
+    assert usage.returncode == 2
+    assert as_json(usage)["error"]["type"] == "UsageError"
+    assert "invalid choice: 'nope'" in as_json(usage)["error"]["message"]
+
+
+def test_version(project: Path) -> None:
+    proc = codecoder("--version", project=project)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("codecoder 0.")

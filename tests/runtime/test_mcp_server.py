@@ -128,8 +128,8 @@ def text_of(result: types.CallToolResult) -> str:
 
 
 def decision_of(result: types.CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict)
-    decision: dict[str, Any] = result.structured_content["decision"]
+    assert result.meta is not None
+    decision: dict[str, Any] = result.meta["codecoder/decision"]
     return decision
 
 
@@ -228,7 +228,8 @@ async def test_a_declined_question_is_a_denied_tool_error_and_nothing_runs(
         result = await session.call_tool("run_command", {"command": "touch marker"})
     assert result.is_error
     assert text_of(result) == (
-        "permission denied: run_command:touch was not allowed (denied at the prompt)"
+        "permission denied: run_command:touch was not allowed: the MCP client declined the "
+        "question (no answer was given)"
     )
     assert decision_of(result)["source"] == "denied"
     assert not (project / "marker").exists()
@@ -309,8 +310,8 @@ async def test_a_failing_command_is_a_tool_error_with_its_output(project: Path) 
         result = await session.call_tool("run_command", {"command": "ls no-such-file"})
     assert result.is_error
     assert "[exit code 2]" in text_of(result)
-    assert isinstance(result.structured_content, dict)
-    assert result.structured_content["result"]["data"]["exit_code"] == 2
+    # The command ran: its exit code is structured content too, the rest is only in the text.
+    assert result.structured_content == {"exit_code": 2, "truncated": False, "killed_by": None}
 
 
 async def test_a_question_the_client_fails_to_answer_is_a_denial(project: Path) -> None:

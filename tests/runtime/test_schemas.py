@@ -69,8 +69,16 @@ def test_every_tool_exports_as_an_anthropic_tool(project: Path) -> None:
 def test_every_tool_exports_as_an_mcp_tool(project: Path) -> None:
     defs = definitions(project)
     exported = export(defs, "mcp")
-    assert exported == [
-        {"name": d.name, "description": d.description, "inputSchema": input_schema(d)} for d in defs
+    assert [
+        {k: e[k] for k in ("name", "description", "inputSchema", "title")} for e in exported
+    ] == [
+        {
+            "name": d.name,
+            "description": d.description,
+            "inputSchema": input_schema(d),
+            "title": f"{d.name.replace('_', ' ').capitalize()} ({d.environment.value})",
+        }
+        for d in defs
     ]
     for entry in exported:
         assert entry["inputSchema"]["type"] == "object"
@@ -175,3 +183,101 @@ def test_an_unknown_format_is_a_usage_error(project: Path) -> None:
     proc = codecoder("schema", "--format", "gemini", project=project)
     assert proc.returncode == 2
     assert "invalid choice: 'gemini'" in proc.stderr
+
+
+# --- strict mode and the Responses API, checked with the providers' own SDK types ------------
+
+
+def strict_ready(schema: Any) -> list[str]:
+    """Where a schema breaks strict mode's rules: every object closed, every property required."""
+    problems: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict) and where.endswith("/properties"):
+            for name, value in node.items():  # property names, not keywords
+                walk(value, f"{where}/{name}")
+        elif isinstance(node, dict):
+            if node.get("type") == "object" or "properties" in node:
+                if node.get("additionalProperties") is not False:
+                    problems.append(f"{where}: additionalProperties is not false")
+                if sorted(node.get("required", [])) != sorted(node.get("properties", {})):
+                    problems.append(f"{where}: not every property is required")
+            for bad in ("default", "title", "minLength", "maxLength", "oneOf", "allOf"):
+                if bad in node:
+                    problems.append(f"{where}: keeps {bad}")
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, f"{where}/{i}")
+
+    walk(schema, "")
+    return problems
+
+
+def test_strict_exports_are_valid_sdk_types_and_strict_where_they_can_be(project: Path) -> None:
+    from anthropic.types import ToolParam
+    from openai.types.chat import ChatCompletionToolParam
+    from openai.types.responses import FunctionToolParam
+    from pydantic import TypeAdapter
+
+    defs = definitions(project)
+    responses = export(defs, "openai-responses", strict=True)
+    chat = export(defs, "openai", strict=True)
+    claude = export(defs, "anthropic", strict=True)
+    for entry in responses:
+        TypeAdapter(FunctionToolParam).validate_python(entry)
+    for entry in chat:
+        TypeAdapter(ChatCompletionToolParam).validate_python(entry)
+    for entry in claude:
+        TypeAdapter(ToolParam).validate_python(entry)
+    not_strict = sorted(e["name"] for e in responses if not e["strict"])
+    # Only tools whose parameters hold a free-form JSON object (a capability's own schema and
+    # arguments) stay open; every other tool is strict, in all three formats.
+    assert not_strict == ["create_capability", "run_capability"]
+    assert sorted(e["function"]["name"] for e in chat if not e["function"]["strict"]) == not_strict
+    assert sorted(e["name"] for e in claude if not e["strict"]) == not_strict
+    for entry in responses:
+        if entry["strict"]:
+            assert strict_ready(entry["parameters"]) == [], entry["name"]
+
+
+def test_an_optional_field_becomes_required_and_nullable_and_null_means_the_default(
+    project: Path,
+) -> None:
+    from runtime.dispatcher import validate_arguments
+    from runtime.schemas import openai_responses_tool
+    from runtime.tools import builtin_tools
+
+    grep = builtin_tools()["grep"]
+    tool = openai_responses_tool(grep.definition(), strict=True)
+    properties = tool["parameters"]["properties"]
+    assert properties["path"]["type"] == ["string", "null"]
+    assert properties["glob"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert "pattern" in tool["parameters"]["required"] and "path" in tool["parameters"]["required"]
+    # What a model in strict mode sends for what it leaves out is the default.
+    nulls = {name: None for name in properties if name != "pattern"}
+    params = validate_arguments(grep, {"pattern": "x", **nulls})
+    assert params == validate_arguments(grep, {"pattern": "x"})
+
+
+def test_a_schema_that_must_stay_open_is_refused_by_strict_schema() -> None:
+    from runtime.schemas import strict_schema
+
+    with pytest.raises(UsageError, match="free-form"):
+        strict_schema(
+            {"type": "object", "properties": {"anything": {"type": "object"}}, "required": []}
+        )
+    with pytest.raises(UsageError, match="not an object"):
+        strict_schema({"type": "string"})
+
+
+def test_the_responses_format_is_flat_and_states_strict(project: Path) -> None:
+    (entry, *_) = export(definitions(project), "openai-responses")
+    assert set(entry) == {"type", "name", "description", "parameters", "strict"}
+    assert entry["strict"] is False  # not asked for: the schema is not rewritten
+
+
+def test_strict_does_not_apply_to_mcp(project: Path) -> None:
+    with pytest.raises(UsageError, match="--strict applies to"):
+        export(definitions(project), "mcp", strict=True)

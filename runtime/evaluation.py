@@ -1,0 +1,118 @@
+"""Deciding without running: what the permission chain says about a call, and nothing else.
+
+    evaluation = evaluate(session, "run_command", {"command": "git push"})
+    evaluation.decision        # "allow" | "deny" | "ask"
+
+The call goes through the same engine as every call (`PermissionEngine.evaluate`): the same
+validation, the same key, the same deny rules, project and session grants and ceiling checks.
+Where the chain would ask the human, it stops at the question instead: nobody is asked, nothing
+runs, no grant is recorded and no audit record is written. `codecoder decide` prints it; the
+hooks for other agents (`runtime.hooks`) answer their host from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from runtime.ceiling import EnvironmentTag
+from runtime.dispatcher import validate_arguments
+from runtime.errors import DeniedByRule, UnknownTool
+from runtime.prompt import AskRequest
+
+if TYPE_CHECKING:
+    from runtime.session import Session
+
+__all__ = ["Evaluation", "evaluate"]
+
+Verdict = Literal["allow", "deny", "ask"]
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What the chain decided about one call, or the question it would have asked."""
+
+    tool: str
+    decision: Verdict
+    environment: EnvironmentTag
+    key: str | None
+    source: str | None  # none / deny / project / session; None when it would ask
+    matched: str | None  # the allowlist entry or deny rule that decided
+    reason: str
+    question: AskRequest | None = None  # what the human would be asked
+    violations: tuple[str, ...] = ()
+    protected: bool = False
+
+    @property
+    def would_ask(self) -> bool:
+        return self.question is not None
+
+    def to_json(self) -> dict[str, Any]:
+        question = self.question
+        return {
+            "decision": self.decision,
+            "tool": self.tool,
+            "key": self.key,
+            "environment": self.environment.value,
+            "source": self.source,
+            "matched": self.matched,
+            "would_ask": self.would_ask,
+            "choices": [c.value for c in question.choices] if question else None,
+            "reason": self.reason,
+            "violations": list(self.violations),
+            "protected": self.protected,
+        }
+
+
+def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
+    """The chain's verdict on `tool(args)` in `session`, with nothing asked, run or recorded.
+
+    Raises UsageError (UnknownTool, InvalidArguments) for a call the runtime cannot consider.
+    """
+    found = session.tools().get(tool)
+    if found is None:
+        raise UnknownTool(tool, list(session.tools()))
+    params = validate_arguments(found, args)
+    environment = session.runtime.environment_of(tool)
+    permission = found.permission(params)
+    protected = permission.key.protected if permission.key is not None else False
+    try:
+        verdict = session.engine.evaluate(tool, environment, permission)
+    except DeniedByRule as refused:
+        decision = refused.decision
+        assert decision is not None
+        return Evaluation(
+            tool,
+            "deny",
+            environment,
+            decision.key,
+            decision.source.value,
+            decision.matched,
+            decision.reason,
+            violations=decision.violations,
+            protected=protected,
+        )
+    if isinstance(verdict, AskRequest):
+        reason = verdict.note or "nothing grants this key: the human would be asked"
+        return Evaluation(
+            tool,
+            "ask",
+            environment,
+            verdict.key,
+            None,
+            None,
+            reason,
+            question=verdict,
+            protected=protected,
+        )
+    return Evaluation(
+        tool,
+        "allow",
+        environment,
+        verdict.key,
+        verdict.source.value,
+        verdict.matched,
+        verdict.reason,
+        violations=verdict.violations,
+        protected=protected,
+    )
