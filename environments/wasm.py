@@ -65,6 +65,7 @@ from environments.wasmcompile import ENGINE_SETTINGS, compile_module, engine_con
 from environments.workspaceguard import ProtectedScan, quarantine
 from runtime.atomicfile import replace_atomically
 from runtime.ceiling import EnvironmentTag
+from runtime.confined import NotBeneath, check_pinned
 from runtime.errors import (
     ExecutionFailed,
     ExecutionTimeout,
@@ -1060,9 +1061,21 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
             finally:
                 os.unlink(stdin_path)
         for preopen in request.preopens:
-            if not preopen.host.is_dir():
-                raise ExecutionFailed(f"cannot preopen {preopen.host}: not a directory")
-            wasi.preopen_dir(os.fspath(preopen.host), preopen.guest, preopen.writable)
+            # Opened here and handed over by descriptor, after checking that its path has no
+            # symlink in it: a directory swapped for a link (to `.git`, to `/`) between the
+            # choice of preopens and this moment is refused, not followed.
+            host = os.fspath(preopen.host)
+            try:
+                fd = os.open(host, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                raise ExecutionFailed(f"cannot preopen {host}: not a directory") from None
+            try:
+                check_pinned(fd, host)
+                wasi.preopen_dir(f"/proc/self/fd/{fd}", preopen.guest, preopen.writable)
+            except NotBeneath as exc:
+                raise ExecutionFailed(f"cannot preopen {host}: {exc.strerror}") from None
+            finally:
+                os.close(fd)  # wasmtime has opened the directory itself
         return wasi
 
     def _map_failure(

@@ -36,7 +36,14 @@ import stat
 import threading
 from pathlib import Path
 
-__all__ = ["Beneath", "NotBeneath", "open_beneath", "open_root", "openat2_available"]
+__all__ = [
+    "Beneath",
+    "NotBeneath",
+    "check_pinned",
+    "open_beneath",
+    "open_root",
+    "openat2_available",
+]
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -96,8 +103,39 @@ def open_beneath(dir_fd: int, path: str | bytes, flags: int, *, symlinks: bool =
 
 
 def open_root(path: str | os.PathLike[str]) -> int:
-    """A descriptor for a directory that paths are then resolved beneath."""
-    return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    """A descriptor for the directory at `path`, which paths are then resolved beneath.
+
+    `path` must be absolute and have no symlink in it (a root is checked when it is configured
+    and resolved then): the descriptor is compared with it after opening, and a path that now
+    leads elsewhere, because a directory in it was swapped for a symlink since it was checked,
+    raises NotBeneath. So a read root inside the workspace that a sandbox replaced with a link
+    to `/` opens nothing. The descriptor pins the directory: what happens to the path later does
+    not change what it refers to.
+    """
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        check_pinned(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_pinned(fd: int, path: str | os.PathLike[str]) -> None:
+    """Raise NotBeneath unless the kernel's name for the open `fd` is `path` (absolute, no
+    symlink, normalised): the check that `open_root` and the sandboxes' roots rely on."""
+    wanted = os.path.normpath(os.fspath(path))
+    try:
+        actual = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        actual = os.path.realpath(wanted)  # no /proc: the path's own resolution, checked now
+    if actual != wanted:
+        raise NotBeneath(
+            errno.ELOOP,
+            f"it leads to {actual} now (a directory in it was replaced by a symlink, or the "
+            "path is not the resolved one)",
+            wanted,
+        )
 
 
 def openat2_available() -> bool:

@@ -298,7 +298,9 @@ class ConfinedFiles:
             if isinstance(extra_read_roots, Mapping)
             else {Path(root).name: Path(root) for root in extra_read_roots}
         )
-        self._roots = {name: Path(root).resolve() for name, root in roots.items()}
+        # As configured (resolved when the project was loaded), never resolved again here: a
+        # root a sandbox has since swapped for a symlink is refused, not followed (`_as_checked`).
+        self._roots = {name: Path(os.path.abspath(root)) for name, root in roots.items()}
         self._timeout = timeout
 
     @property
@@ -310,7 +312,7 @@ class ConfinedFiles:
         head, _, rest = path.partition("/")
         try:
             if not write and head.startswith("@") and head[1:] in self._roots:
-                host, guest = self._roots[head[1:]], EXTRA_ROOT_GUEST
+                host, guest = _as_checked(head[1:], self._roots[head[1:]]), EXTRA_ROOT_GUEST
                 rel = normalise_path(rest, allow_root=True)
             else:
                 host, guest = self._workspace, WORKSPACE_GUEST
@@ -804,7 +806,9 @@ class LandlockFiles:
     ) -> None:
         self._env = env
         self._workspace = Path(workspace).resolve()
-        self._roots = {name: Path(root).resolve() for name, root in extra_read_roots.items()}
+        self._roots = {
+            name: Path(os.path.abspath(root)) for name, root in extra_read_roots.items()
+        }
         self._timeout = timeout
 
     def _locate(self, path: str) -> tuple[Path, str, str]:
@@ -812,7 +816,8 @@ class LandlockFiles:
         head, _, rest = path.partition("/")
         try:
             if head.startswith("@") and head[1:] in self._roots:
-                return self._roots[head[1:]], normalise_path(rest, allow_root=True), head
+                root = _as_checked(head[1:], self._roots[head[1:]])
+                return root, normalise_path(rest, allow_root=True), head
             return self._workspace, normalise_path(path, allow_root=True), ""
         except ValueError as exc:
             raise ExecutionFailed(str(exc)) from exc
@@ -908,6 +913,8 @@ class LandlockFiles:
         self, path: str, args: builtins.list[str], progress: _Progress, what: str
     ) -> tuple[str, RipgrepResult]:
         root, rel, shown = self._locate(path)
+        for name, other in self._roots.items():
+            _as_checked(name, other)  # a new worker would be confined to what a swap leads to
         request = RipgrepRequest(
             roots=(self._workspace, *self._roots.values()),
             cwd=root,
@@ -1023,6 +1030,21 @@ def _ripgrep_error(stderr: str) -> str:
     if "Permission denied" in text:
         text += " (it is outside the workspace, or reached through a link leading out)"
     return text
+
+
+def _as_checked(name: str, root: Path) -> Path:
+    """`root` (the read root @name), if it is still the directory checked when the project was
+    loaded: no symlink in its path. A root inside the workspace is as writable as the rest of
+    it, so a sandbox could have replaced it with a link to `/` since; that is refused here, and
+    the sandboxes pin what they open (`runtime.confined.open_root`)."""
+    try:
+        os.close(open_root(root))
+    except OSError as exc:
+        raise ExecutionFailed(
+            f"the read root @{name} ({root}) is refused: {exc.strerror or exc}; it is no longer "
+            "the directory checked when the project was loaded (/reload checks it again)"
+        ) from exc
+    return root
 
 
 def _describe_os_error(exc: OSError) -> str:

@@ -131,6 +131,11 @@ def restrict_self(read: list[str], execute: list[str]) -> int:
         for path, access in rules:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
+                # A rule binds to what was opened: it must be the path the host checked, not
+                # wherever a symlink swapped in since leads (the roots are resolved paths).
+                opened = os.readlink(f"/proc/self/fd/{fd}")
+                if opened != os.path.normpath(path):
+                    raise OSError(f"{path} leads to {opened} now, not to the directory checked")
                 rule = _PathBeneathAttr(access & handled, fd)
                 _check(
                     _libc.syscall(

@@ -415,6 +415,55 @@ def test_extra_read_roots_are_read_only_and_named(
     assert not (workspace / "@docs").exists()
 
 
+@pytest.mark.parametrize("backend", READ_BACKENDS, indirect=["backend"])
+def test_a_read_root_swapped_for_a_symlink_after_it_was_checked_reads_nothing_outside(
+    backend: str, request: pytest.FixtureRequest, workspace: Path, tmp_path: Path
+) -> None:
+    # A read root inside the workspace (which even an untrusted codecoder.json may name) is as
+    # writable as the rest of it: a sandbox replaces it with a link out after the load.
+    docs = workspace / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("read me\n")
+    ctx = _read_ctx(request, workspace, read_roots={"docs": docs})
+    assert call("read_file", ctx, path="@docs/guide.md").output == "     1\tread me\n"
+
+    shutil.rmtree(docs)
+    docs.symlink_to(tmp_path)  # holds secret.txt
+    for tool, args in (
+        ("read_file", {"path": "@docs/secret.txt"}),
+        ("list_dir", {"path": "@docs"}),
+        ("grep", {"pattern": "top secret", "path": "@docs"}),
+        ("glob", {"pattern": "@docs/*.txt"}),
+    ):
+        with pytest.raises(ExecutionFailed, match="read root @docs .* is refused: it leads to"):
+            call(tool, ctx, **args)
+    # A search of the workspace: @landlock's worker would be confined to every root, so it
+    # refuses; @wasm preopens the workspace alone, where the link leads nowhere.
+    try:
+        output = call("grep", ctx, pattern="top secret", include_ignored=True, hidden=True).output
+    except ExecutionFailed as refused:
+        assert "read root @docs" in str(refused)
+    else:
+        assert "top secret" not in output
+
+
+def test_a_wasm_preopen_swapped_for_a_symlink_is_refused_not_followed(
+    env: WasmEnvironment, workspace: Path, tmp_path: Path
+) -> None:
+    from environments.wasm import Preopen, WasmRequest
+
+    target = workspace / "src"
+    shutil.rmtree(target)
+    target.symlink_to(tmp_path)
+    request = WasmRequest(
+        module=FILEOPS,
+        argv=("fileops", "read", "/workspace/secret.txt", "0", "100"),
+        preopens=(Preopen(target, "/workspace", writable=False),),
+    )
+    with pytest.raises(ExecutionFailed, match=r"cannot preopen .*src: it leads to"):
+        env.run(request)
+
+
 def test_the_file_tools_need_the_wasm_environment(workspace: Path) -> None:
     from environments.mock import MockEnvironment
 
