@@ -1,7 +1,9 @@
 """@shell: commands as host processes. Nothing contains them, which is why its ceiling is the
 session (runtime.ceiling).
 
-Each command runs in a new session (process group) with the workspace as its cwd and no stdin.
+Each command runs in a new session (process group) with the workspace as its cwd and no stdin,
+and with git's discovery of bare repositories off (`runtime.hostgit.guarded_environ`): a
+directory a sandbox laid out as a bare repository is never a repository to the host's git.
 At its deadline, when it ends, when the caller cancels it (`CommandRequest.cancel`), and when
 the call is interrupted (Ctrl-C, SIGTERM: whatever exception reaches it while it waits), the
 whole group is killed: a command cannot leave a background job behind to hold the pipes open or
@@ -29,6 +31,7 @@ from environments.base import CommandRequest, CommandResult, Environment, Snapsh
 from environments.output import CappedBuffer
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import Cancelled, ExecutionFailed, ExecutionTimeout
+from runtime.hostgit import guarded_environ
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 
@@ -54,11 +57,12 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         if request.cancel is not None and request.cancel.is_set():
             raise Cancelled("the call was cancelled before the command started")
         started = time.monotonic()
+        env = guarded_environ(os.environ if request.env is None else request.env)
         try:
             proc = subprocess.Popen(
                 argv,
                 cwd=request.cwd,
-                env=request.env,
+                env=env,
                 stdin=subprocess.PIPE if request.stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

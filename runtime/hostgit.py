@@ -38,6 +38,13 @@ so a nested `sub/.git` or a config file included from the workspace could name a
     -c diff.<d>.command= -c diff.<d>.textconv=   for every diff driver: no program runs
     -c merge.<d>.driver=                     for every merge driver
 
+Every host process, not only `commit` (`environments.shell` gives each one `guarded_environ`),
+also runs with `safe.bareRepository=explicit` in git's command-line configuration
+(GIT_CONFIG_COUNT, which git counts as protected configuration): git never takes a directory
+laid out as a bare repository (HEAD, objects/, refs/, config, all names a sandbox may write) for
+a repository it discovers by itself. Without it, a `git status` granted for the session, in a
+workspace or a subdirectory with no `.git`, obeyed the `core.fsmonitor` of a planted `config`.
+
 The drivers are listed by asking git itself (`git config --get-regexp`, which runs nothing),
 so includes and conditional includes are read exactly as the commit will read them. The user's
 global and the system config are kept (user.name, user.email; they are the human's files, out
@@ -58,7 +65,7 @@ from environments.base import CommandRequest, CommandResult
 from runtime.errors import ExecutionFailed
 from runtime.hostpath import host_path, locate
 
-__all__ = ["COMMIT_HOOKS", "HostGit"]
+__all__ = ["COMMIT_HOOKS", "GUARDED_CONFIG", "HostGit", "guarded_environ"]
 
 # The hooks `git add` and `git commit -m` may run (gc, and with it pre-auto-gc, is off).
 COMMIT_HOOKS: tuple[str, ...] = (
@@ -95,6 +102,26 @@ _DRIVER_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
 _DRIVER = re.compile(r"(filter|diff|merge)\.(.+)\.[^.]+")
 
 Run = Callable[[CommandRequest], CommandResult]
+
+# What every git a host process starts reads as command-line configuration (see above).
+GUARDED_CONFIG: tuple[tuple[str, str], ...] = (("safe.bareRepository", "explicit"),)
+
+
+def guarded_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` with `GUARDED_CONFIG` added after whatever GIT_CONFIG_COUNT entries it has
+    (a malformed count is replaced: git would refuse to start)."""
+    env = dict(environ)
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        count = 0
+    count = max(count, 0)
+    for key, value in GUARDED_CONFIG:
+        env[f"GIT_CONFIG_KEY_{count}"] = key
+        env[f"GIT_CONFIG_VALUE_{count}"] = value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
+    return env
 
 
 @dataclass(frozen=True, slots=True)

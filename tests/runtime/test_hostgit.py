@@ -255,3 +255,61 @@ def test_every_override_is_in_the_one_list() -> None:
     assert pairs["filter.lfs.clean"] == "" and pairs["filter.lfs.required"] == "false"
     assert pairs["diff.pdf.textconv"] == "" and pairs["diff.pdf.command"] == ""
     assert pairs["core.fsmonitor"] == "false" and pairs["submodule.recurse"] == "false"
+
+
+def _bare_plant(directory: Path, markers: Path) -> None:
+    """What a sandbox can write anywhere outside the protected paths: HEAD, objects/, refs/ and
+    a config that gives the "bare" repository a work tree and an fsmonitor."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "HEAD").write_text("ref: refs/heads/main\n")
+    for sub in ("objects", "refs/heads"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    (directory / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+        f"\tfsmonitor = {sh(markers, 'bare-fsmonitor')}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "command"),
+    [(".", "git status"), ("sub/dir", "cd sub/dir && git status")],
+    ids=["workspace", "subdirectory"],
+)
+def test_host_git_never_takes_a_planted_bare_layout_for_a_repository(
+    tmp_path: Path, where: str, command: str
+) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    workspace = tmp_path / "ws"
+    _bare_plant(workspace / where, markers)
+    # The control: git on its own discovers the layout as a repository and runs the plant.
+    subprocess.run(["git", "status"], cwd=workspace / where, env=_plain_env(), capture_output=True)
+    assert (markers / "bare-fsmonitor").exists()
+    (markers / "bare-fsmonitor").unlink()
+
+    with Runtime(workspace) as runtime, runtime.session() as session:
+        session.grant(f"run_command:{_key(command)}")
+        outcome = session.call("run_command", {"command": command})
+    assert outcome.decision.source == "session"
+    assert "safe.bareRepository" in outcome.unwrap().output
+    assert not (markers / "bare-fsmonitor").exists()
+
+
+def _key(command: str) -> str:
+    from runtime.commandkey import key_command
+
+    return key_command(command).permission_key().action
+
+
+def test_the_host_guard_keeps_the_callers_own_git_config_entries() -> None:
+    from runtime.hostgit import guarded_environ
+
+    env = guarded_environ(
+        {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "Ada"}
+    )
+    assert env["GIT_CONFIG_COUNT"] == "2"
+    assert (env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_VALUE_0"]) == ("user.name", "Ada")
+    assert (env["GIT_CONFIG_KEY_1"], env["GIT_CONFIG_VALUE_1"]) == (
+        "safe.bareRepository",
+        "explicit",
+    )
