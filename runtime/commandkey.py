@@ -48,7 +48,10 @@ textual scan of the whole string with quotes and backslashes removed, which stan
 bashlex cannot parse and errs towards refusal. Words bash would expand are `ANY`.
 
 `CommandKey.protected` says the command names one of the runtime's protected paths
-(`codecoder.json`, `.codecoder/`, `.git/`), which no grant beyond Once may cover.
+(`codecoder.json`, `.codecoder/`, `.git/`), the runtime's state or the user's configuration
+directory, or runs the runtime's own CLI (`codecoder`): no grant beyond Once may cover it. On
+the host the command's words are also followed through symlinks when it is keyed
+(`runtime.protected.reaches_protected`, in `run_command`).
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.programs import ANY, classify, deny_view
-from runtime.protected import mentions_protected_path
+from runtime.protected import mentions_protected_path, mentions_runtime_directory
 from runtime.tool import DenyView, GrantLevel, KeyStyle, PermissionKey, escape_literal
 
 __all__ = [
@@ -75,7 +78,10 @@ __all__ = [
     "key_command",
     "mentions_protected_path",
     "never_simple",
+    "textual_words",
 ]
+
+RUNTIME_CLI = "codecoder"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +267,7 @@ def clear_cache() -> None:
 def _key_command(command: str, search_path: str) -> CommandKey:
     if not command.strip():
         raise ValueError("empty command")
-    protected = mentions_protected_path(command)
+    protected = mentions_protected_path(command) or mentions_runtime_directory(command)
     try:
         argv = _lex(command)
         _check_parser_agrees(command, argv)
@@ -276,10 +282,14 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             argv=None,
             program=None,
             reason=str(compound),
-            protected=protected,
+            protected=protected or _runs_runtime_cli(textual_words(command)),
         )
     # Quote removal can reveal a name the raw text hides (`.g'i't/hooks`).
-    protected = protected or any(mentions_protected_path(word) for word in argv)
+    protected = (
+        protected
+        or _runs_runtime_cli(argv[:1])
+        or any(mentions_protected_path(w) or mentions_runtime_directory(w) for w in argv)
+    )
     return CommandKey(
         command=command,
         compound=False,
@@ -291,6 +301,14 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         covers=form.covers,
         views=(deny_view(tuple(word.lower() for word in argv)),),
     )
+
+
+def _runs_runtime_cli(words: Sequence[str]) -> bool:
+    """Whether a word could be the runtime's own command line, `codecoder`: it trusts project
+    files, revokes grants and makes calls with `--allow KEY`, so, like a protected path, no
+    grant beyond Once may cover running it (a session grant for `codecoder` would otherwise
+    cover `codecoder trust --yes` and `codecoder call … --allow run_command:*`)."""
+    return any(word.rsplit("/", 1)[-1].lower() == RUNTIME_CLI for word in words)
 
 
 def _lex(command: str) -> tuple[str, ...]:
@@ -442,7 +460,7 @@ def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
     """Every command in `command`: what bashlex sees (where it can parse) and the textual scan."""
     parsed = _parsed_commands(command)
     yield from parsed
-    yield _textual_command(command)
+    yield textual_words(command)
     if depth >= _NESTING:
         return
     for argv in parsed:
@@ -488,7 +506,7 @@ def _expands(word: Any) -> bool:
     )
 
 
-def _textual_command(command: str) -> tuple[str, ...]:
+def textual_words(command: str) -> tuple[str, ...]:
     """The whole string as one list of words, quotes and backslashes removed: crude on purpose.
 
     Removing every quote and backslash joins what quote removal would join (`pu''sh`, `pu\\sh`),

@@ -17,8 +17,10 @@ What an "always" answer records is as narrow as the question: the key's first gr
 names more than its program, the human is also offered the program-wide entry
 (`run_command:git`), as separate choices whose labels say what it covers.
 
-Keys for protected paths (codecoder.json, .codecoder/, .git/) skip both allowlists and can be
-allowed only once: a standing grant there would let a tool grant itself trust or plant a hook.
+Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
+runtime's state and the user's configuration directory, and commands that run the codecoder
+CLI; `runtime.protected`) skip both allowlists and can be allowed only once: a standing grant
+there would let a tool grant itself trust or plant a hook.
 
 `evaluate()` walks the same chain without asking anyone or recording anything: it returns the
 standing decision, or the question the human would be asked (`codecoder decide`, hooks).
@@ -40,7 +42,10 @@ from runtime.projectfile import add_allow_entry
 from runtime.prompt import Asker, AskRequest, non_interactive
 from runtime.tool import Permission
 
-PROTECTED_NOTE = "a protected path (codecoder.json, .codecoder/, .git/) can be allowed only once"
+PROTECTED_NOTE = (
+    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the runtime's state "
+    "and the user's configuration, the codecoder command itself) can be allowed only once"
+)
 
 
 class PermissionEngine:

@@ -19,6 +19,7 @@ from runtime.ceiling import EnvironmentTag
 from runtime.dispatcher import validate_arguments
 from runtime.errors import DeniedByRule, UnknownTool
 from runtime.prompt import AskRequest
+from runtime.tool import CallSite
 
 if TYPE_CHECKING:
     from runtime.session import Session
@@ -74,7 +75,9 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
         raise UnknownTool(tool, list(session.tools()))
     params = validate_arguments(found, args)
     environment = session.runtime.environment_of(tool)
-    permission = found.permission(params)
+    # The key the dispatcher would compute where the call would run (a program found where a
+    # sandbox writes, a word leading to a protected path through a symlink), not the bare one.
+    permission = found.permission_in(params, CallSite(session.runtime.project_dir, environment))
     protected = permission.key.protected if permission.key is not None else False
     try:
         verdict = session.engine.evaluate(tool, environment, permission)

@@ -82,7 +82,7 @@ from runtime import trust
 from runtime.atomicfile import exclusive_lock, replace_atomically
 from runtime.ceiling import EnvironmentTag, Scope
 from runtime.errors import ConfigError
-from runtime.state import workspace_directory
+from runtime.state import config_directory, workspace_directory
 
 __all__ = [
     "AgentSection",
@@ -292,10 +292,7 @@ def load_project_file(path: Path) -> ProjectFile:
 def user_file_path(environ: Mapping[str, str] | None = None) -> Path:
     """`$XDG_CONFIG_HOME/codecoder/config.json`, by default `~/.config/codecoder/config.json`
     (a relative XDG_CONFIG_HOME is ignored, as the XDG spec says)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CONFIG_HOME", "")
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
-    return root / "codecoder" / "config.json"
+    return config_directory(environ) / "config.json"
 
 
 def load_user_file(path: Path) -> ProjectFile:

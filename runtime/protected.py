@@ -16,7 +16,13 @@ behind):
 * `is_protected_entry(relpath)`: the entry at a path is itself protected (what no sandbox may
   create);
 * `is_git_name(component)`: one path component is a name git treats as `.git`/`.gitmodules`;
-* `mentions_protected_path(text)`: free text (a command line) names one.
+* `mentions_protected_path(text)`: free text (a command line) names one;
+* `mentions_runtime_directory(text)`: free text names the runtime's state directory or the
+  user's configuration directory (`runtime_directories`), which hold trust records, audit
+  logs and the user's own rules: a command naming them is protected like a protected path;
+* `reaches_protected(words, workspace)`: a host command's words lead there once symlinks are
+  followed (`g/config` where a sandbox made `g` a link to `.git`), checked when a command on
+  the host is keyed, so a link planted in the workspace cannot carry a write past the rule.
 
 Names are compared the way the most lenient file system a workspace may sit on would compare
 them, so that `.GIT`, `.git.` or `.g\u200cit` (case-insensitive, NTFS and HFS+ spellings that
@@ -27,7 +33,13 @@ planted hook.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from runtime.state import config_directory, state_directory
 
 __all__ = [
     "GIT_NAMES",
@@ -37,6 +49,9 @@ __all__ = [
     "is_protected_entry",
     "is_protected_path",
     "mentions_protected_path",
+    "mentions_runtime_directory",
+    "reaches_protected",
+    "runtime_directories",
 ]
 
 # Protected at the workspace root only: the runtime reads them there and nowhere else.
@@ -101,3 +116,85 @@ def mentions_protected_path(text: str) -> bool:
     removed first, so `.g\u200cit` counts too.
     """
     return _MENTION.search("".join(c for c in text if c not in _HFS_IGNORED)) is not None
+
+
+# The runtime's directories as commands usually spell them (`~/.config/codecoder`,
+# `$XDG_STATE_HOME/codecoder`), besides their absolute paths.
+_RUNTIME_MENTION = re.compile(
+    r"(?:\.config|\.local/state|XDG_CONFIG_HOME\}?|XDG_STATE_HOME\}?)/+codecoder(?![A-Za-z0-9_.-])",
+    re.IGNORECASE,
+)
+
+
+def runtime_directories() -> tuple[str, ...]:
+    """The runtime's state directory (trust records, audit logs, quarantine) and the user's
+    configuration directory (the user's own rules), resolved: no tool may change them under a
+    grant beyond Once, or a session grant for `cp` could trust a codecoder.json."""
+    return _runtime_directories(
+        os.environ.get("XDG_STATE_HOME", ""),
+        os.environ.get("XDG_CONFIG_HOME", ""),
+        os.environ.get("HOME", ""),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _runtime_directories(state: str, config: str, home: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for directory in (state_directory(), config_directory()):
+        for spelling in (str(directory), os.path.realpath(directory)):
+            if spelling not in found:
+                found.append(spelling)
+    return tuple(found)
+
+
+def mentions_runtime_directory(text: str) -> bool:
+    """Whether free text names the runtime's state or the user's configuration directory."""
+    if _RUNTIME_MENTION.search(text):
+        return True
+    return any(directory in text for directory in runtime_directories())
+
+
+def reaches_protected(words: Iterable[str], workspace: Path) -> str | None:
+    """The first of `words` (a host command's arguments, with option values after `=` or a
+    short option's letter) that names, once every symlink in it is followed, a protected path
+    of `workspace` or a place in a runtime directory; None if none does. Said as
+    `WORD (leads to WHERE)` for the prompt.
+
+    Only words whose first component exists are followed (what does not exist cannot be a
+    link), so a command costs about one lstat per word.
+    """
+    root = str(workspace)
+    for word in words:
+        for text in _path_candidates(word):
+            where = _protected_target(text, root)
+            if where is not None:
+                return f"{text} (leads to {where})"
+    return None
+
+
+def _path_candidates(word: str) -> Iterator[str]:
+    if word and not word.startswith("-"):
+        yield word
+        return
+    if "=" in word:
+        yield word.split("=", 1)[1]
+    elif len(word) > 2 and not word.startswith("--"):
+        yield word[2:]  # `-oFILE`
+
+
+def _protected_target(text: str, root: str) -> str | None:
+    if not text or "\x00" in text:
+        return None
+    if text.startswith("~"):
+        text = os.path.expanduser(text)  # a compound command's words: bash expands these
+    path = text if text.startswith("/") else f"{root}/{text}"
+    if not text.startswith("/") and not os.path.lexists(f"{root}/{text.split('/', 1)[0]}"):
+        return None
+    real = os.path.realpath(path)
+    if real == root or real.startswith(root + "/"):
+        relative = os.path.relpath(real, root)
+        return relative if relative != "." and is_protected_path(relative) else None
+    for directory in runtime_directories():
+        if real == directory or real.startswith(directory + "/"):
+            return real
+    return None

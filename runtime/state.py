@@ -20,7 +20,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["project_state_directory", "state_directory", "workspace_directory"]
+__all__ = [
+    "config_directory",
+    "project_state_directory",
+    "state_directory",
+    "workspace_directory",
+]
 
 
 def state_directory(environ: Mapping[str, str] | None = None) -> Path:
@@ -29,6 +34,15 @@ def state_directory(environ: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     base = environ.get("XDG_STATE_HOME", "")
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "codecoder"
+
+
+def config_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CONFIG_HOME/codecoder`, by default `~/.config/codecoder`: the user's own file
+    (`config.json`). A relative XDG_CONFIG_HOME is ignored, as the XDG spec says."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
     return root / "codecoder"
 
 

@@ -17,10 +17,11 @@ from pydantic import Field, field_validator
 
 from environments.base import CommandRequest, CommandResult
 from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command
+from runtime.commandkey import key_command, textual_words
 from runtime.errors import ExecutionFailed
 from runtime.hostgit import HostGit
 from runtime.hostpath import host_path, locate
+from runtime.protected import reaches_protected
 from runtime.tool import (
     CallSite,
     Category,
@@ -125,8 +126,21 @@ class RunCommand(Tool[RunCommandParameters]):
     def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
         key = self.permission(args).key
         assert key is not None
-        if site.environment is not EnvironmentTag.SHELL or key.argv is None:
-            return Permission.ask(key)  # in a sandbox, its own PATH; compound: see execute()
+        if site.environment is not EnvironmentTag.SHELL:
+            return Permission.ask(key)  # in a sandbox: its own PATH, its own file system
+        if not key.protected:
+            # A word that leads to a protected path or the runtime's directories through a
+            # symlink (planted by a sandbox, or cloned) is a protected command, shown as such.
+            words = key.argv[1:] if key.argv is not None else textual_words(args.command)
+            reached = reaches_protected(words, site.workspace)
+            if reached is not None:
+                key = dataclasses.replace(
+                    key,
+                    protected=True,
+                    subject=f"{key.subject}\n(protected: {reached} through a symlink)",
+                )
+        if key.argv is None:
+            return Permission.ask(key)  # compound: see execute()
         name = key.argv[0]
         if "/" in name:
             return Permission.ask(key)  # named by its path already: nothing is looked up
@@ -146,6 +160,7 @@ class RunCommand(Tool[RunCommandParameters]):
             dataclasses.replace(
                 by_path.permission_key(self.name),
                 argv=argv,
+                protected=key.protected or by_path.protected,
                 subject=f"{key.subject}\n({name} is {program.where()})",
             )
         )

@@ -806,9 +806,7 @@ class LandlockFiles:
     ) -> None:
         self._env = env
         self._workspace = Path(workspace).resolve()
-        self._roots = {
-            name: Path(os.path.abspath(root)) for name, root in extra_read_roots.items()
-        }
+        self._roots = {name: Path(os.path.abspath(root)) for name, root in extra_read_roots.items()}
         self._timeout = timeout
 
     def _locate(self, path: str) -> tuple[Path, str, str]:

@@ -73,6 +73,19 @@ def test_a_session_grant_for_the_program_name_does_not_run_the_planted_one(
     assert not hijacked.exists()
 
 
+def test_decide_and_the_hooks_see_the_key_the_call_would_get(project: Path, hijacked: Path) -> None:
+    # `codecoder decide` and the hooks for other agents answer from `evaluate`: a host agent
+    # that runs `git status` through its own shell would find the planted git too.
+    from runtime.evaluation import evaluate
+
+    with Runtime(project, audit_log=None) as runtime, runtime.session() as session:
+        session.grant("run_command:git:status")
+        verdict = evaluate(session, "run_command", {"command": "git status"})
+    assert (verdict.decision, verdict.key) == ("ask", "run_command:./.venv/bin/git:status")
+    assert verdict.question is not None
+    assert "inside the workspace" in verdict.question.subject
+
+
 def test_approved_with_its_path_shown_the_planted_program_is_what_runs(
     project: Path, hijacked: Path
 ) -> None:

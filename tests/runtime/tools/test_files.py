@@ -435,7 +435,7 @@ def test_a_read_root_swapped_for_a_symlink_after_it_was_checked_reads_nothing_ou
         ("grep", {"pattern": "top secret", "path": "@docs"}),
         ("glob", {"pattern": "@docs/*.txt"}),
     ):
-        with pytest.raises(ExecutionFailed, match="read root @docs .* is refused: it leads to"):
+        with pytest.raises(ExecutionFailed, match=r"read root @docs .* is refused: it leads to"):
             call(tool, ctx, **args)
     # A search of the workspace: @landlock's worker would be confined to every root, so it
     # refuses; @wasm preopens the workspace alone, where the link leads nowhere.
