@@ -57,6 +57,7 @@ the host the command's words are also followed through symlinks when it is keyed
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
@@ -176,7 +177,9 @@ _SHELL_BUILTINS = frozenset(
     }
 )
 # Words bash would expand, or that start or join other commands, in the textual scan.
-_TEXT_SEPARATORS = re.compile(r"[\s;&|()<>{}]+")
+# `=` and `!` too: what follows them can be a command (`--cmd=rm`, `PROMPT_COMMAND='rm x'`,
+# vim's `-c '!rm x'`), and `,` separates brace alternatives (`{git,push}`).
+_TEXT_SEPARATORS = re.compile(r"[\s;&|()<>{}=!,]+")
 _QUOTING = re.compile(r"[\\'\"]")
 # Strings given to shells are parsed again, to this depth.
 _NESTING = 3
@@ -450,6 +453,13 @@ def compound_views(command: str) -> tuple[DenyView, ...]:
             # Every word that could be a program: a launcher (`sudo`, `xargs`, `find -exec`)
             # runs the words after it as a command.
             if i and word.startswith("-") and word != ANY:
+                if not word.startswith("--"):
+                    # A short option's value can be attached to it, after other letters of a
+                    # bundle (`env -iS'rm x'`, `sh -ec'rm x'`): each tail may be the program.
+                    for k in range(2, min(len(word), _BUNDLE)):
+                        tail = (*lowered[:i], word[k:], *lowered[i + 1 :])
+                        view = deny_view(tail, i)
+                        views.setdefault((view.program, view.start, view.words), view)
                 continue
             view = deny_view(lowered, i)
             views.setdefault((view.program, view.start, view.words), view)
@@ -460,14 +470,102 @@ def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
     """Every command in `command`: what bashlex sees (where it can parse) and the textual scan."""
     parsed = _parsed_commands(command)
     yield from parsed
+    for argv in parsed:
+        expanded = _brace_expanded(argv)
+        if expanded != argv:
+            yield expanded  # `{git,push}`, `g{i,}t push`: bash builds the words first
     yield textual_words(command)
     if depth >= _NESTING:
         return
     for argv in parsed:
         for word in argv[1:]:
+            if word == ANY:
+                continue
             # A string handed to a shell (`bash -c 'git push'`, `ssh host 'rm x'`).
-            if word != ANY and (" " in word or any(char in word for char in ";&|\n")):
+            if " " in word or any(char in word for char in ";&|\n"):
                 yield from _commands_in(word, depth + 1)
+            # A value given to an option or a name (`--cmd=rm`, `alias p='git push'`).
+            if "=" in word and word.split("=", 1)[1]:
+                yield from _commands_in(word.split("=", 1)[1], depth + 1)
+
+
+# How many letters of a short-option bundle may come before an attached program.
+_BUNDLE = 10
+# Beyond this many words, a brace expansion stands for any word.
+_BRACE_LIMIT = 256
+_SEQUENCE = re.compile(r"(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.(-?[0-9]+))?")
+
+
+def _brace_expanded(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """`argv` with bash's brace expansion done on each word (`{a,b}`, `{1..3}`, nested), each
+    expansion becoming several words; a word whose expansion would be huge becomes ANY.
+    Quoted braces were removed with the quotes by then, so this expands a little more than
+    bash does: the safe side, for deny rules."""
+    words: list[str] = []
+    for word in argv:
+        if word == ANY or "{" not in word:
+            words.append(word)
+            continue
+        expanded = _braces(word, [0])
+        words.extend(expanded if expanded is not None else [ANY])
+    return tuple(words)
+
+
+def _braces(word: str, budget: list[int]) -> list[str] | None:
+    for open_at, char in enumerate(word):
+        if char != "{":
+            continue
+        depth, commas, close = 0, [], -1
+        for j in range(open_at + 1, len(word)):
+            if word[j] == "{":
+                depth += 1
+            elif word[j] == "}":
+                if depth == 0:
+                    close = j
+                    break
+                depth -= 1
+            elif word[j] == "," and depth == 0:
+                commas.append(j)
+        if close < 0:
+            return [word]
+        body = word[open_at + 1 : close]
+        if commas:
+            cuts = [open_at, *commas, close]
+            choices = [word[a + 1 : b] for a, b in itertools.pairwise(cuts)]
+        else:
+            choices = _sequence(body)
+            if choices is None:
+                continue  # `{}`, `{x}`: not an expansion; look further on
+        prefix, suffix = word[:open_at], word[close + 1 :]
+        result: list[str] = []
+        for choice in choices:
+            rest = _braces(choice + suffix, budget)
+            if rest is None:
+                return None
+            result.extend(prefix + tail for tail in rest)
+            budget[0] += len(rest)
+            if budget[0] > _BRACE_LIMIT:
+                return None
+        return result
+    return [word]
+
+
+def _sequence(body: str) -> list[str] | None:
+    match = _SEQUENCE.fullmatch(body)
+    if match is None:
+        return None
+    start, end, step_text = match.groups()
+    step = abs(int(step_text or 1)) or 1
+    if start.isalpha() != end.isalpha():
+        return None
+    if start.isalpha():
+        first, last = ord(start), ord(end)
+    else:
+        first, last = int(start), int(end)
+    if abs(last - first) // step > _BRACE_LIMIT:
+        return None
+    values = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
+    return [chr(v) if start.isalpha() else str(v) for v in values]
 
 
 def _parsed_commands(command: str) -> list[tuple[str, ...]]:

@@ -26,9 +26,11 @@ deny rule for a command matches a command the parser can see anywhere in a compo
 at any word (so `sudo git push` and `find -exec git push` are `git push` too), by canonical
 program name (`/usr/bin/git`, `/usr/lib/git-core/git-push`), with its levels anywhere after the
 program in order (`git -C repo push`); a subcommand the parser cannot know (`git $X`, a git
-alias) counts as the one the rule names. A deny for a path matches either path of a move, and
-a move of a directory that could hold what it covers (`move_file:secrets/**` stops moving
-`secrets`; a rule starting with `**` stops every move, since any directory could hold a match).
+alias) counts as the one the rule names, and a word bash would expand into file names
+(`/usr/bin/gi? push`, `r[m]`) as every name it matches. A deny for a path matches either path
+of a move, and a move of a directory that could hold what it covers (`move_file:secrets/**`
+stops moving `secrets`; a rule starting with `**` stops every move, since any directory could
+hold a match).
 
 `never_matches` says why an entry can never match a call, and how to spell what was meant;
 `codecoder check` reports it.
@@ -36,6 +38,7 @@ a move of a directory that could hold what it covers (`move_file:secrets/**` sto
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import re
@@ -45,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from runtime.commandkey import compound_views, never_simple
-from runtime.programs import ANY, canonical_name, command_depth
+from runtime.programs import ANY, canonical_name, command_depth, is_glob
 from runtime.tool import DenyView, KeyStyle, PermissionKey
 
 T = TypeVar("T")
@@ -238,7 +241,14 @@ def _levels_match(levels: tuple[str, ...], path: tuple[str, ...]) -> bool:
 
 
 def _view_matches(program: str, subs: tuple[str, ...], view: DenyView) -> bool:
-    if program != "*" and view.program != program and view.program != ANY:
+    if view.glob and program != "*":
+        # A pattern bash expands against file names: it is every program it could name,
+        # a git-core binary (`git-pu?h`) included.
+        if subs and program == "git" and fnmatch.fnmatchcase(f"git-{subs[0]}", view.program):
+            return True
+        if not fnmatch.fnmatchcase(program, view.program):
+            return False
+    elif program != "*" and view.program != program and view.program != ANY:
         return False
     if not subs:
         return True
@@ -248,7 +258,8 @@ def _view_matches(program: str, subs: tuple[str, ...], view: DenyView) -> bool:
     for k in range(view.start, len(words)):
         if j == len(wanted):
             break
-        if words[k] == wanted[j]:
+        word = words[k]
+        if word == wanted[j] or (is_glob(word) and fnmatch.fnmatchcase(wanted[j], word)):
             j += 1
     return j == len(wanted)
 

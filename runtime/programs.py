@@ -101,6 +101,7 @@ __all__ = [
     "classify",
     "deny_view",
     "git_subcommand",
+    "is_glob",
 ]
 
 # A word the parser could not read literally (an expansion): in a deny view it stands for any
@@ -189,8 +190,14 @@ def deny_view(argv: Sequence[str], start: int = 0) -> DenyView:
         sub_any = found is not None and (found[0] == ANY or found[0] not in _GIT_KNOWN)
     else:
         first = next((word for word in words if not word.startswith("-")), None)
-        sub_any = first == ANY
-    return DenyView(name, tuple(argv), start + 1, sub_any)
+        sub_any = first == ANY or (first is not None and is_glob(first))
+    glob = name != ANY and is_glob(name)
+    return DenyView(name, tuple(argv), start + 1, sub_any, glob)
+
+
+def is_glob(word: str) -> bool:
+    """Whether bash could expand `word` into file names (it has `*`, `?` or `[`)."""
+    return any(char in word for char in "*?[")
 
 
 def git_subcommand(args: Sequence[str]) -> tuple[str, int] | None:

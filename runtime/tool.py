@@ -86,13 +86,16 @@ class DenyView:
     `/usr/lib/git-core/git-push`; `runtime.programs.ANY` when the parser cannot know it) and
     the lower-cased words after it, `words[start:]` (views of one command share `words`).
     `sub_any`: the word in its subcommand's place could be anything (an expansion, a git
-    alias), so it counts as whichever subcommand a deny rule names.
+    alias), so it counts as whichever subcommand a deny rule names. `glob`: the program word
+    is a pattern bash would expand against file names (`/usr/bin/gi?`, `r[m]`), so it counts
+    as every program whose name it matches.
     """
 
     program: str
     words: tuple[str, ...]
     start: int = 0
     sub_any: bool = False
+    glob: bool = False
 
 
 @dataclass(frozen=True, slots=True)

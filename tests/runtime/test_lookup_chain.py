@@ -159,6 +159,11 @@ def test_a_deny_rule_refuses_without_asking_even_when_granted(make_runtime, proj
         "bash -c 'git push origin main'",
         "echo $(git push)",
         "x=$((1)); git push",
+        "{git,push} origin main",
+        "g{i,}t push origin",
+        "/usr/bin/gi? push origin",
+        "env -iS'git push'",
+        "shopt -s expand_aliases\nalias p='git push'\np",
     ],
 )
 def test_a_deny_rule_cannot_be_dodged_and_a_compound_holding_it_is_refused_unasked(

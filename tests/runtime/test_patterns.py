@@ -128,6 +128,26 @@ def test_grant_patterns_for_commands(pattern: str, command: str, expected: bool)
         ("run_command:git:push", "git log --oneline && true", False),
         ("run_command:npm:run:deploy", "npm run-script deploy", True),
         ("run_command:npm:run:deploy", "npm run test", False),
+        # Brace expansion builds the words before anything runs.
+        ("run_command:git:push", "{git,push} origin", True),
+        ("run_command:git:push", "g{i,}t push", True),
+        ("run_command:git:push", "{/usr/bin/git,push}", True),
+        ("run_command:rm", "{r,x}m{,} x; true", True),
+        ("run_command:rm", "mkdir -p src/{a,b} && cp x{,.bak}", False),
+        # A program word bash expands against file names is every name it matches.
+        ("run_command:git:push", "/usr/bin/gi? push", True),
+        ("run_command:git:push", "[g]it push", True),
+        ("run_command:git:push", "/usr/lib/git-core/git-pu?h origin", True),
+        ("run_command:rm", "/bin/r? x", True),
+        ("run_command:rm", "/bin/r[m] x", True),
+        ("run_command:npm:publish", "npm publi?h && true", True),
+        ("run_command:rm", "ls *.py | wc -l", False),
+        # A command carried in an option's or a name's value, attached or after `=`.
+        ("run_command:rm", "env -iS'rm x'", True),
+        ("run_command:rm", "coreutils --coreutils-prog=rm x", True),
+        ("run_command:rm", "PROMPT_COMMAND='rm x' bash -i", True),
+        ("run_command:rm", "vim -c '!rm x'", True),
+        ("run_command:git:push", "shopt -s expand_aliases\nalias p='git push'\np", True),
     ],
 )
 def test_deny_patterns_match_eagerly(pattern: str, command: str, expected: bool) -> None:
