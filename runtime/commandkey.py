@@ -529,10 +529,9 @@ def _braces(word: str, budget: list[int]) -> list[str] | None:
         if close < 0:
             return [word]
         body = word[open_at + 1 : close]
-        if commas:
-            cuts = [open_at, *commas, close]
-            choices = [word[a + 1 : b] for a, b in itertools.pairwise(cuts)]
-        else:
+        cuts = [open_at, *commas, close]
+        choices = [word[a + 1 : b] for a, b in itertools.pairwise(cuts)] if commas else None
+        if choices is None:
             choices = _sequence(body)
             if choices is None:
                 continue  # `{}`, `{x}`: not an expansion; look further on
