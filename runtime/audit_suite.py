@@ -1625,16 +1625,16 @@ class _WasmLayer(_LayerRunner):
     def run(self, attempt: Attempt) -> str:
         entry = attempt.entry
         assert isinstance(entry, WasmEntry)
+        workspace = self.audit.workspace
+        if entry.fifo is not None:
+            os.mkfifo(workspace.path / entry.fifo)  # gone with the rest at restore()
         if entry.kind == "tool":
             return self._tool(entry)
         if entry.kind == "cache":
             return self._cache(entry)
         env = self.audit.environment(EnvironmentTag.WASM)
         assert isinstance(env, WasmEnvironment)
-        workspace = self.audit.workspace
         protected_before = workspace.state(PROTECTED)
-        if entry.fifo is not None:
-            os.mkfifo(workspace.path / entry.fifo)  # gone with the rest at restore()
         if entry.kind == "race":
             runs, flips = self._race(env, entry)
         else:
@@ -1821,9 +1821,24 @@ class _WasmLayer(_LayerRunner):
         return f"the tampered entry was discarded{said}; the module was recompiled"
 
     def _tool(self, entry: WasmEntry) -> str:
+        """The file tool's call in the environment the project binds it to and, where that is
+        not @wasm (the read tools run in @landlock), again in @wasm, the fallback where the
+        kernel has no Landlock: each must hold."""
         audit = self.audit
         assert entry.tool is not None
         audit.require_tool(entry.tool)
+        bound = audit.binding(entry.tool)
+        tags = [bound]
+        if (
+            bound is not EnvironmentTag.WASM
+            and EnvironmentTag.WASM in audit.tools[entry.tool].bindable
+        ):
+            tags.append(EnvironmentTag.WASM)
+        return "; ".join(f"{tag.value}: {self._tool_in(entry, tag)}" for tag in tags)
+
+    def _tool_in(self, entry: WasmEntry, tag: EnvironmentTag) -> str:
+        audit = self.audit
+        assert entry.tool is not None
         env = audit.environment(EnvironmentTag.WASM)
         workspace = audit.workspace
         values = {"@TOKEN@": workspace.token, "@OUTSIDE@": str(workspace.outside)}
@@ -1837,6 +1852,7 @@ class _WasmLayer(_LayerRunner):
                 audit_log=None,
                 tools=audit.tools,
                 trusted=self.audit.trusted,
+                bindings={call.tool: tag},
             ) as runtime,
             runtime.session() as session,
         ):
@@ -1846,7 +1862,11 @@ class _WasmLayer(_LayerRunner):
                 key = None  # invalid arguments: the call itself shows how they are refused
             if key is not None:
                 session.allowlist.grant(key, runtime.environment_of(call.tool))
+            started = time.monotonic()
             outcome = session.call(call.tool, call.args)
+            took = time.monotonic() - started
+        if entry.timeout is not None and took > entry.timeout:
+            _escaped(f"the call took {took:.1f}s, past the {entry.timeout:g}s it may: it blocked")
         shown = json.dumps(outcome.to_json())
         if workspace.token in shown:
             _escaped("the secret outside the workspace reached the agent")

@@ -75,10 +75,13 @@ class Runtime:
         tools: Mapping[str, Tool[Any]] | None = None,
         clock: Callable[[], float] | None = None,
         trusted: bool | None = None,
+        bindings: Mapping[str, EnvironmentTag] | None = None,
     ) -> None:
         """`trusted` overrides the trust record of the project file (`runtime.trust`): None
         (the default) reads it; True is for a caller that has established trust otherwise
-        (`codecoder audit` runs attempts on scratch copies of a trusted file)."""
+        (`codecoder audit` runs attempts on scratch copies of a trusted file). `bindings`
+        override where tools run, over codecoder.json's (`codecoder audit` runs the read tools
+        in their @wasm fallback too); each must be one the tool can be bound to."""
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
@@ -90,6 +93,7 @@ class Runtime:
         self.tools: dict[str, Tool[Any]] = dict(self._catalogue)
         self.asker: Asker = asker or default_asker()
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
+        self._bindings = dict(bindings or {})
         self._owned: set[EnvironmentTag] = set()
         self._starting = threading.Lock()
         if audit_log is _DEFAULT_AUDIT:
@@ -132,6 +136,11 @@ class Runtime:
     def environment_of(self, tool: str) -> EnvironmentTag:
         """Where `tool` runs: its binding in codecoder.json, else its own environment; @landlock
         falls back to @wasm where this machine cannot run it (said once, on stderr)."""
+        pinned = self._bindings.get(tool)
+        if pinned is not None:
+            if pinned not in self.tools[tool].bindable | {self.tools[tool].environment}:
+                raise UsageError(f"{tool} cannot run in {pinned.value}")
+            return pinned
         tag = self.config.bindings.get(tool) or self.tools[tool].environment
         if tag is EnvironmentTag.LANDLOCK and tag not in self._environments:
             from environments.landlock import unavailable_reason

@@ -113,8 +113,8 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 124, "permission-files": 32, "wasm": 41, "docker": 44}
-    assert len({a.id for a in corpus}) == len(corpus) == 241
+    assert per_layer == {"keying": 124, "permission-files": 32, "wasm": 43, "docker": 44}
+    assert len({a.id for a in corpus}) == len(corpus) == 243
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -294,6 +294,14 @@ def test_every_wasm_attempt_is_blocked_on_a_default_project(project: Path) -> No
         "read /proc/self/environ: Capabilities insufficient (exit code 1)"
     )
     assert how["wasm.cache-entry-foreign"].startswith("the tampered entry was discarded")
+    # The read tools are attacked where they are bound (@landlock) and in their fallback.
+    assert how["wasm.read-file-symlink"] == "; ".join(
+        f"{env}: ExecutionFailed: read link-out/secret.txt: not permitted: it is outside the "
+        "workspace, or reached through a link leading out"
+        for env in ("@landlock", "@wasm")
+    )
+    assert how["wasm.read-file-fifo"].startswith("@landlock: ExecutionFailed: read src/tool.fifo")
+    assert how["wasm.write-file-symlink"].startswith("@wasm: ExecutionFailed: write src/link-out")
 
 
 # --- reports and the command line ----------------------------------------------------------

@@ -646,3 +646,16 @@ def test_a_session_grant_for_a_pinned_key_ends_when_the_digest_changes(make_runt
     changed = session.call("pinned", {"name": "lint", "code": "v2"})
     assert (first.decision.source, again.decision.source) == (Source.SESSION, Source.SESSION)
     assert isinstance(changed.error, DeniedByUser)
+
+
+def test_a_runtime_can_pin_a_tool_to_another_environment_it_may_run_in(project) -> None:
+    from runtime.errors import UsageError
+    from runtime.session import Runtime
+
+    with Runtime(project, bindings={"read_file": EnvironmentTag.WASM}) as runtime:
+        assert runtime.environment_of("read_file") is EnvironmentTag.WASM
+    with (
+        Runtime(project, bindings={"read_file": EnvironmentTag.SHELL}) as runtime,
+        pytest.raises(UsageError, match="read_file cannot run in @shell"),
+    ):
+        runtime.environment_of("read_file")
