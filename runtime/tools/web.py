@@ -4,9 +4,11 @@ They are Permission.none(), so the URLs they reach are chosen by a model, unaske
 model from using them against the machine they run on or its network (SSRF) is `GuardedHttp`:
 
 * only `http` and `https`, only GET, no credentials in URLs;
-* the host is resolved once and every address it resolves to is checked; the connection goes to
-  a checked address (the name is kept for the Host header, SNI and certificate checks), so a DNS
-  answer that changes between the check and the connect cannot slip through;
+* a host that inet_aton reads as an IPv4 address (`2130706433`, `0x7f.1`) is that address,
+  for the policy too; any other host is resolved once and every address it resolves to is
+  checked; the connection goes to a checked address (the name is kept for the Host header, SNI
+  and certificate checks), so a DNS answer that changes between the check and the connect
+  cannot slip through;
 * refused by default: loopback, private (RFC 1918, unique-local), link-local, carrier-grade NAT,
   multicast, unspecified, reserved and documentation ranges, and cloud metadata endpoints, in
   IPv4 and IPv6, including IPv4 addresses embedded in IPv6 (mapped, 6to4, NAT64);
@@ -426,6 +428,7 @@ def _target(url: str, *, redirected: bool = False) -> _Target:
             host = host.encode("idna").decode("ascii")
         except UnicodeError as exc:
             raise ExecutionFailed(f"{how} {url}: the host is not a valid name: {exc}") from None
+        host = _numeric_ipv4(host) or host
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -433,6 +436,21 @@ def _target(url: str, *, redirected: bool = False) -> _Target:
     path = re.sub(r"[^\x21-\x7e]+", lambda match: quote(match.group()), path)
     default = 443 if parts.scheme == "https" else 80
     return _Target(parts.geturl(), parts.scheme, host, port or default, path)
+
+
+_INET_ATON = re.compile(r"(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}")
+
+
+def _numeric_ipv4(host: str) -> str | None:
+    """The dotted quad of a host the system resolver reads as an IPv4 address without asking
+    DNS (inet_aton's `2130706433`, `0x7f.1`, `0177.0.0.1`, `127.1`), or None: so the web
+    policy, which is applied before resolving, sees the address a deny entry names."""
+    if not _INET_ATON.fullmatch(host):
+        return None
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return None
 
 
 def _host_entry(target: _Target) -> str:

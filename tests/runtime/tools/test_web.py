@@ -207,8 +207,9 @@ def test_loopback_is_refused_by_default_and_no_request_reaches_the_server(projec
     )
     assert "::1 is a loopback address" in str(outcomes[1].error)
     assert "localhost resolves to" in str(outcomes[2].error)
-    assert "which is a loopback address" in str(outcomes[3].error)
-    assert "which is a loopback address" in str(outcomes[4].error)
+    # Read as the address they spell, before any lookup: the suggestion names the address.
+    assert ": 127.0.0.1 is a loopback address" in str(outcomes[3].error)
+    assert ": 127.0.0.1 is a loopback address" in str(outcomes[4].error)
 
 
 @pytest.mark.parametrize(
@@ -831,3 +832,20 @@ def test_web_tools_are_safe_to_call_concurrently(project: Path) -> None:
             thread.join()
 
     assert results == [f"{server.url('/')}\n\nok"] * 8
+
+
+@pytest.mark.parametrize(
+    "host", ["1572395042", "0x5db8d822", "0135.0270.0330.042", "93.184.55330", "93.184.216.34."]
+)
+def test_a_deny_entry_for_an_address_holds_however_the_url_spells_it(
+    project: Path, host: str
+) -> None:
+    # inet_aton's spellings of 93.184.216.34 (a public address, reachable by default), which the
+    # system resolver accepts: the deny entry must see the address, not an unknown host name.
+    resolver = FakeResolver({})
+    runtime = runtime_with(project, {"deny_hosts": ["93.184.216.34"]}, WebFetch(resolver=resolver))
+    outcome = fetch(runtime, f"http://{host}/")
+
+    assert isinstance(outcome.error, ExecutionFailed)
+    assert "the web policy denies 93.184.216.34" in str(outcome.error)
+    assert resolver.lookups == []
