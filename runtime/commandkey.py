@@ -104,6 +104,7 @@ class CommandKey:
     levels: tuple[str, ...] | None = ()
     covers: str = ""
     views: tuple[DenyView, ...] = ()
+    workspace: str = ""  # the workspace's code it runs (`runtime.programs.WORKSPACE_CODE`)
 
     def permission_key(self, tool: str = "run_command") -> PermissionKey:
         """The key a grant must match: the program and its levels, or the whole command."""
@@ -303,6 +304,7 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         levels=form.levels,
         covers=form.covers,
         views=(deny_view(tuple(word.lower() for word in argv)),),
+        workspace=form.workspace,
     )
 
 

@@ -115,12 +115,13 @@ class Form:
 
     `levels` are the words after the program that name what it does (`("status",)`); `None`
     when the table cannot name them safely. `covers` says in words what a grant for the program
-    alone covers.
+    alone covers; `workspace`, what code from the workspace a simple form runs.
     """
 
     compound: str | None
     levels: tuple[str, ...] | None = ()
     covers: str = ""
+    workspace: str = ""  # the code in the workspace it runs (`WORKSPACE_CODE`), if any
 
 
 Rule = Callable[[str, Sequence[str], str], Form]
@@ -142,7 +143,11 @@ def classify(argv: Sequence[str], search_path: str | None = None) -> Form:
             form = _git("git", (git_builtin, *argv[1:]), path)
             return Form(form.compound, (), form.covers)
         return _unknown(program, argv[1:], path)
-    return rule(program, argv[1:], path)
+    form = rule(program, argv[1:], path)
+    code = WORKSPACE_CODE.get(name)
+    if form.compound is None and code:
+        return Form(None, form.levels, form.covers, code)
+    return form
 
 
 def command_depth(program: str, levels: Sequence[str]) -> int | str:
@@ -316,7 +321,9 @@ def _unknown(program: str, args: Sequence[str], search_path: str) -> Form:
                 )
     first = args[0] if args else ""
     levels = (first,) if _PLAIN_LEVEL.fullmatch(first) else ()
-    return Form(None, levels, covers)
+    return Form(
+        None, levels, covers, f"whatever {program} reads there (the table does not know it)"
+    )
 
 
 def _names_program(token: str, search_path: str) -> bool:
@@ -1143,14 +1150,17 @@ _SHELL = "is a shell: it runs whatever its script or -c string says"
 _RUNS_ARGUMENT = "runs the program given in its arguments"
 
 
-def _table() -> tuple[dict[str, Rule], dict[str, int]]:
+def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
     table: dict[str, Rule] = {}
     depths: dict[str, int] = {}
+    code: dict[str, str] = {}
 
-    def add(names: Iterable[str], rule: Rule, depth: int = 0) -> None:
+    def add(names: Iterable[str], rule: Rule, depth: int = 0, workspace: str = "") -> None:
         for name in names:
             table[name] = rule
             depths[name] = depth
+            if workspace:
+                code[name] = workspace
 
     # Shells, whatever their arguments.
     add(
@@ -1411,11 +1421,50 @@ def _table() -> tuple[dict[str, Rule], dict[str, int]]:
     add(("gcc", "cc", "clang", "g++", "c++", "clang++"), _compiler)
     for name in table:
         depths.setdefault(name, 0)
-    return table, depths
+    # What each program that runs the project's code runs of it: build tools, package
+    # managers, interpreters (their script), and programs whose operands are data but that run
+    # code their configuration in the workspace names (plugins, hooks, JavaScript configs).
+    script = "the script it is given and whatever that loads"
+    code.update(
+        {
+            **dict.fromkeys(
+                (
+                    *("python", "pypy", "python3m", "node", "nodejs", "perl", "ruby", "php"),
+                    *("lua", "luajit", "rscript", "r", "julia", "osascript", "jshell"),
+                    *("groovy", "scala", "tclsh", "wish", "deno"),
+                ),
+                script,
+            ),
+            **dict.fromkeys(("make", "gmake"), "the recipes of the makefile in the workspace"),
+            **dict.fromkeys(
+                ("npm", "pnpm", "yarn", "bun"),
+                "package.json's scripts (and the install scripts of what it installs), .npmrc",
+            ),
+            "cargo": "build.rs, procedural macros and the runners .cargo/config.toml names",
+            "go": "tests, go:generate lines and cgo directives of the packages it builds",
+            **dict.fromkeys(("pip", "pip3"), "the build scripts of local packages it installs"),
+            **dict.fromkeys(
+                ("pytest", "py.test"),
+                "conftest.py, the tests and the plugins its configuration names",
+            ),
+            **dict.fromkeys(("jest", "vitest"), "its JavaScript configuration and the tests"),
+            **dict.fromkeys(("eslint", "prettier"), "its JavaScript configuration and plugins"),
+            "pylint": "the init-hook and plugins its rc file names",
+            "flake8": "the local plugins its configuration names",
+            "mypy": "the plugins its configuration names",
+        }
+    )
+    return table, depths, code
 
 
 PROGRAMS: Mapping[str, Rule]
 """Every program the table knows, by canonical name, with the rule for its forms."""
 DEPTHS: Mapping[str, int]
 """How many levels after the program its keys can have (a program the table does not know: 1)."""
-PROGRAMS, DEPTHS = _table()
+WORKSPACE_CODE: Mapping[str, str]
+"""What code from the workspace a program runs in its simple forms (the Makefile's recipes,
+package.json's scripts, conftest.py …), for the programs the table knows to do so. Anything
+that may write the workspace (a sandboxed tool, a write grant) can change that code, so the
+prompt says it for a command that runs on the host; a program the table does not know is said
+to run whatever it reads there."""
+PROGRAMS, DEPTHS, WORKSPACE_CODE = _table()

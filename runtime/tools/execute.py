@@ -2,8 +2,11 @@
 
 On @shell, `run_command` keys a simple command by the program found on the host's PATH when
 that program lies where a sandbox can write (`runtime.hostpath`), and runs the path found at
-key time; compound commands get a PATH without those directories. `commit` runs git hardened
-as `runtime.hostgit` describes.
+key time; compound commands get a PATH without those directories. Its question says what code
+from the workspace the program runs (`runtime.programs.WORKSPACE_CODE`: a grant for `npm test`
+is a grant for whatever package.json's test script is when it runs), and marks protected a
+command whose words reach a protected path through a symlink (`runtime.protected`). `commit`
+runs git hardened as `runtime.hostgit` describes.
 """
 
 from __future__ import annotations
@@ -141,6 +144,14 @@ class RunCommand(Tool[RunCommandParameters]):
                 )
         if key.argv is None:
             return Permission.ask(key)  # compound: see execute()
+        code = key_command(args.command).workspace
+        if code:
+            # What the grant means on the host: the code there when it runs, whoever wrote it.
+            key = dataclasses.replace(
+                key,
+                subject=f"{key.subject}\n(runs code from the workspace: {code}; whatever may "
+                "write the workspace, sandboxed tools included, can change it)",
+            )
         name = key.argv[0]
         if "/" in name:
             return Permission.ask(key)  # named by its path already: nothing is looked up

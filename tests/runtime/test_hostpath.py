@@ -173,3 +173,32 @@ def test_compound_commands_find_no_program_a_sandbox_wrote(project: Path, hijack
 def test_a_program_named_nowhere_on_path_keeps_its_name(project: Path) -> None:
     assert locate("no-such-program-here", project).path is None
     assert key("no-such-program-here x", project).raw == "run_command:no-such-program-here:x"
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("npm test", "package.json's scripts"),
+        ("make -j4", "the recipes of the makefile in the workspace"),
+        ("pytest -q tests/test_x.py", "conftest.py, the tests"),
+        ("cargo build --release", "build.rs"),
+        ("python3 tool.py", "the script it is given"),
+        ("mytool build", "whatever mytool reads there (the table does not know it)"),
+    ],
+)
+def test_on_the_host_the_question_says_what_workspace_code_a_grant_runs(
+    project: Path, command: str, said: str
+) -> None:
+    # A sandboxed tool may have written package.json, the Makefile or conftest.py: a grant for
+    # `npm test` on the host is a grant for whatever they hold when it runs.
+    subject = key(command, project).subject
+    assert subject.startswith(f"{command}\n(runs code from the workspace: {said}")
+    assert subject.endswith(
+        "whatever may write the workspace, sandboxed tools included, can change it)"
+    )
+    assert key(command, project, EnvironmentTag.DOCKER).subject == command
+
+
+@pytest.mark.parametrize("command", ["ls -la src", "git log --oneline -n 5", "grep -rn foo src"])
+def test_programs_that_run_no_workspace_code_say_nothing_more(project: Path, command: str) -> None:
+    assert key(command, project).subject == command
