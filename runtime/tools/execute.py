@@ -142,7 +142,8 @@ class RunCommand(Tool[RunCommandParameters]):
                     protected=True,
                     subject=f"{key.subject}\n(protected: {reached} through a symlink)",
                 )
-        if key.argv is None:
+        words = key.argv
+        if words is None:
             return Permission.ask(key)  # compound: see execute()
         code = key_command(args.command).workspace
         if code:
@@ -152,21 +153,21 @@ class RunCommand(Tool[RunCommandParameters]):
                 subject=f"{key.subject}\n(runs code from the workspace: {code}; whatever may "
                 "write the workspace, sandboxed tools included, can change it)",
             )
-        name = key.argv[0]
+        name = words[0]
         if "/" in name:
             return Permission.ask(key)  # named by its path already: nothing is looked up
         program = locate(name, site.workspace)
         if program.path is None:
             return Permission.ask(key)  # found nowhere: it will fail as "command not found"
-        argv = (program.path, *key.argv[1:])
+        argv = (program.path, *words[1:])
         if not program.writable:
             return Permission.ask(dataclasses.replace(key, argv=argv))
         # Keyed as if the command had named the program by that path, so that every level a
         # grant may record names the path too, and deny rules still see the program's name.
         # If the table makes that spelling compound, its whole-string key names the path and
         # is approved only as a whole; either way what runs is the argv found here.
-        by_path = key_command(shlex.join((program.key_action, *key.argv[1:])))
-        assert by_path.argv is None or by_path.argv[1:] == key.argv[1:]
+        by_path = key_command(shlex.join((program.key_action, *words[1:])))
+        assert by_path.argv is None or by_path.argv[1:] == words[1:]
         return Permission.ask(
             dataclasses.replace(
                 by_path.permission_key(self.name),
