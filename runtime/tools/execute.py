@@ -134,8 +134,8 @@ class RunCommand(Tool[RunCommandParameters]):
         if not key.protected:
             # A word that leads to a protected path or the runtime's directories through a
             # symlink (planted by a sandbox, or cloned) is a protected command, shown as such.
-            words = key.argv[1:] if key.argv is not None else textual_words(args.command)
-            reached = reaches_protected(words, site.workspace)
+            said = key.argv[1:] if key.argv is not None else textual_words(args.command)
+            reached = reaches_protected(said, site.workspace)
             if reached is not None:
                 key = dataclasses.replace(
                     key,
