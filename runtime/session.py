@@ -52,7 +52,7 @@ from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
 from runtime.prompt import Asker, TerminalPrompt, non_interactive
 from runtime.protected import is_protected_path
-from runtime.state import project_state_directory
+from runtime.state import overlapping_directory, project_state_directory
 from runtime.tool import KeyStyle, PermissionKey, Tool, ToolDefinition
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
@@ -86,6 +86,9 @@ class Runtime:
         self._trusted = trusted
         if not self.project_dir.is_dir():
             raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
+        overlap = overlapping_directory(self.project_dir)
+        if overlap is not None:
+            raise ConfigError(overlap)
         self._catalogue: dict[str, Tool[Any]] = dict(
             tools if tools is not None else builtin_tools()
         )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "config_directory",
+    "overlapping_directory",
     "project_state_directory",
     "state_directory",
     "workspace_directory",
@@ -44,6 +45,27 @@ def config_directory(environ: Mapping[str, str] | None = None) -> Path:
     base = environ.get("XDG_CONFIG_HOME", "")
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
     return root / "codecoder"
+
+
+def overlapping_directory(project: Path, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why `project` (resolved) cannot be a workspace, or None: it holds the runtime's state
+    directory or the user's configuration directory (a project in the home directory), or lies
+    inside one. Every tool that may write the workspace, sandboxed ones included, could then
+    rewrite trust records, audit logs or the user's own rules (a read root for `~/.ssh`)."""
+    for what, directory in (
+        ("the runtime's state directory", state_directory(environ)),
+        ("your codecoder configuration", config_directory(environ)),
+    ):
+        resolved = Path(os.path.realpath(directory))
+        if resolved == project or project in resolved.parents or resolved in project.parents:
+            return (
+                f"the project {project} and {what} ({resolved}) overlap: the tools that write "
+                "the workspace could rewrite what the runtime trusts. Choose a project directory "
+                "that neither holds nor lies in it, or set "
+                + ("XDG_STATE_HOME" if "state" in what else "XDG_CONFIG_HOME")
+                + " to a directory outside the project"
+            )
+    return None
 
 
 def project_state_directory(project: Path, environ: Mapping[str, str] | None = None) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.decision import Answer
+from runtime.errors import ConfigError
 from runtime.session import Runtime
 from runtime.state import project_state_directory, workspace_directory
 from tests.conftest import RecordingAsker
@@ -81,3 +82,28 @@ def test_a_gitignore_the_user_wrote_is_left_alone(project: Path) -> None:
     workspace_directory(project)
 
     assert (project / ".codecoder" / ".gitignore").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    ("variable", "inside"),
+    [
+        ("XDG_CONFIG_HOME", ".config"),  # a project in the home directory holds both
+        ("XDG_STATE_HOME", ".local/state"),
+        ("XDG_STATE_HOME", "."),  # or the state directory is the project itself
+    ],
+)
+def test_a_project_holding_the_runtimes_own_directories_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, inside: str
+) -> None:
+    # With the user's configuration in the workspace, a project grant for `write_file:**` (a
+    # sandboxed tool) could give the user's file a read root for ~/.ssh, and a writable
+    # container could write trust records.
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv(variable, str(home / inside))
+    with pytest.raises(ConfigError, match=f"set {variable} to a directory outside the project"):
+        Runtime(home)
+    monkeypatch.setenv(variable, str(home / inside / "codecoder" / "projects" / "x"))
+    (home / inside / "codecoder" / "projects" / "x").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="overlap"):
+        Runtime(home / inside / "codecoder" / "projects" / "x" / "..")
