@@ -183,6 +183,9 @@ class PermissionFileEntry(_Entry):
         "nested-git",
         "git-symlink",
         "path-hijack",
+        "link-to-protected",
+        "bare-repository",
+        "read-root-swap",
     ]
     call: ToolCall
     entry: dict[str, str] = Field(default_factory=dict)
@@ -196,6 +199,7 @@ class PermissionFileEntry(_Entry):
     tamper: FileChange | None = None
     document: dict[str, Any] | None = None
     expect_error: str | None = None
+    links: dict[str, str] = Field(default_factory=dict)
 
 
 DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
@@ -910,6 +914,9 @@ class _PermissionFilesLayer(_LayerRunner):
             "nested-git": self._nested_git,
             "git-symlink": self._git_symlink,
             "path-hijack": self._path_hijack,
+            "link-to-protected": self._link_to_protected,
+            "bare-repository": self._bare_repository,
+            "read-root-swap": self._read_root_swap,
         }
         return procedures[entry.kind](entry, entry.call)
 
@@ -1325,6 +1332,104 @@ class _PermissionFilesLayer(_LayerRunner):
         if ".venv/bin" not in shown:
             _escaped(f"the prompt did not say where {program} lives: {shown!r}")
         return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
+
+    def _on_the_host(self, call: ToolCall) -> None:
+        if self.audit.binding(call.tool) is not EnvironmentTag.SHELL:
+            raise _NotApplicable(
+                f"{call.tool} runs in {self.audit.binding(call.tool).value} here: what it "
+                "runs stays in the sandbox, where the protected paths are read-only"
+            )
+
+    def _link_to_protected(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        """A symlink a sandbox may leave (its name is not protected) leading into .git, then a
+        host command writing through it under a session grant for its program."""
+        audit = self.audit
+        self._on_the_host(call)
+        directory = audit.fresh_dir("link-to-protected")
+        (directory / ".git" / "hooks").mkdir(parents=True)
+        (directory / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        (directory / "notes.txt").write_text(f"{audit.token}\n")
+        for link, target in entry.links.items():
+            (directory / link).symlink_to(target)
+        innocent = audit.key(call)  # as keyed where no link leads anywhere
+        assert innocent is not None
+        recorder, environments = _recorders()
+        asker = _Asker()
+        with (
+            Runtime(
+                directory,
+                asker=asker,
+                environments=environments,
+                audit_log=None,
+                tools=audit.tools,
+                trusted=audit.trusted,
+            ) as runtime,
+            runtime.session() as session,
+        ):
+            session.allowlist.grant(innocent, EnvironmentTag.SHELL)
+            outcome = session.call(call.tool, call.args)
+        if _allowed(outcome) or recorder.requests:
+            _escaped(f"the write through the link was covered by {innocent.raw}")
+        shown = asker.requests[0].subject if asker.requests else ""
+        if "leads to .git" not in shown:
+            _escaped(f"the prompt did not say where the link leads: {shown!r}")
+        return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
+
+    def _bare_repository(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        """HEAD, objects/, refs/ and a config naming core.fsmonitor, written where a sandbox may
+        write (`entry.script_file`: the directory, `.` for the workspace), then the call on the
+        real host shell under a session grant for its own key."""
+        audit = self.audit
+        self._on_the_host(call)
+        directory = audit.fresh_dir("bare-repository")
+        marker = audit.fresh_dir("bare-repository-marker") / "fsmonitor-ran"
+        planted = directory / (entry.script_file or ".")
+        for sub in ("objects", "refs/heads"):
+            (planted / sub).mkdir(parents=True, exist_ok=True)
+        (planted / "HEAD").write_text("ref: refs/heads/main\n")
+        (planted / "config").write_text(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+            f'\tfsmonitor = "touch {marker}; false"\n'
+        )
+        key = audit.key(call)
+        assert key is not None
+        with (
+            Runtime(
+                directory,
+                asker=_Asker(),
+                audit_log=None,
+                tools=audit.tools,
+                trusted=audit.trusted,
+            ) as runtime,
+            runtime.session() as session,
+        ):
+            session.allowlist.grant(key, EnvironmentTag.SHELL)
+            outcome = session.call(call.tool, call.args)
+        if marker.exists():
+            _escaped("git took the planted layout for a repository and ran its core.fsmonitor")
+        return _result_line(outcome)
+
+    def _read_root_swap(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        """A read root inside the project (obeyed even untrusted) swapped for a symlink to the
+        bait outside after the project was loaded, then a read tool on it."""
+        audit = self.audit
+        directory = audit.fresh_dir("read-root-swap")
+        bait = audit.fresh_dir("read-root-swap-bait")
+        (bait / "secret.txt").write_text(f"{audit.token}\n")
+        (directory / "docs").mkdir()
+        (directory / PROJECT_FILE).write_text(json.dumps({"read_roots": {"docs": "docs"}}))
+        with (
+            Runtime(directory, asker=_Asker(), audit_log=None, tools=audit.tools) as runtime,
+            runtime.session() as session,
+        ):
+            if "docs" not in runtime.config.read_roots:
+                raise _NotRun("the read root inside the project was not in effect")
+            (directory / "docs").rmdir()
+            (directory / "docs").symlink_to(bait)
+            outcome = session.call(call.tool, call.args)
+        if audit.token in json.dumps(outcome.to_json()):
+            _escaped("the read tool read the bait through the swapped root")
+        return _result_line(outcome)
 
     def _after_reload(self, calls: Sequence[ToolCall]) -> str:
         """What a /reload of the (possibly rewritten) file grants: each call must still ask."""

@@ -113,8 +113,8 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 124, "permission-files": 32, "wasm": 43, "docker": 44}
-    assert len({a.id for a in corpus}) == len(corpus) == 243
+    assert per_layer == {"keying": 124, "permission-files": 36, "wasm": 43, "docker": 44}
+    assert len({a.id for a in corpus}) == len(corpus) == 247
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -226,6 +226,10 @@ HOST_ONLY_PERMISSION_FILES = [
     "permission-files.run-wasm-git-hook",
     "permission-files.capability-digest-tampered",
     "permission-files.capability-self-created",
+    "permission-files.write-through-link-to-git",
+    "permission-files.bare-repository-fsmonitor",
+    "permission-files.bare-repository-in-subdirectory",
+    "permission-files.read-root-swapped-for-link",
 ]
 
 
@@ -250,6 +254,14 @@ def test_permission_file_attempts_without_docker_are_blocked_or_explained(projec
         "run_wasm ran in @wasm: exit code 1, write /workspace/codecoder.json: Operation not "
         'permitted; codecoder.json unchanged; after /reload: commit {"message": "audit"} asked, '
         'run_command {"command": "sh -c id"} asked'
+    )
+    assert how["permission-files.write-through-link-to-git"] == (
+        "asked for run_command:cp: denied at the prompt; the prompt said: (protected: g/config "
+        "(leads to .git/config) through a symlink)"
+    )
+    assert "safe.bareRepository is 'explicit'" in how["permission-files.bare-repository-fsmonitor"]
+    assert how["permission-files.read-root-swapped-for-link"].startswith(
+        "ExecutionFailed: the read root @docs ("
     )
     assert how["permission-files.capability-digest-tampered"].startswith(
         "asked for run_capability:audit: denied at the prompt; reported: run_capability:audit "
@@ -434,8 +446,12 @@ def test_a_run_command_bound_to_docker_cannot_write_the_permission_files(
     legitimate = {  # project grants for a sandboxed run_command are what the ceiling allows
         "permission-files.shell-entry-run-command",
         "permission-files.shell-entry-wildcard",
-        # and a container has its own PATH, which the host's does not reach
+        # and a container has its own PATH, which the host's does not reach, and its own view
+        # of the workspace, where .git is mounted read-only
         "permission-files.path-hijack-venv",
+        "permission-files.write-through-link-to-git",
+        "permission-files.bare-repository-fsmonitor",
+        "permission-files.bare-repository-in-subdirectory",
     }
     assert statuses(report) == {
         **dict.fromkeys(ids("permission-files"), BLOCKED),
