@@ -371,13 +371,21 @@ def _interpreter(
     module: str | None = None,
     compound: Iterable[str] = (),
     bundles: str = "",
+    loads: Iterable[str] = (),
 ) -> Rule:
     """An interpreter: inline code (and `compound` options) is compound; the script or module
-    it runs is its level. An option it does not know leaves the levels unnamed (None)."""
+    it runs is its level. An option it does not know leaves the levels unnamed (None).
+
+    `loads` are options that load more code before the script (node's `-r`/`--import`/
+    `--loader`, ruby's `-r`, python's `-W` whose category names a module): a grant naming only
+    the script must not cover them, so they leave the levels unnamed too, and a value that is
+    code rather than a name (`data:text/javascript,…`, an `http:` URL) is inline code.
+    """
     inline_options = tuple(inline)
     other = tuple(compound)
+    loading = tuple(loads)
     known_flags = frozenset(flags)
-    takes_value = frozenset(values) | ({module} if module else set())
+    takes_value = frozenset(values) | frozenset(loading) | ({module} if module else set())
 
     def rule(program: str, args: Sequence[str], search_path: str) -> Form:
         covers = f"every simple `{program} …` command: any script or code file it is given"
@@ -387,26 +395,52 @@ def _interpreter(
         found = has_option(args, other, bundles)
         if found is not None:
             return Form(f"{program} {found}: runs code the arguments carry")
+        loaded = _loaded(args, loading, bundles)
+        if loaded is not None and _URL_CODE.match(loaded):
+            return Form(f"{program} {loaded!r}: inline code, or code fetched from a URL")
         i = 0
         while i < len(args):
             word = args[i]
             if word == "--":
                 rest = args[i + 1 :]
-                return Form(None, (rest[0],) if rest else (), covers)
+                levels = (rest[0],) if rest else ()
+                return Form(None, None if loaded is not None else levels, covers)
             if not word.startswith("-") or word == "-":
-                return Form(None, (word,), covers)
+                return Form(None, None if loaded is not None else (word,), covers)
             if module is not None and word == module and i + 1 < len(args):
-                return Form(None, (module, args[i + 1]), covers)
+                levels = (module, args[i + 1])
+                return Form(None, None if loaded is not None else levels, covers)
             if word in takes_value:
                 i += 2
                 continue
             name = word.split("=", 1)[0]
-            if word not in known_flags and name not in takes_value:
+            if word not in known_flags and name not in takes_value and name[:2] not in loading:
                 return Form(None, None, covers)
             i += 1
-        return Form(None, (), covers)
+        return Form(None, None if loaded is not None else (), covers)
 
     return rule
+
+
+# A value of a code-loading option that is code, not a name: `data:…`, `http(s):…`, `file:…`.
+_URL_CODE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:(?!:)")
+
+
+def _loaded(args: Sequence[str], options: Sequence[str], bundles: str) -> str | None:
+    """The value of the first option in `options` that `args` spell (`-r X`, `-rX`,
+    `--import=X`), or None when there is none."""
+    for i, word in enumerate(args):
+        if word == "--":
+            return None
+        for option in options:
+            if not _spells(word, option, bundles):
+                continue
+            if word == option:
+                return args[i + 1] if i + 1 < len(args) else ""
+            if "=" in word:
+                return word.split("=", 1)[1]
+            return word[word.index(option[1]) + 1 :] if not option.startswith("--") else ""
+    return None
 
 
 # --- git -----------------------------------------------------------------------------------
@@ -1213,9 +1247,10 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
                 *("-b", "-bb", "-B", "-d", "-E", "-h", "-i", "-I", "-O", "-OO", "-P", "-q"),
                 *("-s", "-S", "-u", "-v", "-V", "-x", "--version", "--help", "-R"),
             ),
-            values=("-W", "-X", "--check-hash-based-pycs"),
+            values=("-X", "--check-hash-based-pycs"),
             module="-m",
             bundles="WX",
+            loads=("-W",),  # a warning category names a module, which is imported
         ),
         depth=2,
     )
@@ -1225,7 +1260,8 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
             ("-e", "--eval", "-p", "--print"),
             compound=("--inspect", "--inspect-brk", "--inspect-port", "--inspect-wait"),
             flags=("--version", "-v", "--help", "-h", "--check", "-c", "--no-warnings"),
-            values=("-r", "--require", "--import", "--loader", "--experimental-loader", "-C"),
+            values=("-C",),
+            loads=("-r", "--require", "--import", "--loader", "--experimental-loader"),
         ),
         depth=1,
     )
@@ -1246,8 +1282,9 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
             ("-e",),
             compound=("-x",),
             flags=("-w", "-W", "-c", "-n", "-p", "-a", "-l", "-s", "-v", "--version"),
-            values=("-r", "-I"),
+            values=("-I",),
             bundles="rIFCEKTx0",
+            loads=("-r",),
         ),
         depth=1,
     )

@@ -113,15 +113,15 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 124, "permission-files": 36, "wasm": 43, "docker": 44}
-    assert len({a.id for a in corpus}) == len(corpus) == 247
+    assert per_layer == {"keying": 126, "permission-files": 36, "wasm": 43, "docker": 44}
+    assert len({a.id for a in corpus}) == len(corpus) == 249
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
 def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innocent_grant() -> None:
     # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign.
     entries = keying_entries()
-    assert len(entries) == 124
+    assert len(entries) == 126
     for entry in entries:
         attack, innocent = key_command(entry.command), key_command(entry.innocent)
         assert not innocent.compound, entry.id
@@ -359,9 +359,9 @@ def test_an_excluded_layer_is_left_out_and_the_rest_passes(
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0].split() == ["RESULT", "LAYER", "ATTEMPT", "HOW"]
-    assert len(lines) == 1 + 124 + 2
-    assert lines[-2] == "keying: 124 attempts, 124 blocked"
-    assert lines[-1].startswith("124 attempts in ")
+    assert len(lines) == 1 + 126 + 2
+    assert lines[-2] == "keying: 126 attempts, 126 blocked"
+    assert lines[-1].startswith("126 attempts in ")
     assert lines[-1].endswith("s: every attempt was blocked")
 
 
@@ -427,11 +427,11 @@ def test_the_default_configuration_blocks_every_attempt(
 
     assert data["layers"] == {layer: count(layer) for layer in LAYERS}
     assert data["layers"]["keying"] == {
-        "blocked": 124,
+        "blocked": 126,
         "escaped": 0,
         "not-run": 0,
         "not-applicable": 0,
-        "total": 124,
+        "total": 126,
     }
     assert (code, data["ok"]) == ((1, False) if KNOWN_ESCAPES else (0, True))
 

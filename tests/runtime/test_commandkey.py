@@ -654,6 +654,9 @@ def test_ordinary_agent_commands_stay_simple_and_grantable(command: str, raw: st
         "node --eval=x",
         "node -p 1",
         "node --inspect tool.js",
+        "node --import 'data:text/javascript,require(1)' tool.js",
+        "node --loader=data:text/javascript,x tool.js",
+        "node -r https://example.com/x.js tool.js",
         "ruby -e x",
         "php -r x",
         "php -d auto_prepend_file=x f.php",
@@ -810,3 +813,27 @@ def test_a_tilde_inside_a_word_is_literal_but_not_after_an_equals_sign() -> None
 def test_deny_rules_see_a_program_by_its_canonical_name(command: str, program: str) -> None:
     (view,) = key_command(command).views
     assert view.program == program
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "node -r ./other.js tool.js",
+        "node --require=/tmp/x.js tool.js",
+        "node --import ./hook.mjs tool.js",
+        "ruby -r ./other tool.rb",
+        "ruby -r./other tool.rb",
+        "python3 -W ignore::evil.Warning tool.py",
+    ],
+)
+def test_an_option_that_loads_more_code_is_not_covered_by_a_grant_for_the_script(
+    command: str,
+) -> None:
+    # `run_command:node:tool.js` says "only `node tool.js …`": the code a preload brings in is
+    # not named there, so the narrowest grant for such a call is the exact command.
+    key = key_command(command).permission_key()
+    program = command.split()[0]
+    assert (key.raw, key.levels[0].entry) == (
+        f"run_command:{program}",
+        f"run_command:{json.dumps(command)}",
+    )
