@@ -403,13 +403,13 @@ def _interpreter(
             word = args[i]
             if word == "--":
                 rest = args[i + 1 :]
-                levels = (rest[0],) if rest else ()
-                return Form(None, None if loaded is not None else levels, covers)
+                script: tuple[str, ...] = (rest[0],) if rest else ()
+                return Form(None, None if loaded is not None else script, covers)
             if not word.startswith("-") or word == "-":
                 return Form(None, None if loaded is not None else (word,), covers)
             if module is not None and word == module and i + 1 < len(args):
-                levels = (module, args[i + 1])
-                return Form(None, None if loaded is not None else levels, covers)
+                named = (module, args[i + 1])
+                return Form(None, None if loaded is not None else named, covers)
             if word in takes_value:
                 i += 2
                 continue
