@@ -56,6 +56,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ from environments.base import CommandRequest, CommandResult
 from runtime.errors import ExecutionFailed
 from runtime.hostpath import host_path, locate
 
-__all__ = ["COMMIT_HOOKS", "GUARDED_CONFIG", "HostGit", "guarded_environ"]
+__all__ = ["COMMIT_HOOKS", "GUARDED_CONFIG", "HostGit", "guarded_environ", "workspace_hooks"]
 
 # The hooks `git add` and `git commit -m` may run (gc, and with it pre-auto-gc, is off).
 COMMIT_HOOKS: tuple[str, ...] = (
@@ -227,6 +228,42 @@ class HostGit:
                     "can write it: commit does not run it. Commit with run_command, or make the "
                     "hook a file inside .git/hooks"
                 )
+
+
+def workspace_hooks(workspace: Path, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where the host's git, run in `workspace` with the human's configuration, takes its hooks
+    from when that is a directory of the workspace outside `.git` (`core.hooksPath`, as husky
+    sets it: `.husky/_`), as a workspace-relative path; None otherwise.
+
+    Such hooks are files any tool that writes the workspace can change, so `run_command` says
+    so when it asks for a git command on the host. Asked of git itself (`git config`, which
+    runs nothing), so includes and conditional includes count as they will when git runs.
+    """
+    environ = os.environ if environ is None else environ
+    program = locate("git", workspace, {"PATH": host_path(workspace, environ)})
+    if program.path is None:
+        return None
+    try:
+        done = subprocess.run(
+            [program.path, "config", "--get", "core.hooksPath"],
+            cwd=workspace,
+            env=guarded_environ(environ),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = done.stdout.strip()
+    if done.returncode != 0 or not value:
+        return None
+    real = os.path.realpath(os.path.join(workspace, os.path.expanduser(value)))
+    root = str(workspace)
+    if not real.startswith(root + "/"):
+        return None
+    relative = os.path.relpath(real, root)
+    return None if relative.split("/", 1)[0] == ".git" else relative
 
 
 def _hooks(git_dir: Path) -> tuple[str, ...]:

@@ -22,8 +22,9 @@ from environments.base import CommandRequest, CommandResult
 from runtime.ceiling import EnvironmentTag
 from runtime.commandkey import key_command, textual_words
 from runtime.errors import ExecutionFailed
-from runtime.hostgit import HostGit
+from runtime.hostgit import HostGit, workspace_hooks
 from runtime.hostpath import host_path, locate
+from runtime.programs import canonical_name
 from runtime.protected import reaches_protected
 from runtime.tool import (
     CallSite,
@@ -146,6 +147,10 @@ class RunCommand(Tool[RunCommandParameters]):
         if words is None:
             return Permission.ask(key)  # compound: see execute()
         code = key_command(args.command).workspace
+        if canonical_name(words[0]) == "git":
+            hooks = workspace_hooks(site.workspace)
+            if hooks is not None:
+                code = f"the hooks in {hooks}/ (core.hooksPath)"
         if code:
             # What the grant means on the host: the code there when it runs, whoever wrote it.
             key = dataclasses.replace(

@@ -313,3 +313,31 @@ def test_the_host_guard_keeps_the_callers_own_git_config_entries() -> None:
         "safe.bareRepository",
         "explicit",
     )
+
+
+def test_a_git_command_says_when_its_hooks_come_from_the_workspace(tmp_path: Path) -> None:
+    # husky's set-up: hooks in a workspace directory any sandbox that writes the workspace can
+    # change, which a granted `git commit` on the host then runs.
+    from runtime.ceiling import EnvironmentTag
+    from runtime.tool import CallSite
+    from runtime.tools.execute import RunCommand, RunCommandParameters
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True, env=_plain_env())
+    site = CallSite(workspace.resolve(), EnvironmentTag.SHELL)
+
+    def subject(command: str) -> str:
+        key = RunCommand().permission_in(RunCommandParameters(command=command), site).key
+        assert key is not None
+        return key.subject
+
+    assert subject("git commit -m x") == "git commit -m x"
+    git(workspace, "config", "core.hooksPath", ".husky/_")
+    assert subject("git commit -m x") == (
+        "git commit -m x\n(runs code from the workspace: the hooks in .husky/_/ "
+        "(core.hooksPath); whatever may write the workspace, sandboxed tools included, can "
+        "change it)"
+    )
+    git(workspace, "config", "core.hooksPath", ".git/hooks")
+    assert subject("git commit -m x") == "git commit -m x"
