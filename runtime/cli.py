@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -116,7 +117,10 @@ def _version() -> str:
         return "0+unknown"
 
 
+@functools.cache
 def _parser() -> argparse.ArgumentParser:
+    """The command line's grammar, built once a process (the decision server builds it before
+    it forks; parsing never changes it)."""
     parser = _Parser(
         prog="codecoder",
         description="A sandboxed tool-execution runtime for AI agents.",
@@ -574,7 +578,7 @@ def _hook(args: argparse.Namespace) -> int:
         if not isinstance(event, dict):
             raise UsageError("the hook input is not a JSON object")
         answer = handle(args.host, event, options)
-    except (ValueError, CodecoderError, OSError) as exc:
+    except Exception as exc:
         print(f"codecoder hook: blocked: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if answer:
