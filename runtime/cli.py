@@ -350,6 +350,10 @@ def _key(args: argparse.Namespace) -> int:
             "argv": list(key.argv) if key and key.argv is not None else None,
             "protected": key.protected if key else False,
             "environment": runtime.environment_of(tool.name).value,
+            "grants": [
+                {"entry": level.entry, "covers": level.covers}
+                for level in (key.grant_levels if key else ())
+            ],
         }
     if args.json:
         _out(data)
