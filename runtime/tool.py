@@ -77,7 +77,7 @@ def literal_of(pattern: str) -> str | None:
     while index < len(pattern):
         char = pattern[index]
         if char == "[":
-            if pattern[index + 2 : index + 3] != "]" or pattern[index + 1] not in "[]*?:\"":
+            if pattern[index + 2 : index + 3] != "]" or pattern[index + 1] not in '[]*?:"':
                 return None
             literal.append(pattern[index + 1])
             index += 3

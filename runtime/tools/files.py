@@ -1812,6 +1812,7 @@ class RunWasm(Tool[RunWasmParameters]):
                 timeout=args.timeout or ctx.limits.timeout,
                 max_output=ctx.limits.max_output,
                 workspace=files.workspace,
+                cancel=ctx.cancel,
             )
         )
         return module_result(result)
