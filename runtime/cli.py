@@ -218,6 +218,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the name codecoder's MCP server has in the host (its tools are allowed here)",
     )
+    p.add_argument(
+        "--non-interactive",
+        action="store_true",
+        help="nobody answers the host's prompt (claude -p, gemini -p): deny what would be "
+        "asked (implied by CI=true)",
+    )
     p.set_defaults(handler=_hook)
 
     p = command("exec", "run a command in the @docker sandbox through the permission chain")
@@ -570,12 +576,14 @@ def _hook(args: argparse.Namespace) -> int:
     reason on stderr, which both hosts read as "blocked"): a hook that cannot decide must not
     let a call through."""
     from runtime.hooks import HookOptions, handle
+    from runtime.prompt import in_ci
 
     options = HookOptions(
         project=args.project,
         allow=tuple(args.allow),
         sandbox=args.sandbox,
         mcp_server=args.mcp_server,
+        interactive=not (args.non_interactive or in_ci()),
     )
     try:
         event = json.loads(sys.stdin.read())

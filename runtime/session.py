@@ -50,7 +50,7 @@ from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, Us
 from runtime.patterns import KeyPattern, PatternError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
-from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.prompt import Asker, TerminalPrompt, in_ci, non_interactive
 from runtime.protected import is_protected_path
 from runtime.state import project_state_directory
 from runtime.tool import (
@@ -361,6 +361,6 @@ def _notice_fallback(reason: str) -> None:
 
 def default_asker() -> Asker:
     """The terminal prompt where a person can answer; otherwise (CI, no terminal) deny."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         return non_interactive
     return TerminalPrompt() if TerminalPrompt.available() else non_interactive
