@@ -15,11 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,35 @@ GEMINI_USER_SETTINGS = {
 }
 
 
+def recipe(name: str) -> str:
+    """The text of README.md's code block marked `<!-- recipe: NAME -->`: the tests run the
+    recipes exactly as the README gives them."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    marker = f"<!-- recipe: {name} -->\n"
+    assert marker in text, f"README.md has no recipe {name!r}"
+    block = text.split(marker, 1)[1]
+    assert block.startswith("```"), f"the recipe {name!r} is not followed by a code block"
+    return block.split("\n", 1)[1].split("```", 1)[0]
+
+
+def shell_lines(text: str, **variables: str) -> list[list[str]]:
+    """A shell recipe's commands as argv lists, with `$NAME` replaced from `variables`."""
+    import shlex
+
+    commands = []
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            words = shlex.split(line)
+            commands.append([_expand(word, variables) for word in words])
+    return commands
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    for name, value in variables.items():
+        word = word.replace(f"${name}", value)
+    return word
+
+
 def cli(name: str) -> Path | None:
     path = BIN / name
     return path if path.exists() else None
@@ -76,6 +107,7 @@ class AgentRun:
     stderr: str
     requests: list[dict[str, Any]]
     setup: list[dict[str, Any]]
+    screen: str = ""  # in a terminal: what it showed, escapes removed, whitespace squeezed
 
     def main_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["turn"] is not None]
@@ -125,9 +157,14 @@ def run_agent(
     script: list[Call],
     setup: list[list[str]] = (),  # type: ignore[assignment]
     timeout: float = 240.0,
+    terminal: list[tuple[str, str]] | None = None,
 ) -> AgentRun:
     """Run `setup` then `argv` with the network closed, the stand-in playing `script`.
-    "{URL}" in `env` values is replaced by the stand-in's address."""
+    "{URL}" in `env` values is replaced by the stand-in's address.
+
+    With `terminal`, `argv` runs in a pseudo-terminal, as a person runs it: each step waits
+    until the screen shows the step's text, then types its keys; after the last step the
+    CLI is interrupted (Ctrl-C twice) and given time to end its session."""
     with tempfile.TemporaryDirectory(prefix="codecoder-agent-") as scratch:
         spec = Path(scratch) / "spec.json"
         result = Path(scratch) / "result.json"
@@ -140,6 +177,7 @@ def run_agent(
                     "setup": list(setup),
                     "script": [[c.tool, c.input] for c in script],
                     "timeout": timeout,
+                    "terminal": terminal,
                 }
             )
         )
@@ -193,23 +231,12 @@ def _runner(spec_path: Path, result_path: Path) -> None:
                     "stderr": done.stderr,
                 }
             )
-        agent = subprocess.Popen(
-            spec["argv"],
-            cwd=spec["cwd"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = agent.communicate(timeout=spec["timeout"])
-            code = agent.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(agent.pid, signal.SIGKILL)
-            stdout, stderr = agent.communicate()
-            code, stderr = -1, f"{stderr}\n[the runner: timed out after {spec['timeout']}s]"
+        if spec.get("terminal") is not None:
+            code, stdout, screen = _in_terminal(spec, env)
+            stderr = ""
+        else:
+            code, stdout, stderr = _in_pipes(spec, env)
+            screen = ""
     finally:
         standin.close()
         _stop_decision_servers(env)
@@ -217,10 +244,88 @@ def _runner(spec_path: Path, result_path: Path) -> None:
         "exit_code": code,
         "stdout": stdout,
         "stderr": stderr,
+        "screen": screen,
         "requests": [seen.__dict__ for seen in standin.requests],
         "setup": setup,
     }
     result_path.write_text(json.dumps(result))
+
+
+def _in_pipes(spec: dict[str, Any], env: dict[str, str]) -> tuple[int, str, str]:
+    agent = subprocess.Popen(
+        spec["argv"],
+        cwd=spec["cwd"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = agent.communicate(timeout=spec["timeout"])
+        return agent.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(agent.pid, signal.SIGKILL)
+        stdout, stderr = agent.communicate()
+        return -1, stdout, f"{stderr}\n[the runner: timed out after {spec['timeout']}s]"
+
+
+_ESCAPES = re.compile(
+    r"\x1b\[[0-9;?>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Z0-9]|\x1b[=>]"
+)
+
+
+def _in_terminal(spec: dict[str, Any], env: dict[str, str]) -> tuple[int, str, str]:
+    import pexpect
+
+    child = pexpect.spawn(
+        spec["argv"][0],
+        spec["argv"][1:],
+        cwd=spec["cwd"],
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=spec["timeout"],
+        dimensions=(50, 160),
+    )
+    seen: list[str] = []
+
+    def screen() -> str:
+        return " ".join(_ESCAPES.sub(" ", "".join(seen)).split())
+
+    shown = 0  # how much of the screen the steps so far have matched
+
+    def wait_for(text: str, seconds: float = spec["timeout"]) -> bool:
+        """Read until `text` shows after what the previous step matched."""
+        nonlocal shown
+        deadline = time.monotonic() + seconds
+        while (found := screen().find(text, shown)) < 0:
+            if time.monotonic() > deadline:
+                return False
+            try:
+                seen.append(child.read_nonblocking(65536, timeout=0.5))
+            except pexpect.TIMEOUT:
+                continue
+            except pexpect.EOF:
+                return False
+        shown = found + len(text)
+        return True
+
+    code = 0
+    for text, keys in spec["terminal"]:
+        if not wait_for(text):
+            code = -1
+            seen.append(f"[the runner: {text!r} never showed]")
+            break
+        time.sleep(0.5)  # the TUI takes keys once it has drawn what it shows
+        child.send(keys)
+    for _ in range(2):
+        time.sleep(1.0)
+        child.sendcontrol("c")
+    wait_for("\x00", 15.0)  # read until it ends (its SessionEnd hooks run then), or 15 s
+    child.close(force=True)
+    return code, "", screen()
 
 
 if __name__ == "__main__":
