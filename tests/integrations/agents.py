@@ -131,10 +131,10 @@ def base_env(root: Path, **extra: str) -> dict[str, str]:
     """A user's environment under `root`: home, state, configuration; codecoder on PATH."""
     home = root / "home"
     home.mkdir(parents=True, exist_ok=True)
+    node = shutil.which("node")  # the one CI put first on PATH, where Debian's is too old
+    path = [str(Path(sys.executable).parent), *([str(Path(node).parent)] if node else [])]
     env = {
-        "PATH": os.pathsep.join(
-            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-        ),
+        "PATH": os.pathsep.join([*path, "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": str(home),
         "XDG_STATE_HOME": str(root / "state"),
         "XDG_CONFIG_HOME": str(root / "config"),
