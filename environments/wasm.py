@@ -10,6 +10,8 @@ Each call gets a fresh `Store`, and everything it can take is bounded:
   process killed at the deadline, `environments.wasmcompile`) and running it (an epoch callback
   every tick, in the module's thread, stops it at the deadline; `poll_oneoff` never sleeps past
   it; a thread blocked in the host on a FIFO is freed, see `_EpochTicker`);
+* cancellation -> `Cancelled`: once `WasmRequest.cancel` is set, the same epoch callback stops
+  the module at its next tick and `poll_oneoff` stops sleeping;
 * memory -> `OutOfMemory`: one limiter over the whole store, one linear memory (the engine
   refuses modules declaring more, or shared or 64-bit ones), at most `MAX_TABLES` tables whose
   elements take at most an eighth of the memory limit more, one instance;
@@ -53,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,7 @@ from runtime.atomicfile import replace_atomically
 from runtime.ceiling import EnvironmentTag
 from runtime.confined import NotBeneath, check_pinned
 from runtime.errors import (
+    Cancelled,
     ExecutionFailed,
     ExecutionTimeout,
     OutOfFuel,
@@ -134,6 +137,7 @@ class WasmRequest:
     max_output: int = DEFAULT_MAX_OUTPUT
     disk_budget: int = DEFAULT_DISK_BUDGET
     workspace: Path | None = None
+    cancel: threading.Event | None = field(default=None, compare=False)  # set: stop the module
 
     def __post_init__(self) -> None:
         if self.fuel <= 0 or self.timeout <= 0 or self.memory_limit <= 0 or self.max_output < 0:
@@ -439,19 +443,21 @@ class _EpochTicker:
         self._engine = engine
         self.interval = interval
         self._cond = threading.Condition()
-        self._running: dict[int, tuple[float, tuple[Path, ...]]] = {}
+        self._running: dict[int, tuple[float, tuple[Path, ...], threading.Event | None]] = {}
         self._tokens = itertools.count()
         self._closed = False
         self._thread: threading.Thread | None = None
         self._rescued_at = 0.0
 
     @contextlib.contextmanager
-    def running(self, deadline: float, hosts: tuple[Path, ...]) -> Iterator[None]:
+    def running(
+        self, deadline: float, hosts: tuple[Path, ...], cancel: threading.Event | None = None
+    ) -> Iterator[None]:
         with self._cond:
             if self._closed:
                 raise SandboxUnavailable("the wasm environment is closed")
             token = next(self._tokens)
-            self._running[token] = (deadline, hosts)
+            self._running[token] = (deadline, hosts, cancel)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="codecoder-wasm-epoch", daemon=True
@@ -477,8 +483,8 @@ class _EpochTicker:
                 now = time.monotonic()
                 stuck = [
                     host
-                    for deadline, hosts in self._running.values()
-                    if now > deadline + self.RESCUE_AFTER
+                    for deadline, hosts, cancel in self._running.values()
+                    if now > deadline + self.RESCUE_AFTER or (cancel and cancel.is_set())
                     for host in hosts
                 ]
             self._engine.increment_epoch()
@@ -1001,9 +1007,9 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         started = time.monotonic()
         budget = _DiskBudget(writable, request.disk_budget) if writable else None
         hosts = tuple(p.host for p in request.preopens)
-        with self._ticker.running(deadline, hosts):
+        with self._ticker.running(deadline, hosts, request.cancel):
             store.set_epoch_deadline(1)  # then every tick: see _on_epoch
-            _CALL.start(deadline, budget)
+            _CALL.start(deadline, budget, request.cancel)
             try:
                 instance = pre.instantiate(store)
                 start = instance.exports(store).get("_start")
@@ -1025,6 +1031,9 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
                 f"workspace (its filesystem grew by {budget.grown():,} bytes) and was stopped; "
                 "what it wrote is still there"
             )
+        if stopped == "cancelled":
+            took = time.monotonic() - started
+            raise Cancelled(f"cancelled after {took:.1f}s: the module was stopped")
         if stopped == "timeout":
             raise ExecutionTimeout(f"the module ran past its timeout of {request.timeout:g}s")
         if stopped == "slept":
@@ -1178,17 +1187,21 @@ def _clock_time_get_type() -> wasmtime.FuncType:
 
 
 class _CallState(threading.local):
-    """The call running in this thread: its deadline, disk budget, and why it was stopped."""
+    """The call running in this thread: its deadline, disk budget, cancel event, and why it
+    was stopped."""
 
     deadline: float | None = None
     budget: _DiskBudget | None = None
-    stopped: str | None = None  # "timeout", "slept" (in poll_oneoff) or "disk"
+    cancel: threading.Event | None = None
+    stopped: str | None = None  # "timeout", "slept" (in poll_oneoff), "disk" or "cancelled"
 
-    def start(self, deadline: float, budget: _DiskBudget | None) -> None:
-        self.deadline, self.budget, self.stopped = deadline, budget, None
+    def start(
+        self, deadline: float, budget: _DiskBudget | None, cancel: threading.Event | None = None
+    ) -> None:
+        self.deadline, self.budget, self.cancel, self.stopped = deadline, budget, cancel, None
 
     def finish(self) -> None:
-        self.deadline, self.budget, self.stopped = None, None, None
+        self.deadline, self.budget, self.cancel, self.stopped = None, None, None, None
 
 
 _CALL = _CallState()
@@ -1246,8 +1259,11 @@ def _stop(reason: str) -> int:
 
 
 def _on_epoch(_context: object, _data: object, delta: Any, kind: Any) -> int:
-    """Continue one more tick, or stop the module: past its deadline, or its disk budget."""
+    """Continue one more tick, or stop the module: cancelled, past its deadline, or its disk
+    budget."""
     try:
+        if _CALL.cancel is not None and _CALL.cancel.is_set():
+            return _stop("cancelled")
         if _CALL.deadline is not None and time.monotonic() >= _CALL.deadline:
             return _stop("timeout")
         budget = _CALL.budget
@@ -1309,14 +1325,22 @@ def _poll_oneoff(
         shortest = min(wait for _, wait in clocks)
         deadline = _CALL.deadline
         seconds = shortest / 1e9
-        if deadline is not None and time.monotonic() + seconds > deadline:
-            # The call is marked expired and the sleep interrupted, rather than raising through
-            # wasmtime's trampoline: the epoch deadline, already passed, stops the module at its
-            # next check, and whatever it did after this is not reported as its result.
-            time.sleep(max(deadline - time.monotonic(), 0.0))
+        late = deadline is not None and time.monotonic() + seconds > deadline
+        if late:
+            assert deadline is not None
+            seconds = max(deadline - time.monotonic(), 0.0)
+        # The call is marked stopped and the sleep interrupted, rather than raising through
+        # wasmtime's trampoline: the epoch callback stops the module at its next check, and
+        # whatever it did after this is not reported as its result.
+        cancel = _CALL.cancel
+        if cancel is not None and cancel.wait(seconds):
+            _CALL.stopped = "cancelled"
+            return _ERRNO_INTR
+        if cancel is None:
+            time.sleep(seconds)
+        if late:
             _CALL.stopped = "slept"
             return _ERRNO_INTR
-        time.sleep(seconds)
         ready = [(userdata, _EVENTTYPE_CLOCK) for userdata, wait in clocks if wait <= shortest]
     else:
         ready += [(userdata, _EVENTTYPE_CLOCK) for userdata, wait in clocks if wait == 0]

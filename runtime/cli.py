@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -116,7 +117,10 @@ def _version() -> str:
         return "0+unknown"
 
 
+@functools.cache
 def _parser() -> argparse.ArgumentParser:
+    """The command line's grammar, built once a process (the decision server builds it before
+    it forks; parsing never changes it)."""
     parser = _Parser(
         prog="codecoder",
         description="A sandboxed tool-execution runtime for AI agents.",
@@ -213,6 +217,12 @@ def _parser() -> argparse.ArgumentParser:
         default="codecoder",
         metavar="NAME",
         help="the name codecoder's MCP server has in the host (its tools are allowed here)",
+    )
+    p.add_argument(
+        "--non-interactive",
+        action="store_true",
+        help="nobody answers the host's prompt (claude -p, gemini -p): deny what would be "
+        "asked (implied by CI=true)",
     )
     p.set_defaults(handler=_hook)
 
@@ -346,6 +356,10 @@ def _key(args: argparse.Namespace) -> int:
             "argv": list(key.argv) if key and key.argv is not None else None,
             "protected": key.protected if key else False,
             "environment": runtime.environment_of(tool.name).value,
+            "grants": [
+                {"entry": level.entry, "covers": level.covers}
+                for level in (key.grant_levels if key else ())
+            ],
         }
     if args.json:
         _out(data)
@@ -562,19 +576,21 @@ def _hook(args: argparse.Namespace) -> int:
     reason on stderr, which both hosts read as "blocked"): a hook that cannot decide must not
     let a call through."""
     from runtime.hooks import HookOptions, handle
+    from runtime.prompt import in_ci
 
     options = HookOptions(
         project=args.project,
         allow=tuple(args.allow),
         sandbox=args.sandbox,
         mcp_server=args.mcp_server,
+        interactive=not (args.non_interactive or in_ci()),
     )
     try:
         event = json.loads(sys.stdin.read())
         if not isinstance(event, dict):
             raise UsageError("the hook input is not a JSON object")
         answer = handle(args.host, event, options)
-    except (ValueError, CodecoderError, OSError) as exc:
+    except Exception as exc:
         print(f"codecoder hook: blocked: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if answer:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from runtime.atomicfile import exclusive_lock, replace_atomically
+from runtime.decision import Answer
 from runtime.errors import CodecoderError, UsageError
 from runtime.prompt import visible
 from runtime.state import project_state_directory
@@ -390,6 +391,9 @@ class HookOptions:
     mcp_server: str = "codecoder"
     exec_program: str = "codecoder"
     session_ttl: float = -1.0  # filled from codecoder.json when the hook evaluates
+    # Nobody can answer the host's prompt (`claude -p`, `gemini -p`): what would be asked is
+    # denied, with how to allow it for the run. Gemini CLI waits for ever on an "ask" there.
+    interactive: bool = True
 
 
 def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[str, Any]:
@@ -468,7 +472,8 @@ def _pre_tool(
     if mapped.own_server:
         return HookAnswer("allow", "codecoder's MCP server decides (and asks) for its own tools")
     if mapped.tool is None:
-        return HookAnswer("ask", f"codecoder: {visible(mapped.problem)}; not allowed by codecoder")
+        problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
+        return HookAnswer("ask" if options.interactive else "deny", problem)
     from runtime.evaluation import evaluate
     from runtime.prompt import non_interactive
     from runtime.session import Runtime
@@ -500,6 +505,14 @@ def _answer(
     if verdict.decision == "deny":
         return HookAnswer("deny", f"codecoder: {key} is refused: {visible(verdict.reason)}")
     token: str | None = None
+    if verdict.decision == "ask" and not options.interactive:
+        reason = f"codecoder: {key} on {where} needs approval, and nobody can answer here"
+        if verdict.protected or verdict.question is None:
+            reason += " (a protected path: only a person can allow it, once)"
+        else:
+            entry = verdict.question.grant_for(Answer.SESSION).entry
+            reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
+        return HookAnswer("deny", reason)
     if verdict.decision == "allow":
         reason = f"codecoder: {key} ({where}) is allowed: {visible(verdict.reason)}"
         answer = HookAnswer("allow", reason)

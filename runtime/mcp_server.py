@@ -225,6 +225,9 @@ def permission_required_message(request: AskRequest) -> str:
     else:
         reason = request.why_not_project or f"{request.environment.value} does not allow it"
         ways.append(f"codecoder.json cannot grant it ({visible(reason)})")
+    if Answer.SESSION in request.choices:
+        entry = visible(request.grant_for(Answer.SESSION).entry)
+        ways.append(f"start the server with `codecoder serve --allow {entry}` for that run")
     ways.append("or run the call yourself in `codecoder session` (it asks in the terminal)")
     return (
         f"permission required: {request.tool} needs approval for {key} "

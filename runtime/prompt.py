@@ -132,6 +132,11 @@ def non_interactive(request: AskRequest) -> Answer:
     return Answer.DENY
 
 
+def in_ci() -> bool:
+    """`CI` is set true: nobody is there to answer, whatever the terminal says."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def fixed(answer: Answer) -> Asker:
     """Always give `answer` (used by `--answer` and tests); the engine still checks ceilings."""
 

@@ -50,10 +50,17 @@ from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, Us
 from runtime.patterns import KeyPattern, PatternError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
-from runtime.prompt import Asker, TerminalPrompt, non_interactive
+from runtime.prompt import Asker, TerminalPrompt, in_ci, non_interactive
 from runtime.protected import is_protected_path
 from runtime.state import overlapping_directory, project_state_directory
-from runtime.tool import KeyStyle, PermissionKey, Tool, ToolDefinition
+from runtime.tool import (
+    KeyStyle,
+    PermissionKey,
+    Tool,
+    ToolDefinition,
+    escape_literal,
+    literal_of,
+)
 from runtime.tools import builtin_tools
 from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
 
@@ -290,19 +297,22 @@ class Session:
             pattern.check(tool.key_style)
         except PatternError as exc:
             raise UsageError(f"--allow {raw!r}: {exc}") from None
-        if not pattern.is_exact_compound and any(c in pattern.action for c in "*?["):
+        literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
+        if literal is None:
+            escaped = escape_literal(pattern.action)
             raise UsageError(
-                f"--allow {raw!r}: a session grant is one key, as `codecoder key` prints it; "
-                "wildcard patterns belong in codecoder.json"
+                f"--allow {raw!r}: a session grant is one key, as `codecoder key` lists it in "
+                f"its grants; wildcard patterns belong in codecoder.json (for a name with "
+                f"glob characters in it, escape each: {pattern.tool}:{escaped})"
             )
         environment = self.runtime.environment_of(tool.name)
-        if tool.key_style is KeyStyle.PATH and is_protected_path(pattern.action):
+        if tool.key_style is KeyStyle.PATH and is_protected_path(literal):
             raise CeilingViolation(raw, environment.value, "Once", f"{raw}: {PROTECTED_NOTE}")
         if not environment.allows(Scope.SESSION):  # no environment is below it today
             raise CeilingViolation(raw, environment.value, environment.ceiling.label)
         key = PermissionKey(pattern.tool, pattern.action, raw, style=tool.key_style)
         if pattern.tool == RUN_CAPABILITY:
-            capability = self.runtime.capabilities.get(pattern.action)
+            capability = self.runtime.capabilities.get(literal)
             if capability is None:
                 raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
             key = capability.permission_key()
@@ -363,6 +373,6 @@ def _notice_fallback(reason: str) -> None:
 
 def default_asker() -> Asker:
     """The terminal prompt where a person can answer; otherwise (CI, no terminal) deny."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         return non_interactive
     return TerminalPrompt() if TerminalPrompt.available() else non_interactive

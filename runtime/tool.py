@@ -68,6 +68,27 @@ def escape_literal(text: str) -> str:
     return _PATTERN_SYNTAX.sub(lambda match: f"[{match.group()}]", text)
 
 
+def literal_of(pattern: str) -> str | None:
+    """The one text `pattern` matches when it is literal under `escape_literal`'s escaping
+    (each glob character alone in brackets: `a[*]b` is `a*b`), else None: a real wildcard
+    (`*`, `?`), a class (`[ab]`) or a stray bracket. `:` and `"` stand for themselves."""
+    literal: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "[":
+            if pattern[index + 2 : index + 3] != "]" or pattern[index + 1] not in '[]*?:"':
+                return None
+            literal.append(pattern[index + 1])
+            index += 3
+            continue
+        if char in "*?]":
+            return None
+        literal.append(char)
+        index += 1
+    return "".join(literal)
+
+
 @dataclass(frozen=True, slots=True)
 class GrantLevel:
     """One allowlist entry an "always" answer can record for a key, and what it covers.

@@ -44,6 +44,9 @@ def private_state_and_config(
     home = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    # Commands run as processes evaluate in-process: a test that wants the decision server
+    # (tests/runtime/test_decisiond.py) turns it on and stops the server it started.
+    monkeypatch.setenv("CODECODER_DAEMON", "0")
     return home
 
 

@@ -217,6 +217,7 @@ def _run_module(capability: Capability, stdin: bytes, ctx: ToolContext) -> ToolR
             memory_limit=limits.memory_bytes or DEFAULT_MEMORY_LIMIT,
             max_output=limits.max_output or ctx.limits.max_output,
             workspace=ctx.workspace,
+            cancel=ctx.cancel,
         )
     )
     return module_result(result)

@@ -1832,6 +1832,7 @@ class RunWasm(Tool[RunWasmParameters]):
                 timeout=args.timeout or ctx.limits.timeout,
                 max_output=ctx.limits.max_output,
                 workspace=files.workspace,
+                cancel=ctx.cancel,
             )
         )
         return module_result(result)

@@ -51,6 +51,8 @@ FIGURE_NAMES = [
     *(f"throughput.{env}.{n}" for env in ("mock", "shell", "wasm", "docker") for n in (1, 4, 16)),
     "agents.startup.decide",
     "agents.startup.hook",
+    "agents.startup.decide_in_process",
+    "agents.startup.hook_in_process",
     "agents.mcp.result_size",
 ]
 CHEAP = ["permission", "keying", "allowlists"]

@@ -19,6 +19,7 @@ import wasmtime
 
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
 from runtime.errors import (
+    Cancelled,
     CodecoderError,
     ExecutionFailed,
     ExecutionTimeout,
@@ -650,6 +651,20 @@ def test_a_sleep_past_the_timeout_is_stopped_at_the_timeout(
     with pytest.raises(ExecutionTimeout, match=r"slept past its timeout of 0\.5s"):
         env.run(WasmRequest(module=sleeper(3600, absolute=absolute), timeout=0.5))
     assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("module", [LOOP_FOREVER, sleeper(3600)], ids=["spinning", "sleeping"])
+def test_a_cancelled_module_stops_at_once_not_at_its_timeout(
+    env: WasmEnvironment, module: bytes
+) -> None:
+    cancel = threading.Event()
+    timer = threading.Timer(0.3, cancel.set)
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(Cancelled, match=r"cancelled after 0\.\d+s: the module was stopped"):
+        env.run(WasmRequest(module=module, timeout=60, fuel=10**15, cancel=cancel))
+    assert time.monotonic() - started < 1.5
+    assert env.run(WasmRequest(module=sleeper(0.01), timeout=5)).exit_code == 7  # still serves
 
 
 def test_a_short_sleep_within_the_timeout_completes(env: WasmEnvironment) -> None:

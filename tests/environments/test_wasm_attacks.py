@@ -15,7 +15,7 @@ import pytest
 
 from environments.wasm import Preopen, WasmEnvironment, WasmRequest
 from runtime.decision import Answer
-from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory
+from runtime.errors import Cancelled, ExecutionFailed, ExecutionTimeout, OutOfMemory
 from runtime.session import Runtime
 from runtime.tools.files import ConfinedFiles, run_wasm_preopens
 from tests.conftest import RecordingAsker
@@ -133,6 +133,27 @@ def test_opening_a_fifo_no_one_writes_ends_at_the_timeout(
             "/workspace/src/fifo",
             preopens=(Preopen(workspace, "/workspace"),),
             timeout=1,
+        )
+
+    assert time.monotonic() - started < 3
+
+
+def test_a_cancelled_module_waiting_on_a_fifo_is_freed_at_once(
+    env: WasmEnvironment, workspace: Path
+) -> None:
+    os.mkfifo(workspace / "src" / "fifo")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    started = time.monotonic()
+
+    with pytest.raises(Cancelled):
+        probe(
+            env,
+            "read",
+            "/workspace/src/fifo",
+            preopens=(Preopen(workspace, "/workspace"),),
+            timeout=60,
+            cancel=cancel,
         )
 
     assert time.monotonic() - started < 3

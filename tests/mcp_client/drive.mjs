@@ -56,8 +56,12 @@ if (scenario === "list") {
   out.result_chars = JSON.stringify(result).length;
   out.text_chars = result.content[0].text.length;
 } else if (scenario === "cancel") {
+  // The call to cancel: `sleep 31` unless argv[5] names another ({"name", "arguments"}).
+  const target = process.argv[5]
+    ? JSON.parse(process.argv[5])
+    : { name: "run_command", arguments: { command: "sleep 31" } };
   const controller = new AbortController();
-  const pending = call("run_command", { command: "sleep 31" }, { signal: controller.signal });
+  const pending = call(target.name, target.arguments, { signal: controller.signal });
   await new Promise((r) => setTimeout(r, 1500));
   controller.abort("the user pressed Esc");
   try { await pending; out.error = null; } catch (e) { out.error = String(e); }

@@ -564,3 +564,70 @@ def test_version(project: Path) -> None:
     proc = codecoder("--version", project=project)
     assert proc.returncode == 0
     assert proc.stdout.startswith("codecoder 0.")
+
+
+def test_allow_takes_a_key_escaped_as_answers_record_it_and_refuses_real_wildcards(
+    project: Path,
+) -> None:
+    """`[c]` escapes one glob character: `write_file:a[*]b[[]1[]].txt` is the file `a*b[1].txt`
+    and nothing else; `a*b`, `a?b`, `[ab]` and a stray bracket are patterns, refused."""
+    (project / "a*b[1].txt").write_text("old")
+    (project / "axb[1].txt").write_text("old")
+    key = codecoder(
+        "key",
+        "--tool",
+        "write_file",
+        '{"path": "a*b[1].txt", "content": ""}',
+        "--json",
+        project=project,
+    )
+    (entry,) = [grant["entry"] for grant in as_json(key)["grants"]]
+    assert entry == "write_file:a[*]b[[]1[]].txt"
+
+    def write(path: str, allow: str) -> subprocess.CompletedProcess[str]:
+        arguments = json.dumps({"path": path, "content": "new"})
+        return codecoder(
+            "call",
+            "write_file",
+            arguments,
+            "--allow",
+            allow,
+            "--non-interactive",
+            "--json",
+            project=project,
+        )
+
+    assert write("a*b[1].txt", entry).returncode == 0
+    assert (project / "a*b[1].txt").read_text() == "new"
+    assert write("axb[1].txt", entry).returncode == 3  # the escaped key is that one file
+    assert (project / "axb[1].txt").read_text() == "old"
+    npm = codecoder(
+        "decide",
+        "run_command",
+        '{"command": "npm run test:unit"}',
+        "--allow",
+        "run_command:npm:run:test[:]unit",
+        "--json",
+        project=project,
+    )
+    assert (npm.returncode, as_json(npm)["source"]) == (0, "session")
+    for pattern in (
+        "write_file:a*b[1].txt",
+        "write_file:a?b",
+        "write_file:[ab]",
+        "write_file:a[*",
+        "write_file:a]b",
+        "write_file:a[x]b",
+        "run_command:npm:run:test[:]*",
+    ):
+        proc = write("a*b[1].txt", pattern)
+        assert proc.returncode == 2, pattern
+        message = as_json(proc)["error"]["message"]
+        assert "wildcard patterns belong in codecoder.json" in message, pattern
+    hint = as_json(write("a*b[1].txt", "write_file:a*b[1].txt"))["error"]["message"]
+    assert hint.endswith("escape each: write_file:a[*]b[[]1[]].txt)")
+    for protected in ("write_file:.git/hooks/pre[*]", "write_file:sub/.GIT/x[?]"):
+        proc = write("a", protected)  # the literal behind the escapes is what is checked
+        assert proc.returncode in (2, 3), protected
+        assert "can be allowed only once" in as_json(proc)["error"]["message"], protected
+    assert not (project / "a").exists()

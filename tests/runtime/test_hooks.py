@@ -28,8 +28,14 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-def hook(host: str, event: dict[str, Any] | str, project: Path, *args: str) -> Any:
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+def hook(
+    host: str,
+    event: dict[str, Any] | str,
+    project: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Any:
+    env = {**{k: v for k, v in os.environ.items() if k != "CI"}, **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", "runtime", "hook", host, "--project", str(project), *args],
         input=event if isinstance(event, str) else json.dumps(event),
@@ -42,8 +48,10 @@ def hook(host: str, event: dict[str, Any] | str, project: Path, *args: str) -> A
     return proc
 
 
-def answer(host: str, event: dict[str, Any], project: Path, *args: str) -> dict[str, Any]:
-    proc = hook(host, event, project, *args)
+def answer(
+    host: str, event: dict[str, Any], project: Path, *args: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    proc = hook(host, event, project, *args, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout) if proc.stdout.strip() else {}
 
@@ -231,6 +239,56 @@ def test_gemini_answers_in_its_own_format_and_learns_from_after_tool(
     assert fetch["decision"] == "allow"
     read = answer("gemini", gemini("read_file", {"file_path": "/etc/shadow"}), project)
     assert read["decision"] == "ask"
+
+
+@pytest.mark.parametrize("how", ["--non-interactive", "CI=true"])
+def test_non_interactive_denies_what_it_would_ask_and_says_how_to_allow_it(
+    project: Path, state: Path, how: str
+) -> None:
+    """Nobody answers a headless host's prompt (Gemini CLI would wait for ever on an ask)."""
+    args = ("--non-interactive",) if how == "--non-interactive" else ()
+    env = {"CI": "true"} if how == "CI=true" else {}
+    out = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm run test:unit"}),
+        project,
+        *args,
+        env=env,
+    )
+    assert out == {
+        "decision": "deny",
+        "reason": "codecoder: run_command:npm:run:test[:]unit on @shell needs approval, and nobody "
+        "can answer here; to allow it for a run: codecoder hook --allow "
+        "run_command:npm:run:test[:]unit",
+    }
+    allowed = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm run test:unit"}),
+        project,
+        *args,
+        "--allow",
+        "run_command:npm:run:test[:]unit",
+        env=env,
+    )
+    assert allowed["decision"] == "allow"
+    outside = answer(
+        "claude-code", claude("Read", {"file_path": "/etc/passwd"}), project, *args, env=env
+    )
+    assert decision(outside)[0] == "deny"
+    protected = answer(
+        "claude-code",
+        claude("Write", {"file_path": ".git/config", "content": ""}),
+        project,
+        *args,
+        env=env,
+    )
+    assert decision(protected) == (
+        "deny",
+        "codecoder: write_file:.git/config on @wasm needs approval, and nobody can answer here "
+        "(a protected path: only a person can allow it, once)",
+    )
+    # Nothing was asked, so nothing can be granted when the host reports a run.
+    assert not list((state / "codecoder").rglob("hooks/*.json"))
 
 
 def test_sandbox_docker_rewrites_the_command_into_codecoder_exec(

@@ -279,7 +279,8 @@ async def test_a_client_without_elicitation_gets_an_error_naming_the_key_and_how
         "elicitation support). Nothing ran. To allow it: connect with an MCP client that "
         "supports elicitation, so the human can answer; codecoder.json cannot grant it "
         "(run_command:touch runs in @shell (host processes, not sandboxed), whose ceiling is "
-        "AlwaysThisSession: permanent trust goes only to sandboxed tools); or run the call "
+        "AlwaysThisSession: permanent trust goes only to sandboxed tools); start the server "
+        "with `codecoder serve --allow run_command:touch` for that run; or run the call "
         "yourself in `codecoder session` (it asks in the terminal)."
     )
     assert decision_of(result)["source"] == "denied"

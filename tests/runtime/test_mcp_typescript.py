@@ -126,6 +126,22 @@ def test_a_cancelled_call_is_stopped_and_audited_and_the_next_call_runs_at_once(
     assert sleeping.stdout == ""
 
 
+def test_a_cancelled_wasm_module_is_stopped_at_once_not_at_its_timeout(project: Path) -> None:
+    (project / "spin.wat").write_text('(module (func (export "_start") (loop $l (br $l))))')
+    target = {"name": "run_wasm", "arguments": {"path": "spin.wat", "timeout": 60}}
+    seen = drive("cancel", project, json.dumps(target))
+    assert "the user pressed Esc" in seen["error"]
+    assert seen["after"] == "after\n[exit code 0]"
+    assert seen["after_ms"] < 5000
+    records = audit(project)
+    assert [(r["key"], r["outcome"]) for r in records] == [
+        ("run_wasm:spin.wat", "cancelled"),
+        ("run_command:echo", "ok"),
+    ]
+    assert "the module was stopped" in records[0]["error"]
+    assert records[0]["duration_ms"] < 5_000  # 1.5 s in, stopped: not at its 60 s timeout
+
+
 def test_none_level_calls_run_beside_a_pending_question_and_a_running_call(
     project: Path,
 ) -> None:
