@@ -74,6 +74,7 @@ from docker.types import LogConfig, Mount
 from environments.base import CommandRequest, CommandResult, Environment
 from environments.cgroups import host_limits
 from environments.dockersettings import (
+    KNOWN_RUNTIMES,
     WORKSPACE_MOUNT,
     DockerSettings,
     LooserSetting,
@@ -593,6 +594,21 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 client.close()
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
+
+    def runtime_in_use(self) -> str:
+        """The engine runtime this environment's containers run under (`check`, `audit`)."""
+        if self.settings.runtime is not None:
+            return self.settings.runtime
+        client = self._ensure_started()
+        with _engine_errors("ask the Docker engine for its default runtime"):
+            return str(client.info().get("DefaultRuntime") or "runc")
+
+    def engine_runtimes(self) -> list[str]:
+        """The runtimes codecoder knows (runc, gVisor's runsc) that the engine offers."""
+        client = self._ensure_started()
+        with _engine_errors("ask the Docker engine for its runtimes"):
+            offered = client.info().get("Runtimes") or {}
+        return [runtime for runtime in KNOWN_RUNTIMES if runtime in offered]
 
     def cold_run(self, request: CommandRequest) -> CommandResult:
         """Run one request in a fresh container, like a hardened `docker run --rm`.
@@ -1121,7 +1137,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "detach": False,
             "tty": False,
             "init": True,
-            "network_mode": settings.network,
+            # With an egress allowlist, still no network: the agent's relay to the proxy's
+            # socket is the only way out.
+            "network_mode": "none" if settings.egress is not None else settings.network,
             "read_only": settings.read_only_rootfs,
             "cap_drop": ["ALL"],
             "cap_add": list(AGENT_CAPABILITIES),
