@@ -100,7 +100,10 @@ def test_no_process_of_a_call_survives_it(sandbox: DockerEnvironment, docker_eng
     processes = docker_engine.api.top(container_of(docker_engine, sandbox, "ro"))["Processes"]
 
     assert result.stdout == "started\n"
-    assert sorted(row[-1] for row in processes) == [AGENT_PROCESS, f"/sbin/docker-init -- {AGENT_PROCESS}"]
+    assert sorted(row[-1] for row in processes) == [
+        AGENT_PROCESS,
+        f"/sbin/docker-init -- {AGENT_PROCESS}",
+    ]
 
 
 def test_nothing_a_call_started_writes_after_it(sandbox: DockerEnvironment, state: Path) -> None:
