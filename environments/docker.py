@@ -92,6 +92,8 @@ from runtime.errors import (
     SandboxUnavailable,
 )
 from runtime.prompt import visible
+from runtime.state import workspace_directory
+from runtime.tools.web import Resolver, system_resolver
 
 __all__ = [
     "DockerEnvironment",
@@ -500,8 +502,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         *,
         session_id: str | None = None,
         client_factory: Callable[[], Any] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
+        """`resolver` is what the egress proxy resolves host names with (the system's by
+        default; tests point names anywhere without DNS)."""
         self.workspace = Path(workspace).resolve()
+        self._resolver = resolver
         self.settings = settings or DockerSettings()
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._client_factory = client_factory or _client_from_env
@@ -981,11 +987,16 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
 
     def _create_channel(self, client: Any, mode: Mode) -> _AgentChannel:
         name = f"{mode}-{next(self._generation)}"
+        egress = self.settings.egress
+        if mode == "rw" and not self.sync and egress is not None:
+            # A connection's permission may be granted for the project while a writable call
+            # runs: the runtime then writes its lock and codecoder.json. Made before the scan,
+            # .codecoder/ is the runtime's own (mounted read-only over itself), not a plant.
+            workspace_directory(self.workspace)
         scan = ProtectedScan(self.workspace) if mode == "rw" and not self.sync else None
         proxy = None
-        egress = self.settings.egress
         if egress is not None:
-            proxy = EgressProxy(egress)
+            proxy = EgressProxy(egress, resolver=self._resolver or system_resolver)
         try:
             config, uid_gid = self._container_config(mode, name, scan, proxy)
             with _engine_errors("create the sandbox container"):

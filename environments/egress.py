@@ -53,6 +53,8 @@ SOCKET_NAME: Final = "proxy.sock"
 HEAD_LIMIT: Final = 16 * 1024
 HEAD_SECONDS: Final = 10.0
 CONNECT_SECONDS: Final = 10.0
+# How long the end of a call waits for its connections to be recorded.
+HANDLER_SECONDS: Final = 2.0
 CHUNK: Final = 65536
 
 
@@ -84,12 +86,14 @@ class EgressProxy:
         self._gate: NetworkGate | None = None
         self._call = 0
         self._tunnels: dict[socket.socket, int] = {}
+        self._handlers: dict[int, list[threading.Thread]] = {}
         self._closed = False
         threading.Thread(target=self._serve, name="codecoder-egress", daemon=True).start()
 
     @contextlib.contextmanager
     def call(self, gate: NetworkGate | None) -> Iterator[None]:
-        """Admit connections through `gate` while the block runs; end them when it ends."""
+        """Admit connections through `gate` while the block runs; when it ends, end them, and
+        wait (a little) until each is recorded."""
         with self._lock:
             self._gate = gate
             self._call += 1
@@ -100,9 +104,13 @@ class EgressProxy:
             with self._lock:
                 self._gate = None
                 ending = [sock for sock, owner in self._tunnels.items() if owner == call]
+                handlers = self._handlers.pop(call, [])
             for sock in ending:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+            deadline = time.monotonic() + HANDLER_SECONDS
+            for handler in handlers:
+                handler.join(max(deadline - time.monotonic(), 0.0))
 
     def close(self) -> None:
         with self._lock:
@@ -130,9 +138,12 @@ class EgressProxy:
                 continue
             with self._lock:
                 gate, call = self._gate, self._call
-            threading.Thread(
-                target=self._handle, args=(client, gate, call), name="codecoder-egress-conn"
-            ).start()
+                handler = threading.Thread(
+                    target=self._handle, args=(client, gate, call), name="codecoder-egress-conn"
+                )
+                if gate is not None:
+                    self._handlers.setdefault(call, []).append(handler)
+            handler.start()
 
     def _handle(self, client: socket.socket, gate: NetworkGate | None, call: int) -> None:
         started = time.monotonic()

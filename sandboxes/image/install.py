@@ -106,9 +106,15 @@ def main() -> None:
     if platform.machine() not in ("x86_64", "aarch64"):
         fail(f"no runas helper is built for {platform.machine()} (only x86_64 and aarch64)")
     shell = next((s for s in ("/bin/bash", "/bin/sh") if os.path.exists(s)), "/nonexistent")
-    add_user(shell)
-    os.makedirs("/workspace", mode=0o755, exist_ok=True)
-    os.makedirs(f"{HOME}/capability", mode=0o755, exist_ok=True)
+    try:
+        add_user(shell)
+    except OSError as exc:
+        fail(f"cannot add the user {USER} ({ID}) to /etc/passwd and /etc/group: {exc}")
+    for directory in ("/workspace", f"{HOME}/capability"):
+        try:
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+        except OSError as exc:
+            fail(f"cannot prepare {directory}: {exc}")
     git = trust_any_workspace_owner()
     found = check_agent()
     print(
