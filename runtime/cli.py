@@ -366,7 +366,7 @@ def _key(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from environments.dockerimage import sandbox_status
-    from runtime.projectfile import Diagnostic
+    from runtime.projectfile import Diagnostic, Severity
     from runtime.prompt import visible
 
     runtime = _runtime(args)
@@ -378,7 +378,7 @@ def _check(args: argparse.Namespace) -> int:
     chosen = any(name in ("image", "runtime") for name, _ in config.file.docker)
     for problem in docker.problems if docker.reachable else ():
         line, column = config.file.position_of("/docker")
-        severity = "error" if chosen else "warning"
+        severity: Severity = "error" if chosen else "warning"
         diagnostics.append(
             Diagnostic(
                 severity, "docker_unavailable", problem, key="docker", line=line, column=column

@@ -48,10 +48,8 @@ class Upstream:
             with conn:
                 conn.sendall(f"hello from {self.host}\n".encode())
                 conn.settimeout(2)
-                try:
+                with contextlib.suppress(OSError):
                     self.received.append(conn.recv(100))
-                except OSError:
-                    pass
 
     @property
     def entry(self) -> str:
