@@ -486,6 +486,9 @@ class AuditOptions:
     docker_settings: DockerSettings | None = None
     docker_client_factory: Callable[[], Any] | None = None
     wasm_cache_dir: Path | None = None
+    # The engine runtimes the docker layer attacks besides the project's own (None: every one
+    # the engine offers that codecoder knows).
+    docker_runtimes: Collection[str] | None = None
 
 
 # --- outcomes of one attempt ---------------------------------------------------------------
@@ -2068,8 +2071,14 @@ class _DockerLayer(_LayerRunner):
         self.engine_runtime = env.runtime_in_use()
 
     def other_runtimes(self) -> list[str]:
-        """The known runtimes the engine has besides the one this runner's sandbox runs under."""
-        return [r for r in self.env.engine_runtimes() if r != self.engine_runtime]
+        """The known runtimes the engine has besides the one this runner's sandbox runs under
+        (as far as the audit's options let it)."""
+        wanted = self.audit.options.docker_runtimes
+        return [
+            runtime
+            for runtime in self.env.engine_runtimes()
+            if runtime != self.engine_runtime and (wanted is None or runtime in wanted)
+        ]
 
     def run(self, attempt: Attempt) -> str:
         assert isinstance(attempt.entry, DockerEntry)
@@ -2082,6 +2091,8 @@ class _DockerLayer(_LayerRunner):
         token = audit.workspace.token
         script = entry.script if isinstance(entry.script, str) else "\n".join(entry.script)
         canary = audit.canary if "@CANARY_PORT@" in script else None
+        # The canary serves every attempt of the audit: only connections from this one count.
+        seen = len(canary.peers) if canary is not None else 0
         values = {
             "@TOKEN@": token,
             "@MEMORY_BYTES@": str(env.settings.memory_bytes),
@@ -2114,8 +2125,9 @@ class _DockerLayer(_LayerRunner):
         # Only stdout: a script's own text (quoted in a shell's error message) may hold the token.
         if "token" in checks and result is not None and token in result.stdout:
             _escaped(f"the attack step worked: {_line_with(result.stdout, token)}")
-        if canary is not None and canary.peers:
-            _escaped(f"the canary on the host was reached from {', '.join(canary.peers)}")
+        if canary is not None and canary.peers[seen:]:
+            peers = ", ".join(canary.peers[seen:])
+            _escaped(f"the canary on the host was reached from {peers}")
         if "completed" in checks and error is None:
             _escaped(f"the command ran to its end without being stopped ({elapsed:.1f}s)")
         if "overran" in checks and elapsed > entry.timeout + OVERRUN_GRACE:
