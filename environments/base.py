@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from runtime.ceiling import EnvironmentTag
 
@@ -30,6 +30,31 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Connection:
+    """One connection a sandboxed call asked its egress proxy for, and how it went."""
+
+    host: str
+    port: int
+    allowed: bool
+    reason: str  # why it was refused, or what admitted it
+    address: str | None = None  # where it went (the address checked, never re-resolved)
+    sent: int = 0  # bytes from the sandbox
+    received: int = 0  # bytes to the sandbox
+    duration: float = 0.0
+
+
+class NetworkGate(Protocol):
+    """The caller's say over a call's connections (`docker.network: {"allow": [...]}`): the
+    permission chain for the key `network:<host>`, and the audit log."""
+
+    def admit(self, host: str, port: int) -> str | None:
+        """None when the call may connect to `host`, else why not (asking the human if need be)."""
+
+    def record(self, connection: Connection) -> None:
+        """Called once for every connection asked for, admitted or not, when it ends."""
+
+
+@dataclass(frozen=True, slots=True)
 class CommandRequest:
     """A command to run: either `argv` (executed directly, no shell) or `script` (run by bash).
 
@@ -38,7 +63,8 @@ class CommandRequest:
     was allowed under (`Decision.grant`); a sandbox keeps state (its home, /tmp) only between
     calls of the same grant, and None means this call alone. `snapshot`, when set, is the code
     the command runs from, and replaces `cwd`. When `cancel` is set while the command runs, the
-    environment stops it (as at a timeout) and raises `Cancelled`.
+    environment stops it (as at a timeout) and raises `Cancelled`. `network` decides the call's
+    connections where the sandbox has an egress allowlist (None: every one is refused).
     """
 
     cwd: Path
@@ -52,6 +78,7 @@ class CommandRequest:
     grant: str | None = None
     snapshot: Snapshot | None = None
     cancel: threading.Event | None = field(default=None, compare=False)
+    network: NetworkGate | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

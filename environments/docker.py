@@ -48,6 +48,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import itertools
 import json
 import logging
@@ -58,6 +59,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -70,13 +72,17 @@ import requests.exceptions
 from docker.types import LogConfig, Mount
 
 from environments.base import CommandRequest, CommandResult, Environment
+from environments.cgroups import host_limits
 from environments.dockersettings import (
+    KNOWN_RUNTIMES,
     WORKSPACE_MOUNT,
     DockerSettings,
     LooserSetting,
     parse_size,
 )
+from environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from environments.workspaceguard import ProtectedScan, quarantine
+from environments.workspacesync import OUTBOX, WorkspaceVolume
 from runtime.ceiling import EnvironmentTag
 from runtime.errors import (
     Cancelled,
@@ -86,6 +92,8 @@ from runtime.errors import (
     SandboxUnavailable,
 )
 from runtime.prompt import visible
+from runtime.state import workspace_directory
+from runtime.tools.web import Resolver, system_resolver
 
 __all__ = [
     "DockerEnvironment",
@@ -95,8 +103,23 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-AGENT_COMMAND: Final = ("python3", "-I", "-S", "/opt/codecoder/agent.py")
-AGENT_PROTOCOL: Final = 2
+# The agent runs on the interpreter bundled with it (sandboxes/image/bundle.py), through that
+# interpreter's own loader: it needs nothing of the image.
+AGENT_COMMAND: Final = (
+    "/opt/codecoder/python/ld.so",
+    "--library-path",
+    "/opt/codecoder/python/lib",
+    "/opt/codecoder/python/bin/python3",
+    "-I",
+    "-S",
+    "/opt/codecoder/agent.py",
+)
+AGENT_PROTOCOL: Final = 3
+# Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its
+# agent. An image without it is not a sandbox image.
+LABEL_AGENT: Final = "codecoder.agent"
+# Where the egress proxy's socket directory is mounted (environments.egress).
+EGRESS_MOUNT: Final = "/opt/codecoder/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.
 AGENT_USER: Final = "0:0"
@@ -144,6 +167,20 @@ def _answer_line_cap(max_output: int) -> int:
 
 def _engine_address() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def engine_is_local(address: str | None = None) -> bool:
+    """Whether the engine at `address` (DOCKER_HOST by default) runs on this machine, so that it
+    can bind-mount this machine's directories: a Unix socket, a named pipe, or TCP to loopback."""
+    parsed = urllib.parse.urlsplit(address or _engine_address())
+    if parsed.scheme in ("unix", "npipe", ""):
+        return True
+    if parsed.scheme in ("tcp", "http", "https"):
+        try:
+            return ipaddress.ip_address(parsed.hostname or "").is_loopback
+        except ValueError:
+            return parsed.hostname == "localhost"
+    return False  # ssh:// and anything else reaches another machine
 
 
 @contextlib.contextmanager
@@ -264,6 +301,8 @@ class _AgentChannel:
         self.used = False
         self.state_grant: str | None = None
         self.snapshot_digest: str | None = None
+        self.proxy: EgressProxy | None = None  # this container's egress proxy, if it has one
+        self.runtime = "runc"  # the engine runtime it runs under
         self._reader = threading.Thread(
             target=self._read_frames, name=f"codecoder-{name}", daemon=True
         )
@@ -273,9 +312,10 @@ class _AgentChannel:
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode(errors="replace").strip()
 
-    def begin(self, uid: int, gid: int) -> None:
-        """Send the session key and the command user: the first line the agent reads."""
-        setup = {"key": self._key.hex(), "uid": uid, "gid": gid}
+    def begin(self, uid: int, gid: int, egress: dict[str, Any] | None, outbox: str | None) -> None:
+        """Send the session key, the command user and what the agent serves besides calls
+        (the egress relay, the outbox of sync mode): the first line the agent reads."""
+        setup = {"key": self._key.hex(), "uid": uid, "gid": gid, "egress": egress, "outbox": outbox}
         self._send(json.dumps(setup).encode() + b"\n")
 
     def wait_ready(self, timeout: float) -> bool:
@@ -317,6 +357,8 @@ class _AgentChannel:
         with contextlib.suppress(OSError):
             self._sock.close()
         self._fail("the sandbox was closed")
+        if self.proxy is not None:
+            self.proxy.close()
 
     def _send(self, data: bytes) -> None:
         try:
@@ -437,6 +479,7 @@ class _Call:
     argv: list[str]
     cwd: str
     summary: str
+    compound: bool = False
     started: float = field(default_factory=time.monotonic)
 
 
@@ -459,8 +502,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         *,
         session_id: str | None = None,
         client_factory: Callable[[], Any] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
+        """`resolver` is what the egress proxy resolves host names with (the system's by
+        default; tests point names anywhere without DNS)."""
         self.workspace = Path(workspace).resolve()
+        self._resolver = resolver
         self.settings = settings or DockerSettings()
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._client_factory = client_factory or _client_from_env
@@ -476,6 +523,14 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         self._host = socket.gethostname()
         self._boot = _boot_id()
         self._pid = os.getpid()
+        # Sync mode (environments.workspacesync): the workspace is a volume the host keeps in
+        # step, which a remote engine needs. Its calls are serialized across both modes, so that
+        # what one call brings back is never mistaken for what another changed.
+        self.sync = self.settings.workspace == "sync" or (
+            self.settings.workspace == "auto" and not engine_is_local()
+        )
+        self._volume: WorkspaceVolume | None = None
+        self._sync_lock = threading.Lock()
 
     # -- public API --------------------------------------------------------------------------
 
@@ -487,18 +542,31 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
 
         Optional: `run()` does the same on first use.
         """
-        with self._mode_locks["ro"]:
+        with self._turn("ro"):
             self._channel("ro")
 
     def run(self, request: CommandRequest) -> CommandResult:
         mode: Mode = "rw" if request.writable else "ro"
         call = self._translate(request)
-        with self._mode_locks[mode]:
-            channel, response = self._exchange(mode, call, request)
+        with self._turn(mode):
+            if self.sync:
+                self._sync_in(mode)
             try:
+                channel, response = self._exchange(mode, call, request)
+            except BaseException:
+                if self.sync and mode == "rw":
+                    # What the call wrote before it was cut off never comes back, and the
+                    # volume no longer matches the workspace: the next call gets a fresh one.
+                    with contextlib.suppress(SandboxUnavailable):
+                        self._reset_volume()
+                raise
+            synced: dict[str, Any] | None = None
+            try:
+                if self.sync and mode == "rw":
+                    synced = self._sync_back(channel, call, response)
                 if response.get("survivors") or response.get("discard"):
-                    # The answer stands, but a container where a process outlived its call (or
-                    # that the agent gave up on) runs nothing more.
+                    # The answer stands, but a container where a process outlived its call
+                    # (or that the agent gave up on) runs nothing more.
                     self._discard(channel)
             finally:
                 self._guard(channel, call)
@@ -506,7 +574,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             channel.state_grant = request.grant
             if request.snapshot is not None and "error" not in response:
                 channel.snapshot_digest = request.snapshot.digest
-            return self._result(call, channel, request, response)
+            result = self._result(call, channel, request, response)
+            if synced is not None:
+                result.extra["synced"] = synced
+            return result
 
     def close(self) -> None:
         """Stop and remove every container of this environment. Never raises."""
@@ -521,13 +592,29 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             return
         try:
             with _engine_errors("remove the sandbox containers"):
-                for summary in client.api.containers(
-                    all=True, filters={"label": f"{LABEL_SESSION}={self.session_id}"}
-                ):
+                mine = {"label": f"{LABEL_SESSION}={self.session_id}"}
+                for summary in client.api.containers(all=True, filters=mine):
                     self._remove(client, summary["Id"])
+                for volume in client.api.volumes(filters=mine).get("Volumes") or []:
+                    self._remove_volume(client, volume["Name"])
                 client.close()
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
+
+    def runtime_in_use(self) -> str:
+        """The engine runtime this environment's containers run under (`check`, `audit`)."""
+        if self.settings.runtime is not None:
+            return self.settings.runtime
+        client = self._ensure_started()
+        with _engine_errors("ask the Docker engine for its default runtime"):
+            return str(client.info().get("DefaultRuntime") or "runc")
+
+    def engine_runtimes(self) -> list[str]:
+        """The runtimes codecoder knows (runc, gVisor's runsc) that the engine offers."""
+        client = self._ensure_started()
+        with _engine_errors("ask the Docker engine for its runtimes"):
+            offered = client.info().get("Runtimes") or {}
+        return [runtime for runtime in KNOWN_RUNTIMES if runtime in offered]
 
     def cold_run(self, request: CommandRequest) -> CommandResult:
         """Run one request in a fresh container, like a hardened `docker run --rm`.
@@ -537,9 +624,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         call = self._translate(request)
         client = self._ensure_started()
         mode: Mode = "rw" if request.writable else "ro"
+        if self.sync:
+            with self._sync_lock:
+                self._sync_in(mode)
         config, _ = self._container_config(mode, f"cold-{next(self._generation)}")
         config.update(
-            command=call.argv,
+            entrypoint=call.argv,
             working_dir=call.cwd,
             user=self._command_user(),
             cap_add=None,
@@ -589,6 +679,13 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
 
     # -- one call ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _turn(self, mode: Mode) -> Iterator[None]:
+        """Hold what a call of `mode` needs to itself: its mode's container, and in sync mode
+        the volume too (taken first, always, so that the two locks never wait on each other)."""
+        with self._sync_lock if self.sync else contextlib.nullcontext(), self._mode_locks[mode]:
+            yield
+
     def _exchange(
         self, mode: Mode, call: _Call, request: CommandRequest
     ) -> tuple[_AgentChannel, dict[str, Any]]:
@@ -599,6 +696,13 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         """
         for _ in range(2):
             channel = self._channel(mode)
+            if call.compound and not channel.hello.get("bash"):
+                raise ExecutionFailed(
+                    f"`{call.summary}` is a compound command, and the image "
+                    f"{self.settings.image!r} has no /bin/bash: compound commands are keyed as "
+                    "bash parses them and run only in bash. Simple commands (one program, "
+                    "literal arguments) run without a shell; or add bash to the image"
+                )
             fresh = request.grant is None or request.grant != channel.state_grant
             if fresh and channel.used and not channel.hello.get("wipe_complete"):
                 # The agent cannot empty every writable place (a writable root filesystem):
@@ -606,13 +710,15 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 self._discard(channel)
                 channel = self._channel(mode)
             message = self._message(call, request, channel, fresh=fresh)
+            egress = channel.proxy.call(request.network) if channel.proxy else None
             try:
-                response = channel.call(
-                    message,
-                    request.timeout + HOST_GRACE_SECONDS,
-                    request.max_output,
-                    cancel=request.cancel,
-                )
+                with egress or contextlib.nullcontext():
+                    response = channel.call(
+                        message,
+                        request.timeout + HOST_GRACE_SECONDS,
+                        request.max_output,
+                        cancel=request.cancel,
+                    )
             except _AgentGone as gone:
                 oom = self._container_oom_killed(channel)
                 self._discard(channel)
@@ -666,6 +772,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "fresh": fresh,
             "disk_budget": self.settings.disk_budget_bytes if request.writable else None,
             "capability": None,
+            "sync": self.sync and request.writable,
         }
         snapshot = request.snapshot
         if snapshot is not None:
@@ -719,7 +826,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             client.ping()
         try:
             with _engine_errors(f"find the sandbox image {self.settings.image!r}"):
-                client.images.get(self.settings.image)
+                image = client.images.get(self.settings.image)
+            self._check_image(image.labels or {})
             self._remove_leftovers(client)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -727,6 +835,133 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             raise
         self._client = client
         return client
+
+    def _check_image(self, labels: dict[str, str]) -> None:
+        image = self.settings.image
+        found = labels.get(LABEL_AGENT)
+        if found is None:
+            raise SandboxUnavailable(
+                f"image {image!r} is not a codecoder sandbox image (it has no {LABEL_AGENT} "
+                f"label, so no agent to run commands): make one from it with `codecoder image "
+                f"build --from {image}`"
+            )
+        if found != str(AGENT_PROTOCOL):
+            raise SandboxUnavailable(
+                f"image {image!r} has an agent speaking protocol {found}, this runtime speaks "
+                f"{AGENT_PROTOCOL}: rebuild it ({SETUP_HINT}; for an image of your own, "
+                "`codecoder image build --from` its base again)"
+            )
+        if not engine_is_local():
+            if self.settings.workspace == "bind":
+                raise SandboxUnavailable(
+                    f"the Docker engine at {_engine_address()} is on another machine, which "
+                    'cannot bind-mount this workspace: use "docker": {"workspace": "sync"} '
+                    '(or "auto")'
+                )
+            if self.settings.egress is not None:
+                raise SandboxUnavailable(
+                    f"the Docker engine at {_engine_address()} is on another machine, and the "
+                    "egress proxy of docker.network runs on this one: its allowlist needs a "
+                    "local engine"
+                )
+
+    def _labels(self, mode: str) -> dict[str, str]:
+        """What every container and volume of this environment is labelled with."""
+        return {
+            LABEL_RUNTIME: "1",
+            LABEL_SESSION: self.session_id,
+            LABEL_MODE: mode,
+            LABEL_HOST: self._host,
+            LABEL_BOOT: self._boot,
+            LABEL_PID: str(self._pid),
+            LABEL_PID_START: _process_start(self._pid) or "",
+        }
+
+    # -- sync mode ----------------------------------------------------------------------------
+
+    def _ensure_volume(self) -> WorkspaceVolume:
+        with self._lock:
+            client = self._start_locked()
+            if self._volume is None:
+                uid, gid = (int(part) for part in self._command_user().split(":"))
+                name = f"codecoder-{self.session_id}-v{next(self._generation)}"
+                with _engine_errors("create the workspace volume"):
+                    self._volume = WorkspaceVolume(
+                        client,
+                        self.workspace,
+                        name,
+                        self.settings.image,
+                        self._labels("sync"),
+                        (uid, gid),
+                    )
+            return self._volume
+
+    def _sync_in(self, mode: Mode) -> None:
+        """Bring the workspace volume up to date before a call. Called with the sync lock and
+        `mode`'s lock held."""
+        volume = self._ensure_volume()
+        with _engine_errors("copy the workspace into its volume"):
+            deleted = volume.push()
+        if not deleted:
+            return
+        # put_archive cannot delete: the writable container's agent removes what went.
+        with self._mode_locks["rw"] if mode == "ro" else contextlib.nullcontext():
+            channel = self._channel("rw")
+            try:
+                response = channel.call({"delete": deleted}, AGENT_START_SECONDS, 1024)
+            except _AgentGone as gone:
+                self._discard(channel)
+                raise SandboxUnavailable(f"the sandbox stopped while syncing ({gone})") from None
+        if response is None or "deleted" not in response:
+            self._reset_volume()
+            raise SandboxUnavailable(
+                "the sandbox did not remove what was deleted from the workspace; its volume "
+                "is rebuilt for the next call"
+            )
+
+    def _sync_back(
+        self, channel: _AgentChannel, call: _Call, response: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Apply what a writable call changed in the volume to the workspace (sync mode)."""
+        changes = response.get("changes")
+        if changes is None:
+            if "error" not in response:
+                self._reset_volume()  # it ran, but what it changed is unknown
+            return None
+        budget = self.settings.disk_budget_bytes
+        if changes.get("over_budget"):
+            self._reset_volume()
+            raise ExecutionFailed(
+                f"`{call.summary}` wrote more than its disk budget of "
+                f"{self.settings.disk_budget} to the workspace; nothing of it was copied back. "
+                'A project can raise "docker": {"disk_budget": ...} in codecoder.json'
+            )
+        if not changes.get("entries") and not changes.get("deleted"):
+            return {"written": 0, "deleted": 0, "kept_in_sandbox": [], "unreadable": []}
+        assert self._volume is not None
+        try:
+            report = self._volume.pull(channel.container_id, budget)
+        except ExecutionFailed as exc:
+            self._reset_volume()
+            raise ExecutionFailed(f"`{call.summary}`: {exc}") from None
+        if report.kept:
+            log.warning(
+                "%s: protected paths the call wrote stay in the sandbox: %s",
+                channel.name,
+                ", ".join(report.kept[:5]),
+            )
+        return report.to_json()
+
+    def _reset_volume(self) -> None:
+        """Throw the volume away (and the containers using it): the next call starts from a
+        fresh copy of the workspace."""
+        with self._lock:
+            channels = list(self._channels.values())
+            volume, self._volume = self._volume, None
+            for channel in channels:
+                self._discard_locked(channel)
+        if volume is not None:
+            volume.remove()
 
     def _channel(self, mode: Mode) -> _AgentChannel:
         """The ready container of `mode`, replaced first when it is gone or stale. Called with
@@ -752,10 +987,24 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
 
     def _create_channel(self, client: Any, mode: Mode) -> _AgentChannel:
         name = f"{mode}-{next(self._generation)}"
-        scan = ProtectedScan(self.workspace) if mode == "rw" else None
-        config, uid_gid = self._container_config(mode, name, scan)
-        with _engine_errors("create the sandbox container"):
-            container = client.containers.create(**config)
+        egress = self.settings.egress
+        if mode == "rw" and not self.sync and egress is not None:
+            # A connection's permission may be granted for the project while a writable call
+            # runs: the runtime then writes its lock and codecoder.json. Made before the scan,
+            # .codecoder/ is the runtime's own (mounted read-only over itself), not a plant.
+            workspace_directory(self.workspace)
+        scan = ProtectedScan(self.workspace) if mode == "rw" and not self.sync else None
+        proxy = None
+        if egress is not None:
+            proxy = EgressProxy(egress, resolver=self._resolver or system_resolver)
+        try:
+            config, uid_gid = self._container_config(mode, name, scan, proxy)
+            with _engine_errors("create the sandbox container"):
+                container = client.containers.create(**config)
+        except BaseException:
+            if proxy is not None:
+                proxy.close()
+            raise
         channel: _AgentChannel | None = None
         try:
             # Attach before start, so nothing the agent writes can be missed (and nothing is
@@ -766,8 +1015,15 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 )
                 channel = _AgentChannel(container.id, config["name"], mode, attached)
                 channel.scan = scan
+                channel.proxy, proxy = proxy, None
                 container.start()
-            channel.begin(*uid_gid)
+            relay = (
+                {"port": PROXY_PORT, "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}"}
+                if channel.proxy is not None
+                else None
+            )
+            outbox = OUTBOX if self.sync and mode == "rw" else None
+            channel.begin(*uid_gid, relay, outbox)
             if not channel.wait_ready(AGENT_START_SECONDS):
                 detail = channel.stderr_tail or channel.gone or "no answer"
                 raise SandboxUnavailable(
@@ -785,7 +1041,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 raise SandboxUnavailable(
                     f"the sandbox agent refused to run: {hello['problem']}; nothing ran"
                 )
-            problems = self._limit_problems(hello.get("limits") or {})
+            channel.runtime, limits = self._enforced_limits(client, container.id, hello)
+            problems = self._limit_problems(limits)
             if problems:
                 raise SandboxUnavailable(
                     "the container engine did not apply the sandbox's limits ("
@@ -796,9 +1053,35 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         except BaseException:
             if channel is not None:
                 channel.close()
+            if proxy is not None:
+                proxy.close()
             self._remove(client, container.id)
             raise
         return channel
+
+    def _enforced_limits(
+        self, client: Any, container_id: str, hello: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """The engine runtime of the container and the limits in force on it.
+
+        The agent reports what its kernel enforces. Under gVisor (runsc) that kernel is
+        gVisor's, which enforces none of them and shows none; the host's enforces them on the
+        whole sandbox, so they are read from the host, from the cgroup of the container's
+        process, which must therefore run on this machine.
+        """
+        with _engine_errors("inspect the sandbox container"):
+            attrs = client.api.inspect_container(container_id)
+        runtime = (attrs.get("HostConfig") or {}).get("Runtime") or "runc"
+        if runtime != "runsc":
+            return runtime, hello.get("limits") or {}
+        found = host_limits(int((attrs.get("State") or {}).get("Pid") or 0))
+        if found is None:
+            raise SandboxUnavailable(
+                "the sandbox runs under gVisor (runsc), whose limits are checked on the host, "
+                "but the container's process is not visible on this machine (a remote engine?); "
+                "refusing to run in it"
+            )
+        return runtime, found
 
     def _limit_problems(self, found: dict[str, Any]) -> list[str]:
         """What the kernel enforces on the container, against what was asked for."""
@@ -820,42 +1103,54 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         return problems
 
     def _container_config(
-        self, mode: Mode, name: str, scan: ProtectedScan | None = None
+        self,
+        mode: Mode,
+        name: str,
+        scan: ProtectedScan | None = None,
+        proxy: EgressProxy | None = None,
     ) -> tuple[dict[str, Any], tuple[int, int]]:
         """The hardened container for `mode`, and the uid and gid its commands run as."""
         settings = self.settings
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
-        mounts = [Mount(WORKSPACE_MOUNT, str(self.workspace), type="bind", read_only=mode == "ro")]
+        if self.sync:
+            mounts = self._ensure_volume().mounts(writable=mode == "rw")
+        else:
+            mounts = [
+                Mount(WORKSPACE_MOUNT, str(self.workspace), type="bind", read_only=mode == "ro")
+            ]
         if scan is not None:
             mounts += self._protect(scan)
-        labels = {
-            LABEL_RUNTIME: "1",
-            LABEL_SESSION: self.session_id,
-            LABEL_MODE: mode,
-            LABEL_HOST: self._host,
-            LABEL_BOOT: self._boot,
-            LABEL_PID: str(self._pid),
-            LABEL_PID_START: _process_start(self._pid) or "",
-        }
+        environment = {"HOME": "/tmp", "LANG": "C.UTF-8"}
+        if proxy is not None:
+            # The socket only: the directory holds nothing else, and the agent relays to it.
+            mounts.append(Mount(EGRESS_MOUNT, str(proxy.directory), type="bind", read_only=True))
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                environment[variable] = url
+            environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
+        labels = self._labels(mode)
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
         uid, gid = (int(part) for part in self._command_user().split(":"))
         config = {
             "image": settings.image,
-            "command": list(AGENT_COMMAND),
+            # The entrypoint, not the command: an image's own ENTRYPOINT never wraps the agent.
+            "entrypoint": list(AGENT_COMMAND),
             "name": f"codecoder-{self.session_id}-{name}",
             "labels": labels,
             "user": AGENT_USER,
             "working_dir": WORKSPACE_MOUNT,
-            "environment": {"HOME": "/tmp", "LANG": "C.UTF-8"},
+            "environment": environment,
             # With detach=False the SDK also sets StdinOnce: the agent's stdin closes when the
             # attached stream does, so the agent of a runtime that died exits on its own.
             "stdin_open": True,
             "detach": False,
             "tty": False,
             "init": True,
-            "network_mode": settings.network,
+            # With an egress allowlist, still no network: the agent's relay to the proxy's
+            # socket is the only way out.
+            "network_mode": "none" if settings.egress is not None else settings.network,
             "read_only": settings.read_only_rootfs,
             "cap_drop": ["ALL"],
             "cap_add": list(AGENT_CAPABILITIES),
@@ -872,6 +1167,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             # output to the host's disk for nothing.
             "log_config": LogConfig(type=LogConfig.types.NONE),
         }
+        if settings.runtime is not None:
+            config["runtime"] = settings.runtime
         return config, (uid, gid)
 
     def _protect(self, scan: ProtectedScan) -> list[Mount]:
@@ -914,6 +1211,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
     def _check_workspace(self) -> None:
         if not self.workspace.is_dir():
             raise SandboxUnavailable(f"the workspace {self.workspace} is not a directory")
+        if self.sync:
+            return  # copied into a volume, never mounted: what it holds stays on this side
         sockets = ["/var/run/docker.sock", "/run/docker.sock"]
         if _engine_address().startswith("unix://"):
             sockets.append(_engine_address().removeprefix("unix://"))
@@ -951,6 +1250,16 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             if exc.status_code != 409:
                 raise
 
+    @staticmethod
+    def _remove_volume(client: Any, name: str) -> None:
+        try:
+            client.api.remove_volume(name, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # in use by a container another cleaner is removing
+                raise
+
     def _remove_leftovers(self, client: Any) -> list[str]:
         """Remove containers of runtimes on this machine whose process is gone."""
         removed: list[str] = []
@@ -964,6 +1273,13 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     continue
                 self._remove(client, summary["Id"])
                 removed.append((summary.get("Names") or [summary["Id"]])[0].lstrip("/"))
+            volumes = client.api.volumes(filters={"label": f"{LABEL_RUNTIME}=1"})
+            for volume in volumes.get("Volumes") or []:
+                labels = volume.get("Labels") or {}
+                if labels.get(LABEL_HOST) != self._host or _owner_alive(labels, self._boot):
+                    continue
+                self._remove_volume(client, volume["Name"])
+                removed.append(volume["Name"])
         if removed:
             log.info("removed %d leftover sandbox container(s): %s", len(removed), removed)
         return removed
@@ -988,8 +1304,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             assert request.script is not None  # CommandRequest guarantees one of the two
             argv = ["/bin/bash", "-c", request.script]
             summary = request.script
+        compound = request.script is not None
         if request.snapshot is not None:
-            return _Call(argv=argv, cwd=SNAPSHOT_MOUNT, summary=_visible(summary))
+            return _Call(argv, SNAPSHOT_MOUNT, _visible(summary), compound)
         cwd = Path(os.path.normpath(self.workspace / request.cwd))
         try:
             relative = cwd.relative_to(self.workspace)
@@ -999,7 +1316,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 "which is all the sandbox can see"
             ) from None
         inside = PurePosixPath(WORKSPACE_MOUNT, relative.as_posix())
-        return _Call(argv=argv, cwd=str(inside), summary=_visible(summary))
+        return _Call(argv, str(inside), _visible(summary), compound)
 
     def _result(
         self,

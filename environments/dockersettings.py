@@ -7,11 +7,18 @@ these) does not import the Docker SDK.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Final, Literal
 
 WORKSPACE_MOUNT: Final = "/workspace"
+DEFAULT_IMAGE: Final = "codecoder-sandbox"
+# Engine runtimes whose containment codecoder knows: runc (Docker's default) and gVisor's
+# runsc, which puts a user-space kernel between the sandbox and the host's. Choosing runsc only
+# tightens the sandbox; any other runtime is whatever that runtime makes of the container.
+KNOWN_RUNTIMES: Final = ("runc", "runsc")
+WorkspaceMode = Literal["auto", "bind", "sync"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -36,29 +43,91 @@ class LooserSetting:
 
 
 @dataclass(frozen=True, slots=True)
+class Egress:
+    """`"network": {"allow": [...]}`: the container's only way out is the runtime's egress proxy,
+    which admits these hosts (`host`, `host:port`, `*.suffix`; `runtime.projectfile.
+    parse_host_entry` spellings), each also a permission key `network:<host>` asked like any
+    other (`environments.egress`)."""
+
+    allow: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        from runtime.projectfile import parse_host_entry
+
+        if not self.allow:
+            raise ValueError('network {"allow": []} allows nothing: use "none"')
+        for index, entry in enumerate(self.allow):
+            try:
+                host, _ = parse_host_entry(entry)
+            except ValueError as exc:
+                raise ValueError(f"network.allow[{index}] {exc}") from None
+            if host == "*":
+                raise ValueError(
+                    f"network.allow[{index}] is *: name the hosts a build needs (a registry, "
+                    "its file host); every host is a network without a sandbox around it"
+                )
+
+    @classmethod
+    def of(cls, value: object) -> Egress | None:
+        """The allowlist a `network` value names, or None for an engine network mode."""
+        if isinstance(value, Egress):
+            return value
+        if isinstance(value, Mapping):
+            if set(value) != {"allow"}:
+                raise ValueError('network must be "none" or {"allow": [hosts]}')
+            hosts = value["allow"]
+            if isinstance(hosts, str) or not isinstance(hosts, Sequence):
+                raise ValueError("network.allow must be a list of hosts")
+            return cls(tuple(str(h) for h in hosts))
+        return None
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"allow": list(self.allow)}
+
+
+@dataclass(frozen=True, slots=True)
 class DockerSettings:
     """How the sandbox container is limited. The defaults are the hardened configuration.
 
-    `user` is who commands run as: `auto` (the workspace's owner, or 10001 when root owns it)
-    or a `uid[:gid]`, never root (the in-container agent runs as root to stay out of the
-    commands' reach). `extra_writable_paths` are more size-capped tmpfs mounts inside the
-    container (e.g. a cache directory a tool insists on); they never touch the host and are
-    emptied between calls made under different grants. `disk_budget` is how much a writable
-    call may grow the workspace's filesystem before it is stopped.
+    `image` is a sandbox image (the default, or one `codecoder image build` made: it carries the
+    agent). `runtime` is the engine runtime to run it with (None: the engine's default; `runsc`
+    for gVisor). `user` is who commands run as: `auto` (the workspace's owner, or 10001 when root
+    owns it) or a `uid[:gid]`, never root (the in-container agent runs as root to stay out of
+    the commands' reach). `network` is `none`, or an `Egress` allowlist (given as `{"allow":
+    [...]}`). `workspace` is how the workspace reaches the container: `bind` (a bind mount),
+    `sync` (a per-session volume kept in step with the workspace, which a remote engine needs),
+    `auto` (sync when DOCKER_HOST names another machine). `extra_writable_paths` are more
+    size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
+    they never touch the host and are emptied between calls made under different grants.
+    `disk_budget` is how much a writable call may grow the workspace's filesystem before it is
+    stopped (and, in sync mode, how much may come back).
     """
 
-    image: str = "codecoder-sandbox"
+    image: str = DEFAULT_IMAGE
     memory: str = "1g"
     cpus: float = 1.0
     pids_limit: int = 256
     tmpfs_size: str = "64m"
-    network: str = "none"
+    network: str | Egress = "none"
     read_only_rootfs: bool = True
     user: str = "auto"
     extra_writable_paths: tuple[str, ...] = ()
     disk_budget: str = "1g"
+    runtime: str | None = None
+    workspace: WorkspaceMode = "auto"
 
     def __post_init__(self) -> None:
+        egress = Egress.of(self.network)
+        if egress is not None:
+            object.__setattr__(self, "network", egress)  # frozen: normalized once, here
+        elif not isinstance(self.network, str) or not self.network:
+            raise ValueError('network must be "none" or {"allow": [hosts]}')
+        if self.runtime is not None and not re.fullmatch(
+            r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.runtime
+        ):
+            raise ValueError(f"runtime {self.runtime!r} is not a runtime name")
+        if self.workspace not in ("auto", "bind", "sync"):
+            raise ValueError(f"workspace {self.workspace!r} must be auto, bind or sync")
         if self.memory_bytes < 6 * 1024**2:
             raise ValueError(f"memory {self.memory} is below Docker's minimum of 6m")
         if self.tmpfs_bytes <= 0:
@@ -97,6 +166,10 @@ class DockerSettings:
         return parse_size(self.disk_budget)
 
     @property
+    def egress(self) -> Egress | None:
+        return self.network if isinstance(self.network, Egress) else None
+
+    @property
     def runs_as_root(self) -> bool:
         return any(part in ("0", "root") for part in self.user.split(":"))
 
@@ -116,8 +189,20 @@ class DockerSettings:
             note("pids_limit", "a higher pids limit gives a fork bomb more room")
         if self.tmpfs_bytes > default.tmpfs_bytes:
             note("tmpfs_size", "larger tmpfs mounts let a call hold more of the host's memory")
-        if self.network != default.network:
+        if self.egress is not None:
+            note(
+                "network",
+                "the sandbox can reach these hosts through the runtime's egress proxy, each "
+                "asked for as network:<host>",
+            )
+        elif self.network != default.network:
             note("network", "with a network the sandbox can reach the host, the LAN and beyond")
+        if self.runtime not in (None, *KNOWN_RUNTIMES):
+            note(
+                "runtime",
+                "an engine runtime codecoder does not know: the sandbox is whatever it makes "
+                "of the container",
+            )
         if not self.read_only_rootfs:
             note("read_only_rootfs", "a writable root filesystem lets a call change the image")
         if self.extra_writable_paths:

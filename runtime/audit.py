@@ -9,6 +9,10 @@ host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outcom
     denied          refused: a deny rule, the human, the ceiling
     invalid         the call never got as far as a decision (unknown tool, bad arguments)
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
+
+A sandbox's connections through its egress proxy are recorded too, one line each, as tool
+`network` with the key `network:<host>`, outcome ok or denied, and a `network` object (host, port,
+address, bytes each way).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class AuditLog:
         duration: float,
         error: str | None = None,
         agent: dict[str, Any] | None = None,
+        network: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "ts": round(time.time(), 6),
@@ -61,6 +66,8 @@ class AuditLog:
         }
         if agent:
             entry["agent"] = agent
+        if network:
+            entry["network"] = network  # a connection of a sandbox (runtime.network)
         if self.path is not None:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import enum
 import functools
 import importlib.resources
@@ -62,7 +63,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn, TypeAlias
 
 import wasmtime
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from environments.base import CommandRequest, CommandResult, Environment
 from environments.docker import DockerEnvironment
@@ -205,6 +206,19 @@ class PermissionFileEntry(_Entry):
 DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
 
 
+class DockerVariant(BaseModel):
+    """How an attempt is carried out under another engine runtime (`under` in the corpus),
+    where the same script would test something else there; `why` says what differs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    why: str = Field(min_length=1)
+    script: str | tuple[str, ...] | None = None
+    defence: str | None = None
+    blocked_by: tuple[ErrorName, ...] | None = None
+    not_applicable: bool = False
+
+
 class DockerEntry(_Entry):
     script: str | tuple[str, ...]
     writable: bool = False
@@ -214,6 +228,29 @@ class DockerEntry(_Entry):
     watch: tuple[str, ...] = ()
     after: str | None = None
     expect_output: str | None = None
+    under: tuple[tuple[str, DockerVariant], ...] = ()
+
+    @field_validator("under", mode="before")
+    @classmethod
+    def _runtimes(cls, value: Any) -> Any:
+        return tuple(value.items()) if isinstance(value, dict) else value
+
+    def variant(self, runtime: str | None) -> DockerVariant | None:
+        return dict(self.under).get(runtime or "")
+
+    def under_runtime(self, runtime: str | None) -> DockerEntry:
+        """This attempt as carried out under `runtime` (itself where nothing differs)."""
+        variant = self.variant(runtime)
+        if variant is None:
+            return self
+        changes: dict[str, Any] = {}
+        if variant.script is not None:
+            changes["script"] = variant.script
+        if variant.defence is not None:
+            changes["defence"] = variant.defence
+        if variant.blocked_by is not None:
+            changes["blocked_by"] = variant.blocked_by
+        return self.model_copy(update=changes)
 
 
 WasmCheck = Literal["secret", "succeeded", "completed", "overran", "uncapped"]
@@ -248,14 +285,19 @@ _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One escape attempt of the corpus: what it tries, the defence expected, what to run."""
+    """One escape attempt of the corpus: what it tries, the defence expected, what to run.
+
+    The docker layer runs under each engine runtime available (runc, runsc): `runtime` names
+    the one an attempt ran under when it is not the project's own, and is part of its id
+    (`docker.mknod@runsc`)."""
 
     layer: Layer
     entry: AnyEntry
+    runtime: str | None = None
 
     @property
     def id(self) -> str:
-        return self.entry.id
+        return self.entry.id + (f"@{self.runtime}" if self.runtime else "")
 
     @property
     def description(self) -> str:
@@ -302,15 +344,25 @@ class AttemptResult:
     duration: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.attempt.id,
-            "layer": self.attempt.layer,
-            "description": self.attempt.description,
-            "defence": self.attempt.defence,
+        attempt = self.attempt
+        entry = attempt.entry
+        defence = (
+            entry.under_runtime(attempt.runtime).defence
+            if isinstance(entry, DockerEntry)
+            else attempt.defence
+        )
+        found = {
+            "id": attempt.id,
+            "layer": attempt.layer,
+            "description": attempt.description,
+            "defence": defence,
             "status": self.status.value,
             "how": self.how,
             "duration_ms": round(self.duration * 1000, 1),
         }
+        if attempt.runtime is not None:
+            found["runtime"] = attempt.runtime
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +490,9 @@ class AuditOptions:
     docker_settings: DockerSettings | None = None
     docker_client_factory: Callable[[], Any] | None = None
     wasm_cache_dir: Path | None = None
+    # The engine runtimes the docker layer attacks besides the project's own (None: every one
+    # the engine offers that codecoder knows).
+    docker_runtimes: Collection[str] | None = None
 
 
 # --- outcomes of one attempt ---------------------------------------------------------------
@@ -485,27 +540,34 @@ def run_audit(
     unknown = set(layers or ()) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown layers {sorted(unknown)}; the layers are {', '.join(LAYERS)}")
-    corpus = [a for a in load_corpus(selected) if attempts is None or a.id in attempts]
-    missing = set(attempts or ()) - {a.id for a in corpus}
+    # An id may name a docker attempt under one runtime only (`docker.mknod@runsc`).
+    wanted = None if attempts is None else {a.partition("@")[0] for a in attempts}
+    corpus = [a for a in load_corpus(selected) if wanted is None or a.id in wanted]
+    missing = (wanted or set()) - {a.id for a in corpus}
     if missing:
         raise ValueError(f"no attempts {sorted(missing)} in the layers {', '.join(selected)}")
     results: list[AttemptResult] = []
     with _Audit(Path(project), options or AuditOptions()) as audit:
         for layer in selected:
-            runner = audit.layer(layer)
-            for attempt in (a for a in corpus if a.layer == layer):
-                result = audit.attempt(runner, attempt)
-                results.append(result)
-                if on_result is not None:
-                    on_result(result)
+            for runner in audit.runners(layer):
+                for entry in (a for a in corpus if a.layer == layer):
+                    attempt = Attempt(layer, entry.entry, runner.runtime)
+                    if attempts is not None and not {attempt.id, entry.id} & set(attempts):
+                        continue
+                    result = audit.attempt(runner, attempt)
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(result)
     return AuditReport(audit.project, selected, tuple(results), time.monotonic() - started)
 
 
 class _LayerRunner:
     """Carries out the attempts of one layer; `blocker` set is the outcome of every one of them
-    (the layer's sandbox cannot be started, the tool it attacks does not exist)."""
+    (the layer's sandbox cannot be started, the tool it attacks does not exist). `runtime` is
+    the engine runtime a docker runner attacks when it is not the project's own."""
 
     blocker: _Outcome | None = None
+    runtime: str | None = None
 
     def run(self, attempt: Attempt) -> str:
         raise NotImplementedError
@@ -677,6 +739,23 @@ class _Audit:
         return self._canary
 
     # -- running ------------------------------------------------------------------------------
+
+    def runners(self, layer: Layer) -> list[_LayerRunner]:
+        """The runners of `layer`: one, or for docker one per engine runtime available (the
+        project's own first), so that every sandbox the engine can give is attacked."""
+        first = self.layer(layer)
+        if not isinstance(first, _DockerLayer) or first.blocker is not None:
+            return [first]
+        runners: list[_LayerRunner] = [first]
+        for runtime in first.other_runtimes():
+            env = DockerEnvironment(
+                self.workspace.path,
+                dataclasses.replace(first.env.settings, runtime=runtime),
+                client_factory=self.options.docker_client_factory,
+            )
+            self._owned.append(env)
+            runners.append(_DockerLayer(self, env, runtime))
+        return runners
 
     def layer(self, layer: Layer) -> _LayerRunner:
         runners: dict[Layer, Callable[[_Audit], _LayerRunner]] = {
@@ -2095,24 +2174,50 @@ class _Canary:
 
 
 class _DockerLayer(_LayerRunner):
-    def __init__(self, audit: _Audit) -> None:
+    def __init__(
+        self, audit: _Audit, env: DockerEnvironment | None = None, runtime: str | None = None
+    ) -> None:
         self.audit = audit
+        self.runtime = runtime
         try:
-            env = audit.environment(EnvironmentTag.DOCKER)
+            if env is None:
+                found = audit.environment(EnvironmentTag.DOCKER)
+                assert isinstance(found, DockerEnvironment)
+                env = found
+            else:
+                env.start()
         except _NotRun as exc:
             self.blocker = exc
             return
-        assert isinstance(env, DockerEnvironment)
+        except SandboxUnavailable as exc:
+            self.blocker = _NotRun(f"no @docker sandbox under {runtime}: {exc}")
+            return
         self.env = env
+        self.engine_runtime = env.runtime_in_use()
+
+    def other_runtimes(self) -> list[str]:
+        """The known runtimes the engine has besides the one this runner's sandbox runs under
+        (as far as the audit's options let it)."""
+        wanted = self.audit.options.docker_runtimes
+        return [
+            runtime
+            for runtime in self.env.engine_runtimes()
+            if runtime != self.engine_runtime and (wanted is None or runtime in wanted)
+        ]
 
     def run(self, attempt: Attempt) -> str:
-        entry = attempt.entry
-        assert isinstance(entry, DockerEntry)
+        assert isinstance(attempt.entry, DockerEntry)
+        variant = attempt.entry.variant(self.engine_runtime)
+        if variant is not None and variant.not_applicable:
+            raise _NotApplicable(f"under {self.engine_runtime}: {variant.why}")
+        entry = attempt.entry.under_runtime(self.engine_runtime)
         audit, env = self.audit, self.env
         workspace = audit.workspace
         token = audit.workspace.token
         script = entry.script if isinstance(entry.script, str) else "\n".join(entry.script)
         canary = audit.canary if "@CANARY_PORT@" in script else None
+        # The canary serves every attempt of the audit: only connections from this one count.
+        seen = len(canary.peers) if canary is not None else 0
         values = {
             "@TOKEN@": token,
             "@MEMORY_BYTES@": str(env.settings.memory_bytes),
@@ -2145,8 +2250,9 @@ class _DockerLayer(_LayerRunner):
         # Only stdout: a script's own text (quoted in a shell's error message) may hold the token.
         if "token" in checks and result is not None and token in result.stdout:
             _escaped(f"the attack step worked: {_line_with(result.stdout, token)}")
-        if canary is not None and canary.peers:
-            _escaped(f"the canary on the host was reached from {', '.join(canary.peers)}")
+        if canary is not None and canary.peers[seen:]:
+            peers = ", ".join(canary.peers[seen:])
+            _escaped(f"the canary on the host was reached from {peers}")
         if "completed" in checks and error is None:
             _escaped(f"the command ran to its end without being stopped ({elapsed:.1f}s)")
         if "overran" in checks and elapsed > entry.timeout + OVERRUN_GRACE:

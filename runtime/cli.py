@@ -272,6 +272,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=_audit)
+
+    p = command(
+        "image",
+        "make any local image a @docker sandbox image (the agent, runas and the user added), "
+        "or print the Dockerfile that does",
+    )
+    p.add_argument("action", choices=["build", "dockerfile"])
+    p.add_argument("--from", dest="base", required=True, metavar="IMAGE", help="the base image")
+    p.add_argument("--tag", help="the new image's name (default: codecoder-sandbox-<base>)")
+    p.set_defaults(handler=_image)
     return parser
 
 
@@ -369,11 +379,25 @@ def _key(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from environments.dockerimage import sandbox_status
+    from runtime.projectfile import Diagnostic, Severity
     from runtime.prompt import visible
 
     runtime = _runtime(args)
     config = runtime.config
-    diagnostics = runtime.diagnostics
+    docker = sandbox_status(config.docker)
+    diagnostics = list(runtime.diagnostics)
+    # What stops @docker is an error where the project chose the image or the runtime (its own
+    # configuration is wrong); otherwise a warning, since a project need not use @docker.
+    chosen = any(name in ("image", "runtime") for name, _ in config.file.docker)
+    for problem in docker.problems if docker.reachable else ():
+        line, column = config.file.position_of("/docker")
+        severity: Severity = "error" if chosen else "warning"
+        diagnostics.append(
+            Diagnostic(
+                severity, "docker_unavailable", problem, key="docker", line=line, column=column
+            )
+        )
     ok = not any(d.severity == "error" for d in diagnostics)
     if args.json:
         _out(
@@ -384,6 +408,7 @@ def _check(args: argparse.Namespace) -> int:
                 "trust": config.trust.to_json(),
                 "rules": [rule.to_json() for rule in config.rules],
                 "diagnostics": [d.to_json() for d in diagnostics],
+                "docker": docker.to_json(),
             }
         )
         return EXIT_OK if ok else EXIT_FAILED
@@ -394,6 +419,7 @@ def _check(args: argparse.Namespace) -> int:
         for rule in config.rules:
             where = f"{rule.file}:{rule.line}" if rule.line else rule.file
             print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
+    print(visible(docker.describe()))
     print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + _trust_note(config))
     return EXIT_OK if ok else EXIT_FAILED
 
@@ -893,6 +919,32 @@ def _reload(args: argparse.Namespace) -> int:
         )
         print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _image(args: argparse.Namespace) -> int:
+    # Imported when used: it loads the Docker SDK.
+    from environments.dockerimage import build_sandbox_image, default_tag, dockerfile
+
+    try:
+        text = dockerfile(args.base)
+    except ValueError as exc:
+        _usage(str(exc))
+    if args.action == "dockerfile":
+        if args.json:
+            _out({"base": args.base, "dockerfile": text})
+        else:
+            print(text, end="")
+        return EXIT_OK
+    tag = args.tag or default_tag(args.base)
+    if not args.json:
+        print(f"building {tag} from {args.base} (the agent from codecoder-sandbox)", flush=True)
+    built = build_sandbox_image(args.base, tag)
+    if args.json:
+        _out({"ok": True, **built.to_json()})
+    else:
+        print(f"{built.tag}: {built.id}")
+        print(f'use it with "docker": {{"image": "{built.tag}"}} in codecoder.json (then trust it)')
+    return EXIT_OK
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
+from runtime.network import SessionNetwork
 from runtime.tool import CallSite, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -136,6 +137,9 @@ class Dispatcher:
                 grant=decision.grant,
                 progress=progress,
                 cancel=cancel,
+                network=SessionNetwork(self._engine, self._audit, self._session.id)
+                if tag is EnvironmentTag.DOCKER
+                else None,
             )
             result = tool.execute(params, ctx)
         except CodecoderError as exc:

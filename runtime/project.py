@@ -26,10 +26,12 @@ not classified counts as a widening:
     compared  limits, web max_bytes/timeout/max_redirects, agent max_turns/timeout and the
               numeric docker limits: obeyed when no larger than the layer below, else a widening
               read roots: inside the project, obeyed; outside, a widening
+              docker runtime: `runsc` (gVisor) obeyed over runc or the engine's default, any
+              other a widening; docker workspace (bind, sync): always obeyed
     widens    every grant; every environment binding; web allow_hosts, search_url,
               github_api_url and github_token_env (where queries and a token are sent); agent
-              base_url, api_key_env and model; every other docker setting (image, network,
-              user, read_only_rootfs, extra_writable_paths)
+              base_url, api_key_env and model; every other docker setting (image, network and
+              its egress allowlist, user, read_only_rootfs, extra_writable_paths)
 
 An untrusted file's widenings are each reported (`untrusted`, a warning, with line and column)
 and ignored; its grants written by the runtime at the prompt are the exception (they were
@@ -313,13 +315,35 @@ SECTIONS: Final[dict[str, Literal["inert", "narrows", "compared", "widens"]]] = 
     "read_roots": "compared",
     "docker": "compared",
 }
-# docker settings where a smaller value is a tighter sandbox; any other change widens.
+# docker settings where a smaller value is a tighter sandbox; for the others see
+# `_docker_narrows`.
 _DOCKER_LIMITS: Final = {
     "memory": "memory_bytes",
     "cpus": "cpus",
     "pids_limit": "pids_limit",
     "tmpfs_size": "tmpfs_bytes",
 }
+
+
+def _docker_narrows(name: str, mine: DockerSettings, base: DockerSettings) -> bool:
+    """Whether a docker setting of an untrusted file may be obeyed: it keeps the sandbox as it
+    is, or tightens it.
+
+    `runtime: "runsc"` tightens (gVisor puts its own kernel between the sandbox and the host's;
+    at worst the engine has no such runtime and @docker refuses to start, which an untrusted
+    file could already cause with a tiny memory limit); another runtime widens. `workspace`
+    never widens: a volume kept in step holds what the bind mount shows, what comes back obeys
+    the same protected paths and disk budget, and a bind mount is refused on a remote engine.
+    Every other setting (image, network, user, writable root, extra writable paths) widens
+    unless it equals the layer below.
+    """
+    if name == "workspace":
+        return True
+    if name == "runtime":
+        return mine.runtime == base.runtime or (
+            mine.runtime == "runsc" and base.runtime in (None, "runc")
+        )
+    return bool(getattr(mine, name) == getattr(base, name, object()))
 
 
 def load_project(
@@ -543,15 +567,15 @@ def _untrusted_view(
     docker = []
     for name, value in pf.docker:
         attribute = _DOCKER_LIMITS.get(name)
+        try:
+            mine = DockerSettings(**{name: value})
+        except ValueError:
+            mine = None  # impossible values are reported when the file is used
         if attribute is not None:
-            try:
-                mine = getattr(DockerSettings(**{name: value}), attribute)
-            except ValueError:
-                mine = None  # impossible values are reported when the file is used
-            if mine is None or mine <= getattr(base.docker, attribute):
+            if mine is None or getattr(mine, attribute) <= getattr(base.docker, attribute):
                 docker.append((name, value))
                 continue
-        elif value == getattr(base.docker, name, object()):
+        elif mine is None or _docker_narrows(name, mine, base.docker):
             docker.append((name, value))
             continue
         widen(

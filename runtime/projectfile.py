@@ -482,17 +482,36 @@ def _check_root_name(value: str) -> str:
 _RootName = Annotated[str, AfterValidator(_check_root_name)]
 
 
+def _frozen(value: Any) -> Any:
+    """A settings value as the runtime keeps it: lists as tuples, at any depth."""
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _frozen(item) for key, item in value.items()}
+    return value
+
+
+class _Egress(BaseModel):
+    """`"network": {"allow": [hosts]}`: egress through the runtime's proxy to these hosts only."""
+
+    model_config = _STRICT
+
+    allow: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+
+
 class _Docker(BaseModel):
     """Overrides of the hardened @docker defaults (environments.docker.DockerSettings)."""
 
     model_config = _STRICT
 
     image: str | None = Field(default=None, min_length=1)
+    runtime: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    workspace: Literal["auto", "bind", "sync"] | None = None
     memory: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
     cpus: float | None = Field(default=None, gt=0, le=1024)
     pids_limit: int | None = Field(default=None, ge=8, le=1_000_000)
     tmpfs_size: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
-    network: str | None = Field(default=None, min_length=1)
+    network: Annotated[str, Field(min_length=1)] | _Egress | None = None
     read_only_rootfs: bool | None = None
     user: str | None = Field(default=None, pattern=r"^(auto|[0-9]+(:[0-9]+)?)$")
     extra_writable_paths: list[str] | None = None
@@ -613,7 +632,7 @@ class _Parse:
             agent=AgentSection(**model.agent.model_dump()),
             read_roots=tuple(model.read_roots.items()),
             docker=tuple(
-                (name, tuple(value) if isinstance(value, list) else value)
+                (name, _frozen(value))
                 for name, value in model.docker.model_dump(exclude_none=True).items()
             ),
             diagnostics=diagnostics,

@@ -47,6 +47,7 @@ from runtime.decision import Answer, Source
 from runtime.dispatcher import CallOutcome, Dispatcher
 from runtime.engine import PROTECTED_NOTE, PermissionEngine
 from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, UsageError
+from runtime.network import NETWORK
 from runtime.patterns import KeyPattern, PatternError
 from runtime.project import PROJECT_FILE, ProjectConfig, load_project
 from runtime.projectfile import Diagnostic
@@ -131,7 +132,9 @@ class Runtime:
             self.capabilities = load_capabilities(self.project_dir, taken=self._catalogue)
         # A new dict, never changed in place: the MCP server lists tools while a call runs.
         self.tools = {**self._catalogue, **capability_tools(self.capabilities)}
-        return load_project(self.project_dir, self.tools, self.capabilities, trusted=self._trusted)
+        # `network:<host>` keys are checked as a tool's, though no agent can call it.
+        checked = {**self.tools, NETWORK.name: NETWORK}
+        return load_project(self.project_dir, checked, self.capabilities, trusted=self._trusted)
 
     def install_capability(self, capability: Capability) -> None:
         """Add (or replace) one capability's tool, as `create_capability` just wrote it.
@@ -287,7 +290,7 @@ class Session:
             pattern = KeyPattern.parse(raw)
         except PatternError as exc:
             raise UsageError(f"--allow {raw!r}: {exc}") from None
-        tool = self.tools().get(pattern.tool)
+        tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
         if tool is None:
             raise UsageError(
                 f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
@@ -305,7 +308,9 @@ class Session:
                 f"its grants; wildcard patterns belong in codecoder.json (for a name with "
                 f"glob characters in it, escape each: {pattern.tool}:{escaped})"
             )
-        environment = self.runtime.environment_of(tool.name)
+        environment = (
+            tool.environment if tool is NETWORK else self.runtime.environment_of(tool.name)
+        )
         if tool.key_style is KeyStyle.PATH and is_protected_path(literal):
             raise CeilingViolation(raw, environment.value, "Once", f"{raw}: {PROTECTED_NOTE}")
         if not environment.allows(Scope.SESSION):  # no environment is below it today

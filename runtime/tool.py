@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from runtime.ceiling import EnvironmentTag
 
 if TYPE_CHECKING:
-    from environments.base import Environment
+    from environments.base import Environment, NetworkGate
     from runtime.session import Session
 
 
@@ -236,6 +236,8 @@ class ToolContext:
     # Reports how far the call is (progress, total, message), the shape of an MCP progress
     # notification; None when nobody listens.
     progress: Callable[[float, float | None, str | None], None] | None = None
+    # Decides the connections of a sandboxed call (`CommandRequest.network`); None refuses all.
+    network: NetworkGate | None = None
     # Set when the caller gave up on the call (an MCP client's cancel): what the tool started
     # should stop (environments take it as `CommandRequest.cancel`), and the call ends Cancelled.
     cancel: threading.Event | None = None

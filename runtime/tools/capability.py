@@ -247,6 +247,7 @@ def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> Comm
         snapshot=Snapshot(capability.files, capability.digest),
         grant=None,
         cancel=ctx.cancel,
+        network=ctx.network,
     )
     result: CommandResult = ctx.environment.run(request)
     return result

@@ -202,6 +202,7 @@ class RunCommand(Tool[RunCommandParameters]):
             writable=True,  # builds write the workspace; protected paths stay read-only
             grant=ctx.grant,
             cancel=ctx.cancel,
+            network=ctx.network,
         )
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)

@@ -3,9 +3,11 @@
 The host starts one long-lived container per workspace mode and attaches to its stdin/stdout;
 this agent is the container's main process (under docker-init). Dispatching a call is then one
 write and one read on an already-open stream, instead of an `exec_create`/`exec_start` round trip
-through the engine or a whole `docker run`. The container has no network, so the stream is the
-only way in or out, and the agent needs nothing beyond the Python 3 standard library, /proc,
-and starting as root (what it asks of an image); it brings runas (runas.c), a static helper it
+through the engine or a whole `docker run`. The stream is the only way in or out (but for the
+egress relay below, when the project allows hosts). The agent needs nothing of its image but a
+Linux kernel, /proc and starting as root: it runs on the interpreter bundled with it
+(`bundle.py`: its own loader, C library and standard library, under /opt/codecoder/python), so
+any image can be made a sandbox (`install.py`); it brings runas (runas.c), a static helper it
 starts commands through, and does without it (slower) where it cannot run.
 
 Out of reach of what it runs. The container starts as root with only CAP_SETUID, CAP_SETGID,
@@ -26,27 +28,47 @@ before (`"fresh"`), every place the command uid can write besides the workspace 
 mounts found in /proc/self/mountinfo, POSIX message queues, System V IPC) is emptied and checked
 empty, so nothing planted by one grant's calls runs under another's.
 
+Egress. When the set-up names an egress proxy (a Unix socket the host mounted into the
+container, `environments.egress`), the agent listens on 127.0.0.1:PORT in the container's own
+network namespace (which has nothing but loopback) and relays each connection to that socket,
+unread: the proxy decides where, if anywhere, it goes. Commands find it in HTTP(S)_PROXY.
+
+Sync. In a container whose workspace is a volume the host keeps in step (a remote engine), a
+writable call's changes go back to the host through the outbox (a second volume, root's only):
+before the call the workspace is listed, after it (once every process of the call is gone) it
+is listed again, and what changed is written there as a tar (`changes.tar`) with a summary
+(`changes.json`: deleted paths, unreadable ones, whether the disk budget was exceeded), for the
+host to fetch. Listing and reading happen in a child that is the command uid, since the agent
+holds no capability to read what that uid keeps private.
+
 Protocol: one JSON document per line, each line `<HMAC-SHA256 hex> <JSON>` keyed by a secret
-the host sends first (plain JSON: {"key": hex, "uid": int, "gid": int}) over stdin, which no
-command can read. The MAC covers a direction byte (b"H" host to agent, b"A" agent to host) and
-the JSON; request ids only grow, and an answer carries its request's id, so a frame cannot be
-forged, reflected or replayed.
+the host sends first (plain JSON: {"key": hex, "uid": int, "gid": int, "egress": {"port": int,
+"socket": str} | null, "outbox": str | null}) over stdin, which no command can read. The MAC
+covers a direction byte (b"H" host to agent, b"A" agent to host) and the JSON; request ids only
+grow, and an answer carries its request's id, so a frame cannot be forged, reflected or
+replayed.
 
     agent -> host, once at start:
         {"hello": PROTOCOL, "problem": str | null, "limits": {...}, "oom_counter": bool,
          "pids_counter": bool, "state_dirs": [str], "wipe_complete": bool, "pidfd": bool,
-         "runas": bool}
+         "runas": bool, "bash": bool, "egress": bool}
     host -> agent, one per call:
         {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str}, "stdin": base64 str,
          "timeout": float, "max_output": int, "fresh": bool, "disk_budget": int | null,
-         "capability": {"digest": str, "files": {path: base64} | null} | null}
+         "capability": {"digest": str, "files": {path: base64} | null} | null,
+         "sync": bool}
+      or, to remove paths of the workspace volume (what the host deleted since it last synced):
+        {"id": int, "delete": [relative path, ...]}
     agent -> host, one per call:
         {"id": int, "exit_code": int, "signal": int | null, "stdout": str, "stderr": str,
          "stdout_bytes": int, "stderr_bytes": int, "truncated": bool, "timed_out": bool,
          "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
-         "disk_budget_hit": bool, "survivors": int, "duration": float}
+         "disk_budget_hit": bool, "survivors": int, "duration": float,
+         "changes": {"entries": int, "files": int, "bytes": int, "deleted": int,
+                     "over_budget": bool} | null}
       or, when the request could not be run at all:
         {"id": int, "error": str, "discard": bool, "ran": false (nothing of it started)}
+      or, for a delete request: {"id": int, "deleted": int}
 
 Output is capped per stream: the head and the tail are kept and the cut is marked.
 """
@@ -64,18 +86,26 @@ import platform
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import subprocess
-import sys
+import tarfile
+import threading
 import time
 from typing import Any
 
-PROTOCOL = 2
+PROTOCOL = 3
 WORKSPACE = "/workspace"
-SNAPSHOT_DIR = "/opt/codecoder/capability"
+HOME = "/opt/codecoder"
+SNAPSHOT_DIR = f"{HOME}/capability"
 # Drops to the command's user and runs the command (runas.c); started with vfork, it costs a
 # fraction of subprocess's own `user=`, which forks the whole interpreter.
-RUNAS = f"/opt/codecoder/runas-{platform.machine()}"
+RUNAS = f"{HOME}/runas-{platform.machine()}"
+# The bundled interpreter's own loader (bundle.py): a program any image can execute, which is
+# what tells that runas works.
+LOADER = f"{HOME}/python/ld.so"
+# Compound commands are keyed as bash parses them, so they run in bash or not at all.
+BASH = "/bin/bash"
 
 # After the main process is gone and everything else killed, how long to keep reading output
 # that is already in flight.
@@ -100,7 +130,7 @@ UNLIMITED = 1 << 62
 CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
 AGENT_CAPABILITIES = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
 RUNAS_CAPABILITIES = (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
-PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 3, 4, 24
+PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_GET_NO_NEW_PRIVS = 3, 4, 24, 39
 IPC_RMID = 0
 CAPABILITY_DOMAIN = b"codecoder-capability/1\0"
 
@@ -204,8 +234,8 @@ def harden() -> str | None:
     problem = drop_bounding_set(keep=RUNAS_CAPABILITIES)
     if problem is not None:
         return problem
-    status = proc_status("self")
-    if status.get("NoNewPrivs") != "1":
+    # prctl, not /proc/self/status: gVisor's status file has no NoNewPrivs line.
+    if _libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
         return "the container runs without no-new-privileges"
     return None
 
@@ -426,6 +456,271 @@ def wipe(uid: int, gid: int, state_dirs: list[str]) -> str | None:
     return ", ".join(left[:5]) if left else None
 
 
+# --- as the command user ----------------------------------------------------------------------
+
+
+def become(uid: int, gid: int) -> None:
+    """Drop to `uid`:`gid` alone, for good (in a child of the agent)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        os._exit(3)
+
+
+def as_user(uid: int, gid: int, function: Any, *args: Any) -> Any:
+    """`function(*args)`, run in a child that is the command user: what it returns (as JSON).
+
+    Used for what the agent must not do with its own identity: reading and removing what the
+    command user owns, which may be private to it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            become(uid, gid)
+            data = json.dumps(function(*args)).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view) :]
+            code = 0
+        except BaseException as exc:  # the child must never return into the agent's loop
+            log(f"{function.__name__} failed as the command user: {type(exc).__name__}: {exc}")
+        finally:
+            os._exit(code)
+    os.close(write)
+    chunks = []
+    while True:
+        chunk = os.read(read, READ_CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise RuntimeError(f"{function.__name__} failed as the command user (status {status})")
+    return json.loads(b"".join(chunks))
+
+
+# --- the workspace volume (sync mode) ---------------------------------------------------------
+
+
+def listing(root: str) -> dict[str, list[Any]]:
+    """Every entry beneath `root`: relative path -> [kind, mode, size, mtime_ns, ctime_ns,
+    inode, link target]. kind: d(irectory), f(ile), l(ink), o(ther); a directory that cannot
+    be listed is kind u. No symlink is followed. A ctime cannot be set back by anyone but the
+    clock, so an entry whose listing is unchanged was not written."""
+    found: dict[str, list[Any]] = {}
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        try:
+            with os.scandir(f"{root}/{relative}" if relative else root) as entries:
+                items = list(entries)
+        except OSError:
+            if relative:
+                found[relative][0] = "u"
+            continue
+        for entry in items:
+            path = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            mode = st.st_mode
+            kind = (
+                "d"
+                if stat.S_ISDIR(mode)
+                else "f"
+                if stat.S_ISREG(mode)
+                else "l"
+                if stat.S_ISLNK(mode)
+                else "o"
+            )
+            link = os.readlink(entry.path) if kind == "l" else None
+            found[path] = [
+                kind,
+                stat.S_IMODE(mode),
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+                link,
+            ]
+            if kind == "d":
+                pending.append(path)
+    return found
+
+
+def _changed(old: list[Any] | None, new: list[Any]) -> bool:
+    if old is None or old[0] != new[0]:
+        return True
+    if new[0] == "d":
+        return bool(old[1] != new[1])  # what changes inside a directory is listed on its own
+    return old != new
+
+
+def write_changes(
+    before: dict[str, list[Any]], tar_fd: int, summary_fd: int, budget: int | None
+) -> Message:
+    """What changed in the workspace since `before`, as a tar (regular files, directories,
+    symlinks) and a summary; stops adding files once they exceed `budget` bytes."""
+    after = listing(WORKSPACE)
+    changed = sorted(p for p, entry in after.items() if _changed(before.get(p), entry))
+    # What lies in a directory that can no longer be listed is unknown, not deleted.
+    hidden = tuple(f"{p}/" for p, entry in after.items() if entry[0] == "u")
+    deleted = sorted(p for p in before if p not in after and not p.startswith(hidden))
+    unreadable, skipped = [p.rstrip("/") for p in hidden], []
+    total = files = entries = 0
+    over = False
+    with (
+        os.fdopen(tar_fd, "wb", closefd=False) as out,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for path in changed:
+            kind, mode, size, mtime_ns = after[path][:4]
+            info = tarfile.TarInfo(path)
+            info.mode, info.mtime = mode, mtime_ns // 1_000_000_000
+            if kind in ("d", "u"):
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+                entries += 1
+            elif kind == "l":
+                info.type, info.linkname = tarfile.SYMTYPE, after[path][6]
+                tar.addfile(info)
+                entries += 1
+            elif kind == "f":
+                if budget is not None and total + size > budget:
+                    over = True
+                    break
+                try:
+                    with open(f"{WORKSPACE}/{path}", "rb") as source:
+                        info.size = os.fstat(source.fileno()).st_size
+                        tar.addfile(info, source)
+                except OSError:
+                    unreadable.append(path)
+                    continue
+                total += info.size
+                files += 1
+                entries += 1
+            else:
+                skipped.append(path)  # FIFOs, sockets, devices never leave the sandbox
+    summary = {"deleted": deleted, "unreadable": unreadable, "skipped": skipped, "over": over}
+    data = json.dumps(summary).encode()
+    while data:
+        data = data[os.write(summary_fd, data) :]
+    return {
+        "entries": entries,
+        "files": files,
+        "bytes": total,
+        "deleted": len(deleted),
+        "over_budget": over,
+    }
+
+
+def delete_paths(paths: list[str]) -> int:
+    """Remove these workspace paths (what the host deleted since its last sync)."""
+    removed = 0
+    for relative in paths:
+        parts = relative.split("/")
+        if not relative or relative.startswith("/") or ".." in parts or "" in parts:
+            continue
+        path = f"{WORKSPACE}/{relative}"
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+# --- egress -----------------------------------------------------------------------------------
+
+
+class Relay:
+    """127.0.0.1:PORT (and [::1]:PORT) inside the container, relayed to the host's egress proxy.
+
+    The container's network namespace has loopback only; this is its one way out. Bytes are
+    copied, never read: the proxy on the host decides where a connection may go. Listening
+    starts before any command runs, so no command can take the port first."""
+
+    MAX_CONNECTIONS = 128
+
+    def __init__(self, port: int, target: str) -> None:
+        self.target = target
+        self.active = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
+        self.listeners = []
+        for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                listener.bind((address, port))
+                listener.listen(64)
+            except OSError:
+                listener.close()
+                if family == socket.AF_INET:
+                    raise
+                continue  # no IPv6 loopback in this container
+            self.listeners.append(listener)
+        for listener in self.listeners:
+            threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                continue
+            if not self.active.acquire(blocking=False):
+                client.close()  # a command opening connections without end gets no more
+                continue
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.target)
+            back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+            back.start()
+            _pump(client, upstream)
+            back.join()
+        except OSError as exc:
+            log(f"the egress proxy cannot be reached: {exc}")
+        finally:
+            client.close()
+            upstream.close()
+            self.active.release()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(READ_CHUNK):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)
+
+
+def self_check() -> str | None:
+    """What the agent needs of this image, checked when the image is built (install.py)."""
+    if not os.access(RUNAS, os.X_OK):
+        return f"{RUNAS} is missing or not executable (only x86_64 and aarch64 are built)"
+    if not os.access(LOADER, os.X_OK):
+        return f"{LOADER}, the bundled interpreter's loader, is missing"
+    if not os.path.exists("/proc/self/status"):
+        return "/proc is not mounted while building (the agent reads it at run time)"
+    try:
+        b"\\040".decode("unicode_escape")  # how mount points with spaces are read
+    except LookupError as exc:
+        return f"the bundled standard library is incomplete: {exc}"
+    return None
+
+
 # --- processes --------------------------------------------------------------------------------
 
 
@@ -571,14 +866,16 @@ def capability_digest(root: str) -> str:
 
 
 class Agent:
-    def __init__(self, channel: Channel, uid: int, gid: int) -> None:
+    def __init__(self, channel: Channel, uid: int, gid: int, outbox: str | None = None) -> None:
         self.channel = channel
         self.uid = uid
         self.gid = gid
+        self.outbox = outbox
         self.state_dirs, self.wipe_complete = state_directories(uid, gid)
         self.exits = ExitWatch()
         self.snapshot_digest: str | None = None
         self.runas = False
+        self.relay: Relay | None = None
 
     def choose_launcher(self) -> str | None:
         """Start commands through runas where it works; else through subprocess's `user=`
@@ -589,7 +886,7 @@ class Agent:
     def _runas_works(self) -> bool:
         try:
             done = subprocess.run(
-                [RUNAS, str(self.uid), str(self.gid), sys.executable, "-S", "-c", ""],
+                [RUNAS, str(self.uid), str(self.gid), LOADER, "--version"],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=10,
@@ -609,9 +906,13 @@ class Agent:
             "wipe_complete": self.wipe_complete,
             "pidfd": self.exits.pidfd_works,
             "runas": self.runas,
+            "bash": os.path.exists(BASH),
+            "egress": self.relay is not None,
         }
 
     def serve(self, request: Message) -> Message:
+        if "delete" in request:
+            return {"deleted": as_user(self.uid, self.gid, delete_paths, request["delete"])}
         if request.get("fresh"):
             left = wipe(self.uid, self.gid, self.state_dirs)
             if left is not None:
@@ -625,7 +926,40 @@ class Agent:
             problem = self.place_snapshot(capability)
             if problem is not None:
                 return {"error": problem}
-        return self.run(request)
+        if not (request.get("sync") and self.outbox):
+            return self.run(request)
+        before = as_user(self.uid, self.gid, listing, WORKSPACE)
+        response = self.run(request)
+        budget = request.get("disk_budget")
+        response["changes"] = self.collect_changes(before, budget)
+        return response
+
+    def collect_changes(self, before: dict[str, list[Any]], budget: int | None) -> Message:
+        """Write what the call changed in the workspace to the outbox, for the host to fetch."""
+        assert self.outbox is not None
+        paths = {name: f"{self.outbox}/{name}" for name in ("changes.tar", "changes.json")}
+        for path in paths.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        # Opened here, as root, in a directory only root can reach; written by the child.
+        files = {
+            name: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            for name, path in paths.items()
+        }
+        try:
+            summary = as_user(
+                self.uid,
+                self.gid,
+                write_changes,
+                before,
+                files["changes.tar"],
+                files["changes.json"],
+                budget,
+            )
+        finally:
+            for descriptor in files.values():
+                os.close(descriptor)
+        return dict(summary)
 
     def place_snapshot(self, capability: Message) -> str | None:
         files = capability.get("files")
@@ -849,7 +1183,9 @@ def main() -> None:
         setup = json.loads(first)
         channel.key = bytes.fromhex(setup["key"])
         uid, gid = int(setup["uid"]), int(setup["gid"])
-    except (ValueError, KeyError, TypeError) as exc:
+        egress = setup.get("egress")
+        outbox = setup.get("outbox")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         log(f"unreadable set-up line: {exc}")
         return
     if len(channel.key) < 32:
@@ -858,9 +1194,14 @@ def main() -> None:
     problem = harden()
     if problem is None and (uid == 0 or gid == 0):
         problem = "commands never run as root (uid or gid 0): the agent must stay out of reach"
-    agent = Agent(channel, uid, gid)
+    agent = Agent(channel, uid, gid, outbox if isinstance(outbox, str) else None)
     if problem is None:
         problem = agent.choose_launcher()
+    if problem is None and egress:
+        try:
+            agent.relay = Relay(int(egress["port"]), str(egress["socket"]))
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            problem = f"cannot listen for the egress relay: {exc}"
     channel.send(agent.hello(problem))
     if problem is not None:
         return

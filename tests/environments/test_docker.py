@@ -26,7 +26,13 @@ import pytest
 import requests
 
 from environments.base import CommandRequest, CommandResult
-from environments.docker import DockerEnvironment, DockerSettings, LooserSetting
+from environments.docker import (
+    AGENT_PROTOCOL,
+    LABEL_AGENT,
+    DockerEnvironment,
+    DockerSettings,
+    LooserSetting,
+)
 from runtime.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory, SandboxUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -683,6 +689,9 @@ def test_a_missing_image_raises_sandbox_unavailable_saying_how_to_build_it(
         env.start()
 
 
+SANDBOX_IMAGE_OBJECT = SimpleNamespace(labels={LABEL_AGENT: str(AGENT_PROTOCOL)})
+
+
 def _failing_client(stage: str, error: BaseException) -> Any:
     def maybe(at: str, result: Any = None) -> Any:
         if at == stage:
@@ -691,9 +700,12 @@ def _failing_client(stage: str, error: BaseException) -> Any:
 
     return SimpleNamespace(
         ping=lambda: maybe("ping", True),
-        images=SimpleNamespace(get=lambda name: maybe("image")),
+        images=SimpleNamespace(get=lambda name: maybe("image", SANDBOX_IMAGE_OBJECT)),
         containers=SimpleNamespace(create=lambda **kw: maybe("create")),
-        api=SimpleNamespace(containers=lambda **kw: maybe("list", [])),
+        api=SimpleNamespace(
+            containers=lambda **kw: maybe("list", []),
+            volumes=lambda **kw: maybe("list", {"Volumes": []}),
+        ),
         close=lambda: None,
     )
 

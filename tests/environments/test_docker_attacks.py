@@ -18,7 +18,7 @@ import docker
 import pytest
 
 from environments.base import CommandRequest, CommandResult
-from environments.docker import DockerEnvironment, DockerSettings
+from environments.docker import AGENT_COMMAND, DockerEnvironment, DockerSettings
 from runtime.decision import Answer
 from runtime.errors import ExecutionFailed, SandboxUnavailable
 from runtime.session import Runtime
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.docker
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE.parents[1] / "sandboxes" / "image" / "agent.py"
+AGENT_PROCESS = " ".join(AGENT_COMMAND)  # the agent as `ps` shows it
 EVIL_IMAGE = "codecoder-sandbox-evil:test"
 WORKED = "@WORKED@"
 
@@ -85,7 +86,7 @@ def test_a_command_cannot_reach_the_agent_or_init(sandbox: DockerEnvironment, at
     result = run(sandbox, f"{attack} && echo {WORKED}", timeout=10)
     after = run(sandbox, "echo alive")
 
-    assert who.stdout == "python3 -I -S /opt/codecoder/agent.py \n10001\n"  # the target is real
+    assert who.stdout == f"{AGENT_PROCESS} \n10001\n"  # the target is real
     assert WORKED not in result.stdout, result
     assert (after.stdout, after.extra["container"]) == ("alive\n", who.extra["container"])
 
@@ -100,8 +101,8 @@ def test_no_process_of_a_call_survives_it(sandbox: DockerEnvironment, docker_eng
 
     assert result.stdout == "started\n"
     assert sorted(row[-1] for row in processes) == [
-        "/sbin/docker-init -- python3 -I -S /opt/codecoder/agent.py",
-        "python3 -I -S /opt/codecoder/agent.py",
+        AGENT_PROCESS,
+        f"/sbin/docker-init -- {AGENT_PROCESS}",
     ]
 
 
