@@ -305,7 +305,7 @@ def serve(idle: float = IDLE) -> int:
                 if _peer_uid(conn) != os.geteuid():
                     continue
                 if _code_snapshot() != snapshot:
-                    _reply(conn, {"refused": "the installed code changed; start a new server"})
+                    _refuse(conn, "the installed code changed; start a new server")
                     return 0
                 if os.fork() == 0:
                     listener.close()
@@ -364,6 +364,18 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+
+
+def _refuse(conn: socket.socket, problem: str) -> None:
+    """Refuse a request without running it. The request is taken first (its descriptors
+    closed): closing a Unix socket with unread data resets it, and the client would read that
+    as a call that was accepted and ended without an answer, instead of running it itself."""
+    with contextlib.suppress(OSError):
+        conn.settimeout(2.0)
+        _, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST + 1, _FDS)
+        for fd in fds:
+            os.close(fd)
+    _reply(conn, {"refused": problem})
 
 
 def _reply(conn: socket.socket, message: dict[str, Any]) -> None:

@@ -570,12 +570,12 @@ def _untrusted_view(
         try:
             mine = DockerSettings(**{name: value})
         except ValueError:
-            mine = None  # impossible values are reported when the file is used
+            mine = None  # an impossible limit is reported when used; any other value widens
         if attribute is not None:
             if mine is None or getattr(mine, attribute) <= getattr(base.docker, attribute):
                 docker.append((name, value))
                 continue
-        elif mine is None or _docker_narrows(name, mine, base.docker):
+        elif mine is not None and _docker_narrows(name, mine, base.docker):
             docker.append((name, value))
             continue
         widen(

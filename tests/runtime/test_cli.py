@@ -130,6 +130,8 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
         },
     )
     checked = as_json(codecoder("check", "--json", project=project))
+    sandbox = checked.pop("docker")  # a tool is bound to @docker: check reports the sandbox
+    assert (sandbox["image"], sandbox["workspace"]) == ("codecoder-sandbox", "bind")
     file = str(project / "codecoder.json")
     assert checked == {
         "ok": True,

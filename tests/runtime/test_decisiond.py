@@ -214,9 +214,21 @@ def test_a_served_call_imports_nothing_of_the_runtime(machine: Machine) -> None:
     )
     assert proc.returncode == 4
     assert proc.stdout.startswith("ask  run_command:ls")
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()}
+    # What the interpreter imports on its own (site, .pth files of the machine) is not ours.
+    bare = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        env=machine.env,
+        check=True,
+    )
+    imported = _imported(proc.stderr) - _imported(bare.stderr)
     assert "runtime.decisiond" in imported
     assert not imported & {"runtime.cli", "runtime.session", "pydantic", "bashlex", "typing"}
+
+
+def _imported(importtime: str) -> set[str]:
+    return {line.rsplit("|", 1)[-1].strip() for line in importtime.splitlines()}
 
 
 def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
@@ -306,10 +318,10 @@ sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 sock.connect(f"/proc/self/fd/{{directory}}/{name}.sock")
 header = {{"identity": {decisiond.identity()!r}, "argv": ["decide", "run_command", "{{}}"],
           "env": {{}}, "umask": 18}}
-socket.send_fds(sock, [json.dumps(header).encode()], [0, 1, 2, os.open("/", os.O_RDONLY)])
-try:
+try:  # the server may close before the request is sent, or before it is read
+    socket.send_fds(sock, [json.dumps(header).encode()], [0, 1, 2, os.open("/", os.O_RDONLY)])
     print(repr(sock.recv(65536)))
-except ConnectionResetError:
+except (BrokenPipeError, ConnectionResetError):
     print("b''")
 """
     proc = subprocess.run(
@@ -450,7 +462,7 @@ def test_a_server_whose_code_changed_refuses_and_exits(machine: Machine) -> None
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
     finally:
         os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert code == 4 and out.startswith("ask")  # evaluated in-process instead
+    assert code == 4 and out.startswith("ask"), (code, out, _)  # evaluated in-process instead
     _wait_until(lambda: not _alive(pid))
 
 
