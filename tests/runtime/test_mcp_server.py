@@ -315,7 +315,8 @@ async def test_a_failing_command_is_a_tool_error_with_its_output(project: Path) 
     # content, which clients show the model in place of the text (and so of the output).
     assert result.structured_content is None
     assert result.meta is not None
-    assert result.meta["codecoder/result"] == {"exit_code": 2, "truncated": False, "killed_by": None}
+    meta = result.meta["codecoder/result"]
+    assert meta == {"exit_code": 2, "truncated": False, "killed_by": None}
 
 
 async def test_a_question_the_client_fails_to_answer_is_a_denial(project: Path) -> None:
