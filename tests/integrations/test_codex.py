@@ -180,3 +180,49 @@ def test_with_codexs_default_approval_mode_codex_itself_refuses_what_is_not_read
     assert touched == "MCP tool call requires approval, but approval policy is never"
     assert not (project / "made").exists()
     assert audit(project, env) == [("read_file", "ok")]
+
+
+def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_the_session(
+    project: Path, tmp_path: Path
+) -> None:
+    """Codex run by a person (a pseudo-terminal), as the recipe sets it up: Codex shows
+    codecoder's question as a form with codecoder's own choices; "Always allow for this
+    session" lets the same key run again without asking, a narrower question is asked anew,
+    and Esc is reported as what it was (cancelled), with nothing run."""
+    env = codex_env(tmp_path)
+    env["TERM"] = "xterm-256color"
+    # A person who has used Codex in this folder before: they trusted it.
+    configure(env, recipe("codex-mcp") + f'\n[projects."{project}"]\ntrust_level = "trusted"\n')
+    run = run_agent(
+        [str(cli("codex")), "-c", 'model_providers.standin.base_url="{URL}/v1"', "Work."],
+        cwd=project,
+        env=env,
+        script=[
+            Call("mcp__codecoder__run_command", {"command": "touch one"}),
+            Call("mcp__codecoder__run_command", {"command": "touch two"}),
+            Call("mcp__codecoder__run_command", {"command": "git log"}),
+        ],
+        terminal=[
+            ("runs: touch one", ""),
+            ("esc to cancel", "\x1b[B\r"),  # the second choice: for this session
+            ("runs: git log", ""),
+            ("esc to cancel", "\x1b"),  # Esc
+            ("All done.", ""),
+        ],
+    )
+    screen = run.screen
+    assert run.exit_code == 0, screen[-3000:]
+    assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
+    assert "› 1. Allow once 2. Always allow for this session 3. Deny" in screen
+    assert (project / "one").exists() and (project / "two").exists()
+    one, two, log = texts(run)
+    assert one == two == "[exit code 0]"
+    assert log == (
+        "permission denied: run_command:git:log was not allowed: the MCP client cancelled the "
+        "question (no answer was given)"
+    )
+    assert audit(project, env) == [
+        ("run_command", "ok"),
+        ("run_command", "ok"),
+        ("run_command", "denied"),
+    ]
