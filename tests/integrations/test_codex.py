@@ -44,13 +44,10 @@ def project(tmp_path: Path) -> Path:
 
 
 def codex_env(tmp_path: Path) -> dict[str, str]:
-    """A user's environment for Codex. Codex starts MCP servers with a few variables only
-    (HOME, PATH, ...), so codecoder keeps its state in $HOME's default place: the XDG variables
-    of `base_env` are dropped, for the test's own `codecoder` calls to agree with the server's."""
-    env = base_env(tmp_path, CODEX_HOME=str(tmp_path / "codex-home"), STANDIN_API_KEY="sk-stand-in")
-    for name in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
-        env.pop(name)
-    return env
+    """A user's environment for Codex, with XDG directories of its own: Codex starts MCP
+    servers with a few variables only (HOME, PATH, ...), and the recipe's `env_vars` passes
+    these on, so codecoder under Codex keeps its state where `codecoder` in a shell does."""
+    return base_env(tmp_path, CODEX_HOME=str(tmp_path / "codex-home"), STANDIN_API_KEY="sk-st")
 
 
 def configure(env: dict[str, str], servers: str) -> None:
@@ -95,7 +92,7 @@ def texts(run: AgentRun) -> list[str]:
 
 
 def audit(project: Path, env: dict[str, str]) -> list[tuple[str, str]]:
-    state = Path(env["HOME"]) / ".local" / "state" / "codecoder" / "projects"
+    state = Path(env["XDG_STATE_HOME"]) / "codecoder" / "projects"
     digest = project_state_directory(project.resolve(), {"XDG_STATE_HOME": "/x"}).name
     path = state / digest / "audit.jsonl"
     if not path.exists():
@@ -117,7 +114,9 @@ def test_codex_exec_runs_what_needs_no_permission_and_declines_what_codecoder_as
     run = exec_codex(project, env, READ_THEN_TOUCH)
     assert run.exit_code == 0, run.stderr
     assert run.stdout.strip() == "All done.", (run.stdout, run.stderr)
-    assert {"mcp__codecoder__read_file", "mcp__codecoder__run_command"} <= run.offered()
+    offered = run.offered()
+    assert {"mcp__codecoder__read_file", "mcp__codecoder__run_command"} <= offered
+    assert not offered & {"exec_command", "write_stdin", "shell", "apply_patch"}  # Codex's own
     read, touched = texts(run)
     assert read == "     1\thello\n"  # the file's content reached the model's next request
     # `codex exec` answers codecoder's question itself, with a decline that no human saw:
