@@ -173,7 +173,8 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         baseline=[float(text)],
         note=(
             f"the result's whole JSON (with _meta and JSON escapes) is {whole:,} chars; "
-            "clients hand the model the content's text and the structuredContent"
+            "clients hand the model the content's text, or a structuredContent in its "
+            "place (codecoder sends none)"
         ),
     )
     yield measured
