@@ -7,10 +7,11 @@ pass` in the same run. They are answered by the warm decision server (`runtime.d
 which the first call starts; the same commands evaluated in-process (`CODECODER_DAEMON=0`) are
 reported beside them.
 
-The MCP result's figure is what the model receives: Claude Code and Codex hand the model the
-text of the result's `content` and, when present, `structuredContent` as JSON. So the figure is
-the characters of the content's text plus those of the structuredContent's JSON, for
-run_command `seq 1 20000` (capped output), against the tool's text output alone.
+The MCP result's figure is what the model receives: the text of the result's `content`, or the
+`structuredContent` as JSON where a client prefers it (Codex shows only that; codecoder sends
+none). So the figure is the characters of the content's text plus those of any
+structuredContent's JSON, for run_command `seq 1 20000` (capped output), against the tool's
+text output alone.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         baseline=[float(text)],
         note=(
             f"the result's whole JSON (with _meta and JSON escapes) is {whole:,} chars; "
-            "clients hand the model the content's text and the structuredContent"
+            "clients hand the model the content's text, or a structuredContent in its "
+            "place (codecoder sends none)"
         ),
     )
     yield measured

@@ -10,11 +10,12 @@ where its result carries more than text (`runtime.schemas.mcp_tool`); every call
 invalid arguments, unknown tool, the tool's own failure) is an MCP tool result with
 `isError: true`, never a protocol error.
 
-Results. `content` is the text the model needs, once. `structuredContent` is sent only by tools
-that declare an `outputSchema`, and holds only what the text does not already say in a form a
-program can read (a command's exit code, whether its output was truncated). The decision
-(`codecoder/decision`) and the call's duration travel in `_meta`, which clients do not hand to
-the model.
+Results. `content` is the text the model needs, once, and all of it: no `structuredContent`
+(nor `outputSchema`), because clients that receive it show the model that *instead of* the
+text (Codex does). What a program may want in a form it reads (a command's exit code, whether
+its output was truncated; the text says both too), the decision and the call's duration travel
+in `_meta` (`codecoder/result`, `codecoder/decision`, `codecoder/duration_ms`), which clients
+do not hand to the model.
 
 Concurrency. Calls that need no permission run as soon as they arrive, alongside a running
 call and alongside a question waiting for the human. Calls that may ask take turns, in order:
@@ -554,9 +555,10 @@ def tool_result(
 ) -> types.CallToolResult:
     """A call's outcome as an MCP tool result.
 
-    `content`: the text for the model, once. `structuredContent`: only for a tool with an
-    output schema, only on success, only the schema's fields (what the text does not carry in
-    a form a program reads). `_meta`: the decision and the call's duration, for the client.
+    `content`: the text for the model, once and complete. `_meta`, for the client: the
+    decision, the call's duration and, on success of a tool with an output schema, the
+    schema's fields (`codecoder/result`: what the text says, in a form a program reads).
+    Never `structuredContent`: clients show it to the model in place of the text.
     """
     error = outcome.error
     structured: dict[str, Any] | None = None
@@ -580,10 +582,11 @@ def tool_result(
         f"{_META}/decision": outcome.decision.to_json() if outcome.decision else None,
         f"{_META}/duration_ms": round(outcome.duration * 1000, 3),
     }
+    if structured is not None:
+        meta[f"{_META}/result"] = structured
     return types.CallToolResult.model_validate(
         {
             "content": [{"type": "text", "text": text}],
-            "structuredContent": structured,
             "isError": not outcome.ok,
             "_meta": meta,
         }

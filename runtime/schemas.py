@@ -5,8 +5,8 @@
     openai-responses  [{"type": "function", "name", "description", "parameters", "strict"}]
                       (the Responses API)
     anthropic         [{"name", "description", "input_schema"}]
-    mcp               [{"name", "title", "description", "inputSchema", "annotations",
-                        "outputSchema"?}]   (the MCP server lists exactly these)
+    mcp               [{"name", "title", "description", "inputSchema", "annotations"}]
+                      (the MCP server lists exactly these)
 
 Every format carries the same cleaned JSON Schema of the tool's parameter model
 (`input_schema()`): pydantic's local `$ref`s into `$defs` are inlined, because some providers
@@ -167,7 +167,12 @@ def title(definition: ToolDefinition) -> str:
 
 
 def mcp_tool(definition: ToolDefinition, strict: bool = False) -> dict[str, Any]:
-    """The MCP `tools/list` entry; `strict` does not apply (MCP has no strict mode)."""
+    """The MCP `tools/list` entry; `strict` does not apply (MCP has no strict mode).
+
+    No `outputSchema`: a tool that declares one must send `structuredContent`, and clients
+    (Codex 0.171) then show the model the `structuredContent` *instead of* the text, so a
+    command's output would never reach it. What a result carries besides its text goes in
+    `_meta` (`runtime.mcp_server.tool_result`)."""
     _check_name(definition.name, _MCP_NAME, "MCP")
     tool: dict[str, Any] = {
         "name": definition.name,
@@ -176,8 +181,6 @@ def mcp_tool(definition: ToolDefinition, strict: bool = False) -> dict[str, Any]
         "inputSchema": input_schema(definition),
         "annotations": tool_annotations(definition),
     }
-    if definition.output_schema is not None:
-        tool["outputSchema"] = copy.deepcopy(definition.output_schema)
     return tool
 
 

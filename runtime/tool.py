@@ -286,8 +286,8 @@ class Tool(abc.ABC, Generic[P]):
     parameters: ClassVar[type[Parameters]]
     key_style: ClassVar[KeyStyle] = KeyStyle.NAME
     asks: ClassVar[bool] = True  # whether permission() can return Ask; shown by `tools`
-    # The part of `ToolResult.data` that is not already in the text, as a JSON Schema of an
-    # object; interfaces that carry structured results (MCP) send exactly these fields.
+    # The part of `ToolResult.data` that is not already in a form a program reads, as a JSON
+    # Schema of an object; the MCP server sends exactly these fields in the result's `_meta`.
     output_schema: ClassVar[dict[str, Any] | None] = None
 
     @abc.abstractmethod

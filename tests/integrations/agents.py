@@ -1,5 +1,5 @@
-"""Running the real agent CLIs (Claude Code, Gemini CLI) against the stand-in model server, with
-the network closed.
+"""Running the real agent CLIs (Claude Code, Gemini CLI, Codex) against the stand-in model
+server, with the network closed.
 
 `run_agent` starts a runner process in a network namespace of its own with only loopback up
 (`unshare -n`), so nothing the CLI tries can leave the machine: the runner starts the stand-in
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integrations.standin import Call, Script, StandIn, _results
+from tests.integrations.standin import Call, Script, StandIn, _offered, _results
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -120,11 +120,7 @@ class AgentRun:
     def offered(self) -> set[str]:
         """The tools the CLI offered the model in its first request of the conversation."""
         body = self.main_requests()[0]["body"] if self.main_requests() else {}
-        names = set()
-        for tool in body.get("tools", []):
-            names.add(tool.get("name", ""))
-            names.update(d.get("name", "") for d in tool.get("functionDeclarations", []))
-        return names - {""}
+        return _offered(body) - {""}
 
 
 def base_env(root: Path, **extra: str) -> dict[str, str]:
@@ -160,7 +156,8 @@ def run_agent(
     terminal: list[tuple[str, str]] | None = None,
 ) -> AgentRun:
     """Run `setup` then `argv` with the network closed, the stand-in playing `script`.
-    "{URL}" in `env` values is replaced by the stand-in's address.
+    "{URL}" in `env` values and in the words of `argv` and `setup` is replaced by the
+    stand-in's address.
 
     With `terminal`, `argv` runs in a pseudo-terminal, as a person runs it: each step waits
     until the screen shows the step's text, then types its keys; after the last step the
@@ -217,9 +214,11 @@ def _runner(spec_path: Path, result_path: Path) -> None:
     _loopback_up()
     standin = StandIn(Script([Call(tool, args) for tool, args in spec["script"]]))
     env = {k: v.replace("{URL}", standin.url) for k, v in spec["env"].items()}
+    spec["argv"] = [word.replace("{URL}", standin.url) for word in spec["argv"]]
     setup = []
     try:
-        for command in spec["setup"]:
+        for words in spec["setup"]:
+            command = [word.replace("{URL}", standin.url) for word in words]
             done = subprocess.run(
                 command, cwd=spec["cwd"], env=env, capture_output=True, text=True, timeout=120
             )

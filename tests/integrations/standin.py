@@ -5,7 +5,9 @@ It speaks just enough of two APIs for a CLI to run its agent loop against it:
 * the Anthropic Messages API (`POST /v1/messages`, streamed as server-sent events or not), for
   Claude Code with `ANTHROPIC_BASE_URL`;
 * the Gemini API (`POST /v1beta/models/M:streamGenerateContent?alt=sse`, `:generateContent`,
-  `:countTokens`), for Gemini CLI with `GOOGLE_GEMINI_BASE_URL`.
+  `:countTokens`), for Gemini CLI with `GOOGLE_GEMINI_BASE_URL`;
+* the OpenAI Responses API (`POST /v1/responses`, streamed as server-sent events), for Codex
+  with a `model_providers` entry whose `base_url` is the stand-in's.
 
 A `Script` is the list of tool calls the "model" makes, one per turn, then a final text. Which
 turn a request is at is read from the conversation it carries (how many tool results it holds),
@@ -100,6 +102,9 @@ def _results(body: Any) -> list[Any]:
         for part in content.get("parts", []) or []:
             if "functionResponse" in part:
                 found.append(part["functionResponse"])
+    for item in body.get("input", []) if isinstance(body.get("input"), list) else []:  # OpenAI
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            found.append(item)
     return found
 
 
@@ -110,7 +115,17 @@ def _offered(body: Any) -> set[str]:
             names.add(tool["name"])
         for declaration in tool.get("functionDeclarations", []) or []:  # Gemini
             names.add(declaration.get("name", ""))
+        names.update(_namespaced(tool))  # OpenAI: a namespace of functions
     return names
+
+
+def _namespaced(tool: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """An OpenAI `namespace` tool's functions, by the name a script calls them
+    (`NAMESPACE__FUNCTION`, as Codex names MCP tools), with the namespace and the function."""
+    if tool.get("type") != "namespace":
+        return {}
+    space = tool.get("name", "")
+    return {f"{space}__{f.get('name', '')}": (space, f.get("name", "")) for f in tool["tools"]}
 
 
 def _instance(schema: dict[str, Any]) -> Any:
@@ -165,6 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"input_tokens": 10})
         elif path.startswith("/v1/messages"):
             self._anthropic(body, call, text, turn)
+        elif path.startswith("/v1/responses"):
+            self._responses(body, call, text, turn)
         elif ":countTokens" in path:
             self._json(200, {"totalTokens": 10})
         elif ":streamGenerateContent" in path or ":generateContent" in path:
@@ -256,6 +273,57 @@ class _Handler(BaseHTTPRequestHandler):
             self._sse([f"data: {json.dumps(response)}\r\n\r\n"])
         else:
             self._json(200, response)
+
+    # -- OpenAI Responses -----------------------------------------------------------------------
+
+    def _responses(self, body: Any, call: Call | None, text: str, turn: int | None) -> None:
+        model = body.get("model", "gpt") if isinstance(body, dict) else "gpt"
+        ident = f"{turn if turn is not None else 's'}_{len(self.standin.requests)}"
+        item: dict[str, Any]
+        if call is not None:
+            item = {
+                "type": "function_call",
+                "id": f"fc_{ident}",
+                "call_id": f"call_{ident}",
+                "name": call.tool,
+                "arguments": json.dumps(call.input),
+                "status": "completed",
+            }
+            for tool in body.get("tools", []):
+                if call.tool in (found := _namespaced(tool)):
+                    item["namespace"], item["name"] = found[call.tool]
+        else:
+            item = {
+                "type": "message",
+                "id": f"msg_{ident}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        response: dict[str, Any] = {
+            "id": f"resp_{ident}",
+            "object": "response",
+            "model": model,
+            "status": "in_progress",
+            "output": [],
+        }
+        usage = {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15,
+        }
+        events = [
+            {"type": "response.created", "response": response},
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {
+                "type": "response.completed",
+                "response": {**response, "status": "completed", "output": [item], "usage": usage},
+            },
+        ]
+        self._sse([f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events])
 
     # -- the wire -------------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ const call = (name, args, options = {}) =>
 if (scenario === "list") {
   out.tools = (await client.listTools()).tools;
 } else if (scenario === "size") {
-  await client.listTools(); // the SDK then checks structuredContent against outputSchema
+  await client.listTools(); // the SDK would then check structuredContent against an outputSchema
   const result = await call("run_command", { command: "seq 1 20000" });
   out.result = result;
   out.result_chars = JSON.stringify(result).length;

@@ -311,8 +311,12 @@ async def test_a_failing_command_is_a_tool_error_with_its_output(project: Path) 
         result = await session.call_tool("run_command", {"command": "ls no-such-file"})
     assert result.is_error
     assert "[exit code 2]" in text_of(result)
-    # The command ran: its exit code is structured content too, the rest is only in the text.
-    assert result.structured_content == {"exit_code": 2, "truncated": False, "killed_by": None}
+    # The command ran: its exit code is in `_meta` too, for a program; never structured
+    # content, which clients show the model in place of the text (and so of the output).
+    assert result.structured_content is None
+    assert result.meta is not None
+    meta = result.meta["codecoder/result"]
+    assert meta == {"exit_code": 2, "truncated": False, "killed_by": None}
 
 
 async def test_a_question_the_client_fails_to_answer_is_a_denial(project: Path) -> None:

@@ -86,15 +86,12 @@ def test_every_tool_has_a_title_and_annotations_derived_from_the_tool_model(
         annotations = tool["annotations"]
         assert annotations["readOnlyHint"] is not annotations["destructiveHint"]
         assert tool["title"] == annotations["title"]
-    # Only tools whose results carry more than text declare an output schema.
-    assert sorted(n for n, t in tools.items() if "outputSchema" in t) == [
-        "commit",
-        "run_command",
-        "run_container",
-    ]
+    # No output schema: it would oblige structuredContent, which Codex shows the model in
+    # place of the text (tests/integrations/test_codex.py).
+    assert not [n for n, t in tools.items() if "outputSchema" in t]
 
 
-def test_a_result_carries_its_text_once_and_only_the_exit_code_and_truncation_besides(
+def test_a_result_carries_its_text_once_and_the_exit_code_and_truncation_only_in_meta(
     project: Path,
 ) -> None:
     seen = drive("size", project)
@@ -102,7 +99,12 @@ def test_a_result_carries_its_text_once_and_only_the_exit_code_and_truncation_be
     text = result["content"][0]["text"]
     assert text.startswith("1\n2\n3\n") and text.endswith("20000\n[exit code 0]")
     assert "[... " in text  # capped: head and tail kept, the cut marked
-    assert result["structuredContent"] == {"exit_code": 0, "truncated": True, "killed_by": None}
+    assert "structuredContent" not in result
+    assert result["_meta"]["codecoder/result"] == {
+        "exit_code": 0,
+        "truncated": True,
+        "killed_by": None,
+    }
     assert result["_meta"]["codecoder/decision"]["source"] == "once"
     # Besides the text itself (as JSON escapes it), the result adds under 2 KiB.
     assert seen["result_chars"] - len(json.dumps(text)) < 2048
