@@ -9,6 +9,7 @@ host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outcom
     denied          refused: a deny rule, the human, the ceiling
     invalid         the call never got as far as a decision (unknown tool, bad arguments)
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
+    cancelled       the MCP client cancelled the call (notifications/cancelled)
 
 A sandbox's connections through its egress proxy are recorded too, one line each, as tool
 `network` with the key `network:<host>`, outcome ok or denied, and a `network` object (host, port,
