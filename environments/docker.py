@@ -939,14 +939,19 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if not changes.get("entries") and not changes.get("deleted"):
             return {"written": 0, "deleted": 0, "kept_in_sandbox": [], "unreadable": []}
         assert self._volume is not None
+        inline = changes.get("inline")
         try:
-            report = self._volume.pull(channel.container_id, budget)
+            if inline is not None:
+                report = self._volume.apply_inline(inline, budget)
+            else:
+                report = self._volume.pull(channel.container_id, budget)
         except ExecutionFailed as exc:
             self._reset_volume()
             raise ExecutionFailed(f"`{call.summary}`: {exc}") from None
         if report.kept:
             log.warning(
-                "%s: protected paths the call wrote stay in the sandbox: %s",
+                "%s: what the call wrote that never comes back (protected paths, symlinks "
+                "out of the workspace) stays in the sandbox: %s",
                 channel.name,
                 ", ".join(report.kept[:5]),
             )

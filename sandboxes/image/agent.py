@@ -38,8 +38,9 @@ writable call's changes go back to the host through the outbox (a second volume,
 before the call the workspace is listed, after it (once every process of the call is gone) it
 is listed again, and what changed is written there as a tar (`changes.tar`) with a summary
 (`changes.json`: deleted paths, unreadable ones, whether the disk budget was exceeded), for the
-host to fetch. Listing and reading happen in a child that is the command uid, since the agent
-holds no capability to read what that uid keeps private.
+host to fetch (or, when both are small, sent inline in the answer). Listing and reading happen
+in a child that is the command uid, since the agent holds no capability to read what that uid
+keeps private.
 
 Protocol: one JSON document per line, each line `<HMAC-SHA256 hex> <JSON>` keyed by a secret
 the host sends first (plain JSON: {"key": hex, "uid": int, "gid": int, "egress": {"port": int,
@@ -65,7 +66,8 @@ replayed.
          "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
          "disk_budget_hit": bool, "survivors": int, "duration": float,
          "changes": {"entries": int, "files": int, "bytes": int, "deleted": int,
-                     "over_budget": bool} | null}
+                     "over_budget": bool,
+                     "inline": {"tar": base64 str, "summary": str} (small ones only)} | null}
       or, when the request could not be run at all:
         {"id": int, "error": str, "discard": bool, "ran": false (nothing of it started)}
       or, for a delete request: {"id": int, "deleted": int}
@@ -111,6 +113,10 @@ BASH = "/bin/bash"
 # that is already in flight.
 DRAIN_SECONDS = 0.5
 READ_CHUNK = 65536
+# A writable call's changes (sync mode) go back inline in its answer when they are this small;
+# larger ones are fetched from the outbox (the host's line cap leaves 1 MiB for the rest).
+INLINE_TAR = 256 * 1024
+INLINE_SUMMARY = 64 * 1024
 MAX_REQUEST_LINE = 256 * 1024 * 1024
 DISK_CHECK_SECONDS = 0.1
 SURVIVOR_SECONDS = 2.0
@@ -959,7 +965,17 @@ class Agent:
         finally:
             for descriptor in files.values():
                 os.close(descriptor)
-        return dict(summary)
+        changes = dict(summary)
+        # Small change sets (most calls) ride on the answer: fetching the outbox through the
+        # engine's archive API costs tens of milliseconds. The host checks them the same way.
+        sizes = {name: os.stat(path).st_size for name, path in paths.items()}
+        if sizes["changes.tar"] <= INLINE_TAR and sizes["changes.json"] <= INLINE_SUMMARY:
+            with open(paths["changes.tar"], "rb") as tar, open(paths["changes.json"], "rb") as js:
+                changes["inline"] = {
+                    "tar": base64.b64encode(tar.read()).decode(),
+                    "summary": js.read().decode(),
+                }
+        return changes
 
     def place_snapshot(self, capability: Message) -> str | None:
         files = capability.get("files")
