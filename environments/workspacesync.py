@@ -106,6 +106,10 @@ class WorkspaceVolume:
         self.owner = owner  # the command user's uid and gid: who owns the volume's files
         self._manifest: dict[str, Entry] = {}
         self._first = True
+        # Counts what went into the volume other than through the writable container's own
+        # calls (a push, a deletion): a container that listed it at this generation may trust
+        # that listing (`DockerEnvironment._message`, "unchanged").
+        self.generation = 0
         client.api.create_volume(self.volume, labels=labels)
         client.api.create_volume(self.outbox, labels=labels)
         helper = client.api.create_container(
@@ -151,6 +155,8 @@ class WorkspaceVolume:
             # Only the topmost of what went: removing a directory removes what it held.
             if path not in current and (not parent or parent in current):
                 deleted.append(path)
+        if changed or deleted or self._first:
+            self.generation += 1
         if changed or self._first:
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as archive:
                 with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
