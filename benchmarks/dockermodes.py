@@ -5,14 +5,12 @@ default (runc, the workspace bind-mounted) in the same run.
 Three projects, each with its own runtime and its own @docker environment (warm containers),
 bind `run_command` to @docker and grant the commands measured:
 
-* **runc, bind** (the default): the baseline of every figure; its read-only container also
-  answers `exec_run` for the gVisor comparison;
+* **runc, bind** (the default): the baseline of every figure;
 * **runsc, bind**: the same call under gVisor, against the same call under runc and against
   `exec_run` into the same gVisor container (what the warm agent saves there);
 * **runc, sync**: the same call with the workspace in a volume (the workspace is listed before
-  every call, and what a writable call changed is fetched and applied after it), against bind
-  mode; and a call that writes a file (`cp`, which then comes back), against the same in bind
-  mode.
+  every call, and what a writable call changed comes back after it), against bind mode; and a
+  call that writes a file (`cp`, whose copy then comes back), against the same in bind mode.
 
 `run_command` is always a writable call, so every call here goes to the writable container. On
 an engine without runsc the gVisor figures are skipped, with the reason.
@@ -73,6 +71,23 @@ SPECS = (
         Target("max_ratio", 3.0, "≤ 3× bind mode"),
     ),
 )
+
+
+# What profiling found, shown with each figure (README, "Benchmarks").
+NOTES = {
+    "docker_modes.runsc.vs_runc": (
+        "Inside gVisor each exec costs milliseconds (Debian's runsc, ptrace platform): a call "
+        "execs runas, then the program; the round trip to the agent is the same as under runc"
+    ),
+    "docker_modes.sync.vs_bind": (
+        "The host lists the workspace before each call, and after each writable call the "
+        "agent lists the volume as the command user (one fork) to find what changed"
+    ),
+    "docker_modes.sync.write": (
+        "What changed comes back inline in the agent's answer (through get_archive, about "
+        "40 ms more, only above 256 KiB) and is written by the host beneath the workspace"
+    ),
+}
 
 
 @dataclass(slots=True)
@@ -153,6 +168,10 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured | Skipped]]:
             measured["docker_modes.runsc.vs_runc"] = why
             measured["docker_modes.runsc.vs_exec_run"] = why
         measured.update(compare(figures, baselines, rounds=ctx.rounds(40, 5), sample_seconds=None))
+        for name, note in NOTES.items():
+            found = measured.get(name)
+            if isinstance(found, Measured):
+                found.note = note
         _check_written_back(sync.env.workspace, bind.env.workspace)
         yield measured
 
