@@ -18,6 +18,7 @@ One module per area:
     shell        @shell calls against subprocess.run
     wasm         @wasm read_file warm and in a fresh process, against compiling and spawning
     docker       @docker warm calls against exec_run and docker run --rm
+    docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
     agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
@@ -33,6 +34,7 @@ from benchmarks import (
     agents,
     allowlists,
     docker,
+    dockermodes,
     keying,
     permission,
     search,
@@ -52,6 +54,7 @@ AREAS: tuple[Area, ...] = (
     shell.AREA,
     wasm.AREA,
     docker.AREA,
+    dockermodes.AREA,
     search.AREA,
     throughput.AREA,
     agents.AREA,

@@ -303,6 +303,9 @@ class _AgentChannel:
         self.snapshot_digest: str | None = None
         self.proxy: EgressProxy | None = None  # this container's egress proxy, if it has one
         self.runtime = "runc"  # the engine runtime it runs under
+        # Sync mode: the volume's generation when this container last listed it (after its last
+        # writable call); while the volume is still at it, the agent's listing stands.
+        self.synced_generation: int | None = None
         self._reader = threading.Thread(
             target=self._read_frames, name=f"codecoder-{name}", daemon=True
         )
@@ -563,7 +566,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             synced: dict[str, Any] | None = None
             try:
                 if self.sync and mode == "rw":
+                    channel.synced_generation = None
                     synced = self._sync_back(channel, call, response)
+                    if synced is not None and self._volume is not None:
+                        channel.synced_generation = self._volume.generation
                 if response.get("survivors") or response.get("discard"):
                     # The answer stands, but a container where a process outlived its call
                     # (or that the agent gave up on) runs nothing more.
@@ -627,6 +633,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if self.sync:
             with self._sync_lock:
                 self._sync_in(mode)
+                if self._volume is not None and mode == "rw":
+                    self._volume.generation += 1  # written behind the agent's back
         config, _ = self._container_config(mode, f"cold-{next(self._generation)}")
         config.update(
             entrypoint=call.argv,
@@ -665,6 +673,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         with self._mode_locks[mode]:
             channel = self._channel(mode)
         client = self._ensure_started()
+        if self._volume is not None and mode == "rw":
+            self._volume.generation += 1  # written behind the agent's back
         with _engine_errors("exec into the sandbox container"):
             exec_id = client.api.exec_create(
                 channel.container_id,
@@ -773,6 +783,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             "disk_budget": self.settings.disk_budget_bytes if request.writable else None,
             "capability": None,
             "sync": self.sync and request.writable,
+            # Nothing went into the volume since this container listed it: the agent may take
+            # that listing as the one before the call (a fork of the agent saved per call).
+            "unchanged": self.sync
+            and request.writable
+            and self._volume is not None
+            and channel.synced_generation == self._volume.generation,
         }
         snapshot = request.snapshot
         if snapshot is not None:
@@ -939,14 +955,19 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if not changes.get("entries") and not changes.get("deleted"):
             return {"written": 0, "deleted": 0, "kept_in_sandbox": [], "unreadable": []}
         assert self._volume is not None
+        inline = changes.get("inline")
         try:
-            report = self._volume.pull(channel.container_id, budget)
+            if inline is not None:
+                report = self._volume.apply_inline(inline, budget)
+            else:
+                report = self._volume.pull(channel.container_id, budget)
         except ExecutionFailed as exc:
             self._reset_volume()
             raise ExecutionFailed(f"`{call.summary}`: {exc}") from None
         if report.kept:
             log.warning(
-                "%s: protected paths the call wrote stay in the sandbox: %s",
+                "%s: what the call wrote that never comes back (protected paths, symlinks "
+                "out of the workspace) stays in the sandbox: %s",
                 channel.name,
                 ", ".join(report.kept[:5]),
             )

@@ -88,8 +88,15 @@ class BuiltImage:
     base: str
     log: tuple[str, ...]
 
+    @property
+    def ready(self) -> str:
+        """What install.py said of the image: its user, whether compound commands run (bash),
+        git. Empty when the build log does not have it."""
+        said = [line.strip() for line in self.log if "codecoder image: agent ready" in line]
+        return said[-1] if said else ""
+
     def to_json(self) -> dict[str, Any]:
-        return {"tag": self.tag, "id": self.id, "base": self.base}
+        return {"tag": self.tag, "id": self.id, "base": self.base, "ready": self.ready}
 
 
 def build_sandbox_image(

@@ -17,17 +17,24 @@ one), and the host keeps the two in step:
   `changes.json`, see sandboxes/image/agent.py); `pull()` fetches both with `get_archive` and
   applies them:
   - never a protected path (`runtime.protected.is_protected_path`: at every depth, in every
-    spelling); it stays in the volume, and the result says so;
+    spelling), nor a symlink whose target leaves the workspace (absolute, or climbing above
+    it with `..`); these stay in the volume, and the result says so (`kept_in_sandbox`);
   - never through a symlink: each directory is opened one component at a time with O_NOFOLLOW
     from the workspace's own descriptor, and files are written under a temporary name in their
     directory and renamed over the old entry;
   - only regular files, directories and symlinks, without setuid, setgid or sticky bits;
   - at most the disk budget in file bytes: a larger archive is refused as a whole before
     anything is written (the agent stops adding files at the budget too).
+
+Every check that can refuse the archive (names, kinds, the budget) runs before the first write,
+so a refused archive changes nothing on the host. What is then applied is applied entry by
+entry: only a host error midway (its disk full) leaves part of it written.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import errno
 import io
@@ -99,6 +106,10 @@ class WorkspaceVolume:
         self.owner = owner  # the command user's uid and gid: who owns the volume's files
         self._manifest: dict[str, Entry] = {}
         self._first = True
+        # Counts what went into the volume other than through the writable container's own
+        # calls (a push, a deletion): a container that listed it at this generation may trust
+        # that listing (`DockerEnvironment._message`, "unchanged").
+        self.generation = 0
         client.api.create_volume(self.volume, labels=labels)
         client.api.create_volume(self.outbox, labels=labels)
         helper = client.api.create_container(
@@ -144,6 +155,8 @@ class WorkspaceVolume:
             # Only the topmost of what went: removing a directory removes what it held.
             if path not in current and (not parent or parent in current):
                 deleted.append(path)
+        if changed or deleted or self._first:
+            self.generation += 1
         if changed or self._first:
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as archive:
                 with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -188,6 +201,25 @@ class WorkspaceVolume:
 
     # -- back ---------------------------------------------------------------------------------
 
+    def apply_inline(self, inline: object, budget: int) -> SyncReport:
+        """Apply the changes the agent sent in its answer (small ones: see the agent's INLINE_TAR),
+        checked exactly as those fetched from the outbox are."""
+        if not isinstance(inline, dict):
+            raise ExecutionFailed("the sandbox's inline changes are not an object")
+        try:
+            data = base64.b64decode(inline["tar"], validate=True)
+            text = inline["summary"]
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            raise ExecutionFailed(f"the sandbox's inline changes are malformed: {exc!r}") from None
+        if not isinstance(text, str) or len(data) > budget + OUTBOX_SLACK:
+            raise ExecutionFailed("the sandbox's inline changes are malformed or too large")
+        summary = _json_summary(text.encode())
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+                return self._apply(tar, summary, budget)
+        except tarfile.TarError as exc:
+            raise ExecutionFailed(f"the sandbox's changes are not a tar archive: {exc}") from None
+
     def pull(self, container: str, budget: int) -> SyncReport:
         """Fetch what the writable call changed from `container`'s outbox and apply it."""
         with tempfile.TemporaryFile() as outer:
@@ -207,16 +239,23 @@ class WorkspaceVolume:
             except Exception as exc:
                 raise ExecutionFailed(f"the sandbox's changes could not be fetched: {exc}") from exc
             outer.seek(0)
-            with tarfile.open(fileobj=outer, mode="r:") as bundle:
-                found = {PurePosixPath(m.name).name: m for m in bundle.getmembers() if m.isfile()}
-                summary = _json_member(bundle, found.get("changes.json"))
-                changes = found.get("changes.tar")
-                if changes is None:
-                    raise ExecutionFailed("the sandbox wrote no changes.tar to its outbox")
-                data = bundle.extractfile(changes)
-                assert data is not None
-                with tarfile.open(fileobj=data, mode="r:") as tar:
-                    return self._apply(tar, summary, budget)
+            try:
+                with tarfile.open(fileobj=outer, mode="r:") as bundle:
+                    found = {
+                        PurePosixPath(m.name).name: m for m in bundle.getmembers() if m.isfile()
+                    }
+                    summary = _json_member(bundle, found.get("changes.json"))
+                    changes = found.get("changes.tar")
+                    if changes is None:
+                        raise ExecutionFailed("the sandbox wrote no changes.tar to its outbox")
+                    data = bundle.extractfile(changes)
+                    assert data is not None
+                    with tarfile.open(fileobj=data, mode="r:") as tar:
+                        return self._apply(tar, summary, budget)
+            except tarfile.TarError as exc:
+                raise ExecutionFailed(
+                    f"the sandbox's changes are not a tar archive: {exc}"
+                ) from None
 
     def _apply(self, tar: tarfile.TarFile, summary: dict[str, Any], budget: int) -> SyncReport:
         members = tar.getmembers()
@@ -233,18 +272,21 @@ class WorkspaceVolume:
                 f"the call wrote {total:,} bytes of files, more than its disk budget of "
                 f"{budget:,}; nothing was copied back"
             )
-        report = SyncReport(unreadable=list(summary.get("unreadable") or []))
         deleted = [str(path) for path in summary.get("deleted") or []]
+        for path in deleted:
+            _check_name(path)
+        report = SyncReport(unreadable=list(summary.get("unreadable") or []))
         with _Tree(self.workspace, self.owner_on_host()) as tree:
             for path in deleted:
-                _check_name(path)
                 if is_protected_path(path):
                     report.kept.append(path)
                 elif tree.delete(path):
                     report.deleted.append(path)
             for member in members:
                 path = PurePosixPath(member.name).as_posix()
-                if is_protected_path(path):
+                if is_protected_path(path) or (
+                    member.issym() and _points_out(path, member.linkname)
+                ):
                     report.kept.append(path)
                     continue
                 if member.isdir():
@@ -334,13 +376,35 @@ def _check_name(name: str) -> None:
         raise ExecutionFailed(f"the sandbox's changes name {name!r}, which is not beneath it")
 
 
+def _points_out(path: str, target: str) -> bool:
+    """Whether the symlink at `path` (relative to the workspace) names something outside it:
+    an absolute target, or one that climbs above the workspace. Judged on the names alone, as
+    whoever follows it on the host would (the workspace's own symlinks are the host's)."""
+    pure = PurePosixPath(target)
+    if not target or pure.is_absolute():
+        return True
+    depth = len(PurePosixPath(path).parts) - 1  # the link's directory, below the workspace
+    for part in pure.parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return True
+        elif part != ".":
+            depth += 1
+    return False
+
+
 def _json_member(tar: tarfile.TarFile, member: tarfile.TarInfo | None) -> dict[str, Any]:
     if member is None:
         raise ExecutionFailed("the sandbox wrote no changes.json to its outbox")
     data = tar.extractfile(member)
     assert data is not None
+    return _json_summary(data.read(OUTBOX_SLACK))
+
+
+def _json_summary(data: bytes) -> dict[str, Any]:
     try:
-        summary = json.loads(data.read(OUTBOX_SLACK))
+        summary = json.loads(data)
     except ValueError as exc:
         raise ExecutionFailed(f"the sandbox's changes.json is not JSON: {exc}") from None
     if not isinstance(summary, dict):

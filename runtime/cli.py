@@ -943,6 +943,8 @@ def _image(args: argparse.Namespace) -> int:
         _out({"ok": True, **built.to_json()})
     else:
         print(f"{built.tag}: {built.id}")
+        if built.ready:
+            print(built.ready)
         print(f'use it with "docker": {{"image": "{built.tag}"}} in codecoder.json (then trust it)')
     return EXIT_OK
 

@@ -38,8 +38,9 @@ writable call's changes go back to the host through the outbox (a second volume,
 before the call the workspace is listed, after it (once every process of the call is gone) it
 is listed again, and what changed is written there as a tar (`changes.tar`) with a summary
 (`changes.json`: deleted paths, unreadable ones, whether the disk budget was exceeded), for the
-host to fetch. Listing and reading happen in a child that is the command uid, since the agent
-holds no capability to read what that uid keeps private.
+host to fetch (or, when both are small, sent inline in the answer). Listing and reading happen
+in a child that is the command uid, since the agent holds no capability to read what that uid
+keeps private.
 
 Protocol: one JSON document per line, each line `<HMAC-SHA256 hex> <JSON>` keyed by a secret
 the host sends first (plain JSON: {"key": hex, "uid": int, "gid": int, "egress": {"port": int,
@@ -56,7 +57,7 @@ replayed.
         {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str}, "stdin": base64 str,
          "timeout": float, "max_output": int, "fresh": bool, "disk_budget": int | null,
          "capability": {"digest": str, "files": {path: base64} | null} | null,
-         "sync": bool}
+         "sync": bool, "unchanged": bool (nothing entered the volume since the last call)}
       or, to remove paths of the workspace volume (what the host deleted since it last synced):
         {"id": int, "delete": [relative path, ...]}
     agent -> host, one per call:
@@ -65,7 +66,8 @@ replayed.
          "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
          "disk_budget_hit": bool, "survivors": int, "duration": float,
          "changes": {"entries": int, "files": int, "bytes": int, "deleted": int,
-                     "over_budget": bool} | null}
+                     "over_budget": bool,
+                     "inline": {"tar": base64 str, "summary": str} (small ones only)} | null}
       or, when the request could not be run at all:
         {"id": int, "error": str, "discard": bool, "ran": false (nothing of it started)}
       or, for a delete request: {"id": int, "deleted": int}
@@ -111,6 +113,10 @@ BASH = "/bin/bash"
 # that is already in flight.
 DRAIN_SECONDS = 0.5
 READ_CHUNK = 65536
+# A writable call's changes (sync mode) go back inline in its answer when they are this small;
+# larger ones are fetched from the outbox (the host's line cap leaves 1 MiB for the rest).
+INLINE_TAR = 256 * 1024
+INLINE_SUMMARY = 64 * 1024
 MAX_REQUEST_LINE = 256 * 1024 * 1024
 DISK_CHECK_SECONDS = 0.1
 SURVIVOR_SECONDS = 2.0
@@ -565,7 +571,9 @@ def write_changes(
     before: dict[str, list[Any]], tar_fd: int, summary_fd: int, budget: int | None
 ) -> Message:
     """What changed in the workspace since `before`, as a tar (regular files, directories,
-    symlinks) and a summary; stops adding files once they exceed `budget` bytes."""
+    symlinks) and a summary; stops adding files once they exceed `budget` bytes. Returns the
+    counts and the listing it compared with (the next call's `before`, while nothing else
+    changes the volume)."""
     after = listing(WORKSPACE)
     changed = sorted(p for p, entry in after.items() if _changed(before.get(p), entry))
     # What lies in a directory that can no longer be listed is unknown, not deleted.
@@ -611,11 +619,14 @@ def write_changes(
     while data:
         data = data[os.write(summary_fd, data) :]
     return {
-        "entries": entries,
-        "files": files,
-        "bytes": total,
-        "deleted": len(deleted),
-        "over_budget": over,
+        "summary": {
+            "entries": entries,
+            "files": files,
+            "bytes": total,
+            "deleted": len(deleted),
+            "over_budget": over,
+        },
+        "after": after,
     }
 
 
@@ -871,6 +882,7 @@ class Agent:
         self.uid = uid
         self.gid = gid
         self.outbox = outbox
+        self.listing: dict[str, list[Any]] | None = None  # the workspace after the last call
         self.state_dirs, self.wipe_complete = state_directories(uid, gid)
         self.exits = ExitWatch()
         self.snapshot_digest: str | None = None
@@ -886,7 +898,7 @@ class Agent:
     def _runas_works(self) -> bool:
         try:
             done = subprocess.run(
-                [RUNAS, str(self.uid), str(self.gid), LOADER, "--version"],
+                [RUNAS, str(self.uid), str(self.gid), "/", LOADER, "--version"],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=10,
@@ -912,6 +924,7 @@ class Agent:
 
     def serve(self, request: Message) -> Message:
         if "delete" in request:
+            self.listing = None
             return {"deleted": as_user(self.uid, self.gid, delete_paths, request["delete"])}
         if request.get("fresh"):
             left = wipe(self.uid, self.gid, self.state_dirs)
@@ -928,7 +941,12 @@ class Agent:
                 return {"error": problem}
         if not (request.get("sync") and self.outbox):
             return self.run(request)
-        before = as_user(self.uid, self.gid, listing, WORKSPACE)
+        # The host says when nothing went into the volume since this agent last listed it
+        # (after its last writable call): that listing is then the one before this call.
+        before = self.listing if request.get("unchanged") else None
+        self.listing = None
+        if before is None:
+            before = as_user(self.uid, self.gid, listing, WORKSPACE)
         response = self.run(request)
         budget = request.get("disk_budget")
         response["changes"] = self.collect_changes(before, budget)
@@ -947,7 +965,7 @@ class Agent:
             for name, path in paths.items()
         }
         try:
-            summary = as_user(
+            written = as_user(
                 self.uid,
                 self.gid,
                 write_changes,
@@ -959,7 +977,18 @@ class Agent:
         finally:
             for descriptor in files.values():
                 os.close(descriptor)
-        return dict(summary)
+        changes = dict(written["summary"])
+        self.listing = written["after"]
+        # Small change sets (most calls) ride on the answer: fetching the outbox through the
+        # engine's archive API costs tens of milliseconds. The host checks them the same way.
+        sizes = {name: os.stat(path).st_size for name, path in paths.items()}
+        if sizes["changes.tar"] <= INLINE_TAR and sizes["changes.json"] <= INLINE_SUMMARY:
+            with open(paths["changes.tar"], "rb") as tar, open(paths["changes.json"], "rb") as js:
+                changes["inline"] = {
+                    "tar": base64.b64encode(tar.read()).decode(),
+                    "summary": js.read().decode(),
+                }
+        return changes
 
     def place_snapshot(self, capability: Message) -> str | None:
         files = capability.get("files")
@@ -997,7 +1026,10 @@ class Agent:
         stdin = base64.b64decode(request.get("stdin") or "")
         env = dict(os.environ)
         env.update(request.get("env") or {})
-        if not os.path.isdir(cwd):
+        # runas enters the working directory as the command user (a workspace only its owner
+        # may enter is entered by its owner); the agent itself, root without CAP_DAC_OVERRIDE,
+        # may not be able to, so it checks only what it can see.
+        if not self.runas and not os.path.isdir(cwd):
             return {"error": f"working directory {cwd} does not exist in the sandbox"}
 
         oom_before = read_counter(OOM_COUNTER_FILES)
@@ -1011,11 +1043,11 @@ class Agent:
         drop: dict[str, Any] = (
             {} if self.runas else {"user": self.uid, "group": self.gid, "extra_groups": []}
         )
-        command = [RUNAS, str(self.uid), str(self.gid), *argv] if self.runas else argv
+        command = [RUNAS, str(self.uid), str(self.gid), cwd, *argv] if self.runas else argv
         try:
             proc = subprocess.Popen(
                 command,
-                cwd=cwd,
+                cwd=None if self.runas else cwd,
                 env=env,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

@@ -1,7 +1,7 @@
 /*
  * runas: become an unprivileged user with nothing else, then run a program.
  *
- * Usage: runas UID GID PROGRAM [ARGS...]
+ * Usage: runas UID GID DIR PROGRAM [ARGS...]
  *
  * The sandbox agent (agent.py, root; its capability bounding set holds only CAP_SETUID,
  * CAP_SETGID and CAP_SETPCAP, so that is all this program has) starts every command through
@@ -12,10 +12,13 @@
  * It empties the capability bounding set, clears the supplementary groups, sets the real,
  * effective and saved gid, then the same uids (in that order: each needs what the next one
  * takes away), checks with getresuid/getresgid that they took and with capget and
- * PR_CAPBSET_READ that no capability is left, then
- * executes PROGRAM, searched in PATH like Python's subprocess does (no /bin/sh fallback).
- * Exit status: 125 when the identity could not be taken (nothing ran), 126 when PROGRAM cannot
- * be executed, 127 when it is not found; the message goes to standard error.
+ * PR_CAPBSET_READ that no capability is left, then changes into DIR (as the user: a workspace
+ * only its owner may enter, mode 0700, is entered by its owner, which root without
+ * CAP_DAC_OVERRIDE could not do) and executes PROGRAM, searched in PATH like Python's
+ * subprocess does (no /bin/sh fallback).
+ * Exit status: 125 when the identity could not be taken (nothing ran), 126 when DIR cannot be
+ * entered or PROGRAM cannot be executed, 127 when it is not found; the message goes to
+ * standard error.
  *
  * No libc: the few system calls are made directly, so the binary is static, a few kilobytes,
  * and the same bytes for the same source (sandboxes/build.sh builds and checks it).
@@ -24,7 +27,8 @@
 typedef unsigned long size_t;
 
 #if defined(__x86_64__)
-enum { SYS_write = 1, SYS_execve = 59, SYS_exit_group = 231, SYS_setgroups = 116,
+enum { SYS_write = 1, SYS_chdir = 80, SYS_execve = 59, SYS_exit_group = 231,
+       SYS_setgroups = 116,
        SYS_setresuid = 117, SYS_getresuid = 118, SYS_setresgid = 119, SYS_getresgid = 120,
        SYS_capget = 125, SYS_prctl = 157 };
 
@@ -37,7 +41,8 @@ static long sys3(long n, long a, long b, long c) {
 __asm__(".text\n.globl _start\n_start:\n\txor %rbp, %rbp\n\tmov %rsp, %rdi\n"
         "\tand $-16, %rsp\n\tcall start\n\thlt\n");
 #elif defined(__aarch64__)
-enum { SYS_write = 64, SYS_execve = 221, SYS_exit_group = 94, SYS_setgroups = 159,
+enum { SYS_write = 64, SYS_chdir = 49, SYS_execve = 221, SYS_exit_group = 94,
+       SYS_setgroups = 159,
        SYS_setresuid = 147, SYS_getresuid = 148, SYS_setresgid = 149, SYS_getresgid = 150,
        SYS_capget = 90, SYS_prctl = 167 };
 
@@ -149,12 +154,19 @@ __attribute__((used)) void start(long *stack) {
     char **argv = (char **)(stack + 1);
     char **envp = argv + argc + 1;
     unsigned uid, gid;
-    if (argc < 4 || number(argv[1], &uid) || number(argv[2], &gid) || uid == 0 || gid == 0) {
-        say("usage: ", "runas UID GID PROGRAM [ARGS...] (never uid or gid 0)\n");
+    if (argc < 5 || number(argv[1], &uid) || number(argv[2], &gid) || uid == 0 || gid == 0) {
+        say("usage: ", "runas UID GID DIR PROGRAM [ARGS...] (never uid or gid 0)\n");
         leave(125);
     }
     become(uid, gid);
-    char *program = argv[3], **args = argv + 3;
+    long entered = sys3(SYS_chdir, (long)argv[3], 0, 0);
+    if (entered) {
+        say(argv[3], entered == -EACCES ? ": the working directory cannot be entered (permission "
+                                          "denied)\n"
+                                        : ": the working directory cannot be entered\n");
+        leave(126);
+    }
+    char *program = argv[4], **args = argv + 4;
     if (contains_slash(program)) failed(program, sys3(SYS_execve, (long)program, (long)args, (long)envp));
 
     const char *path = "/bin:/usr/bin"; /* os.defpath, as Python uses */

@@ -793,3 +793,21 @@ def test_loosened_settings_are_each_reported() -> None:
 def test_nonsensical_settings_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         DockerSettings(**options)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("writable", [False, True])
+def test_a_workspace_only_its_owner_may_enter_runs_commands(
+    workspace: Path, writable: bool
+) -> None:
+    """Mode 0700 (a umask of 077, a private directory): the agent, root without
+    CAP_DAC_OVERRIDE, cannot enter it; the command user, its owner, can, and is who enters it."""
+    (workspace / "src").mkdir(mode=0o700)
+    os.chown(workspace / "src", 10001, 10001)
+    workspace.chmod(0o700)
+    with DockerEnvironment(workspace) as env:
+        top = env.run(CommandRequest(cwd=workspace, argv=("pwd",), writable=writable))
+        sub = env.run(CommandRequest(cwd=workspace / "src", argv=("pwd",), writable=writable))
+
+    assert (top.exit_code, top.stdout) == (0, "/workspace\n")
+    assert (sub.exit_code, sub.stdout) == (0, "/workspace/src\n")

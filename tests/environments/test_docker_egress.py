@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from environments.base import CommandRequest, Connection
 from environments.docker import AGENT_PROTOCOL, LABEL_AGENT, DockerEnvironment, DockerSettings
 from environments.dockersettings import Egress
 from environments.egress import EgressProxy
+from runtime.ceiling import EnvironmentTag
 from runtime.decision import Answer
 from runtime.errors import SandboxUnavailable
 from runtime.session import Runtime
@@ -128,6 +130,11 @@ def test_a_listed_host_is_tunnelled_and_the_connection_recorded(upstream: Upstre
     try:
         with proxy.call(gate):
             head, body = tunnel(proxy.path, upstream.entry)
+            # The greeting may arrive before the payload is relayed; the call's end closes the
+            # tunnel, so it waits for the upstream to have what was sent.
+            deadline = time.monotonic() + 5
+            while not upstream.received and time.monotonic() < deadline:
+                time.sleep(0.01)
     finally:
         proxy.close()
 
@@ -395,6 +402,71 @@ def test_each_host_is_a_permission_key_asked_granted_and_audited(
         "127.0.0.1",
         upstream.port,
     )
+
+
+@docker_test
+def test_names_that_resolve_to_local_addresses_are_refused_and_every_connection_audited(
+    project: Path, upstream: Upstream, other_upstream: Upstream
+) -> None:
+    allow = [upstream.entry, "sneaky.test", "metadata.test:80", "mixed.test"]
+    write_config(workspace_project(project), {"docker": {"network": {"allow": allow}}})
+    resolver = fake_resolver(
+        {
+            "sneaky.test": ["127.0.0.1"],
+            "metadata.test": ["169.254.169.254"],
+            "mixed.test": ["93.184.216.34", "127.0.0.1"],
+        }
+    )
+    env = DockerEnvironment(project, DockerSettings(network={"allow": allow}), resolver=resolver)
+    targets = [
+        upstream.entry,
+        "sneaky.test:443",
+        "metadata.test:80",
+        "mixed.test:443",
+        other_upstream.entry,
+    ]
+    asker = RecordingAsker(Answer.SESSION, Answer.SESSION)
+    with env, Runtime(project, asker=asker, environments={EnvironmentTag.DOCKER: env}) as runtime:
+        outcome = runtime.session().call(
+            "run_container", {"command": CLIENT.format(targets=targets)}
+        )
+        audit = [entry for entry in runtime.audit.read() if entry["tool"] == "network"]
+
+    lines = outcome.unwrap().output.splitlines()
+    assert "hello from 127.0.0.1" in lines[1]
+    assert all(" 403 Refused" in line for line in lines[2:6]), lines
+    assert [(r.tool, r.key) for r in asker.requests][1:] == [("network", "network:127.0.0.1")]
+    by_host = {entry["network"]["host"]: entry for entry in audit}
+    assert sorted(by_host) == [
+        "127.0.0.1",
+        "127.0.0.2",
+        "metadata.test",
+        "mixed.test",
+        "sneaky.test",
+    ]
+    assert by_host["127.0.0.1"]["outcome"] == "ok"
+    assert "a loopback address" in by_host["sneaky.test"]["error"]
+    assert "a cloud metadata address" in by_host["metadata.test"]["error"]
+    assert "resolves to 127.0.0.1" in by_host["mixed.test"]["error"]
+    assert "is not in docker.network.allow" in by_host["127.0.0.2"]["error"]
+    assert {by_host[h]["outcome"] for h in by_host if h != "127.0.0.1"} == {"denied"}
+    assert other_upstream.received == []
+
+
+def test_network_cannot_be_bound_outside_the_container(project: Path) -> None:
+    write_config(
+        project,
+        {
+            "docker": {"network": {"allow": ["pypi.org"]}},
+            "environments": {"network": "@shell"},
+            "allowlist": {"network:pypi.org": "AlwaysThisProject"},
+        },
+    )
+    with Runtime(project) as runtime:
+        errors = [(d.code, d.key) for d in runtime.diagnostics if d.severity == "error"]
+
+    # The grant stays (it is @docker's: SessionNetwork decides every connection there).
+    assert errors == [("invalid_binding", "network")]
 
 
 @docker_test

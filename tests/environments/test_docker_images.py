@@ -180,6 +180,36 @@ def test_an_image_without_the_agent_is_refused_with_the_command_that_makes_one(
 
 
 @docker_test
+def test_a_base_without_any_shell_builds_says_so_and_runs_simple_commands(
+    project: Path, docker_engine: Any
+) -> None:
+    """The agent needs nothing of the image (its interpreter is bundled), so a base with no
+    shell at all (distroless-style) is accepted: the build says that compound commands are
+    refused, simple ones run, and a compound one is refused saying why."""
+    base = "codecoder-test-noshell:base"
+    build(
+        docker_engine,
+        base,
+        "FROM scratch\nCOPY busybox /bin/busybox\n",
+        {"busybox": STATIC_BUSYBOX.read_bytes()},
+    )
+    built = codecoder(
+        "image", "build", "--from", base, "--tag", "codecoder-test-noshell:sandbox", project=project
+    )
+    assert built.returncode == 0, built.stderr
+    assert "compound commands: refused (no /bin/bash; simple commands run)" in built.stdout
+
+    with DockerEnvironment(project, DockerSettings(image="codecoder-test-noshell:sandbox")) as env:
+        simple = run(env, "/bin/busybox", "echo", "no shell needed")
+        shell = run(env, "/bin/sh", "-c", "true")
+        with pytest.raises(ExecutionFailed, match="has no /bin/bash"):
+            env.run(CommandRequest(cwd=project, script="echo a && echo b", timeout=30))
+
+    assert (simple.exit_code, simple.stdout) == (0, "no shell needed\n")
+    assert shell.exit_code != 0
+
+
+@docker_test
 def test_building_from_a_missing_image_says_nothing_is_pulled(docker_engine: Any) -> None:
     with pytest.raises(SandboxUnavailable, match="nothing is pulled"):
         build_sandbox_image("codecoder-test-no-such:image", client=docker_engine)
@@ -233,9 +263,18 @@ def test_check_fails_a_project_whose_image_is_not_a_sandbox_image(
 ) -> None:
     write_config(project, {"docker": {"image": busybox_base}})
     bad = codecoder("check", "--json", project=project)
+    write_config(project, {"docker": {"image": "codecoder-test-no-such:image"}})
+    missing = codecoder("check", project=project)
     write_config(project, {"docker": {"image": busybox_sandbox}})
     good = codecoder("check", "--json", project=project)
 
+    assert missing.returncode == 1
+    assert (
+        "the engine has no image 'codecoder-test-no-such:image'" in missing.stdout + missing.stderr
+    )
+    assert "codecoder image build --from <base> --tag codecoder-test-no-such:image" in (
+        missing.stdout + missing.stderr
+    )
     report = json.loads(bad.stdout)
     assert bad.returncode == 1
     assert [d["code"] for d in report["diagnostics"] if d["severity"] == "error"] == [

@@ -4,6 +4,8 @@ copy-back on its own, fed archives a compromised agent could write."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import json
 import os
@@ -23,7 +25,7 @@ from environments.docker import (
     DockerSettings,
     engine_is_local,
 )
-from environments.workspacesync import WorkspaceVolume
+from environments.workspacesync import WorkspaceVolume, _points_out
 from runtime.errors import ExecutionFailed, SandboxUnavailable
 
 docker_test = pytest.mark.docker
@@ -136,6 +138,41 @@ def test_more_than_the_disk_budget_never_comes_back_and_the_volume_is_rebuilt(
 
     assert not (synced.workspace / "big.bin").exists()
     assert after.stdout == ".git\nsrc\n"  # a fresh copy of the workspace
+
+
+@docker_test
+def test_symlinks_out_of_the_workspace_and_fifos_never_come_back(synced: DockerEnvironment) -> None:
+    result = run(
+        synced,
+        "ln -s /etc/passwd abs; ln -s ../../../etc/shadow src/up; ln -s .. top;"
+        "ln -s main.py src/inside; mkdir -p a/b; ln -s ../../src a/b/back; mkfifo pipe;"
+        "echo fine > fine.txt",
+        writable=True,
+    )
+    workspace = synced.workspace
+
+    assert (workspace / "fine.txt").read_text() == "fine\n"
+    assert os.readlink(workspace / "src" / "inside") == "main.py"
+    assert os.readlink(workspace / "a" / "b" / "back") == "../../src"
+    for name in ("abs", "src/up", "top", "pipe"):
+        assert not os.path.lexists(workspace / name), name
+    assert sorted(result.extra["synced"]["kept_in_sandbox"]) == ["abs", "src/up", "top"]
+
+
+@docker_test
+def test_changes_too_large_for_the_answer_come_back_through_the_outbox(
+    synced: DockerEnvironment, docker_engine: Any
+) -> None:
+    fetched: list[str] = []
+    volume = synced._ensure_volume()
+    pull = volume.pull
+    volume.pull = lambda container, budget: fetched.append(container) or pull(container, budget)  # type: ignore[method-assign]
+    result = run(synced, "head -c 600000 /dev/urandom > big.bin; sha256sum big.bin", writable=True)
+
+    assert len(fetched) == 1
+    assert result.extra["synced"]["written"] == 1
+    digest = hashlib.sha256((synced.workspace / "big.bin").read_bytes()).hexdigest()
+    assert result.stdout.split()[0] == digest
 
 
 @docker_test
@@ -263,7 +300,7 @@ def test_a_symlink_sent_back_is_never_written_through(tmp_path: Path, outside: P
     assert (outside / "secret").read_text() == "keep\n"
     assert (workspace / "d").is_dir() and not (workspace / "d").is_symlink()
     assert (workspace / "d" / "secret").read_text() == "overwritten\n"
-    assert report.written == ["d", "d/secret"]
+    assert (report.written, report.kept) == (["d/secret"], ["d"])
 
 
 def test_an_existing_symlink_on_the_host_is_replaced_not_followed(
@@ -333,6 +370,78 @@ def test_protected_paths_in_every_spelling_are_kept_out(tmp_path: Path) -> None:
         "e/.git.",
         "src/.git/config",
     ]
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "out"),
+    [
+        ("link", "/etc/passwd", True),
+        ("link", "..", True),
+        ("link", "", True),
+        ("a/link", "../../x", True),
+        ("a/link", "b/../../../x", True),
+        ("a/link", "./../..", True),
+        ("link", "a/b/../c", False),
+        ("a/b/link", "../../x", False),
+        ("link", ".", False),
+    ],
+)
+def test_a_symlink_is_judged_out_by_its_target_alone(path: str, target: str, out: bool) -> None:
+    assert _points_out(path, target) is out
+
+
+def test_a_deleted_name_outside_the_workspace_refuses_the_archive_before_any_deletion(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "keep").write_text("x")
+
+    with pytest.raises(ExecutionFailed, match="not beneath it"):
+        apply(workspace, archive(("new", "file", b"y")), deleted=["keep", "../ws/keep"])
+    assert [p.name for p in workspace.iterdir()] == ["keep"]
+
+
+@pytest.mark.parametrize(
+    ("inline", "problem"),
+    [
+        ("not an object", "not an object"),
+        ({"tar": "@@@", "summary": "{}"}, "malformed"),
+        ({"summary": "{}"}, "malformed"),
+        ({"tar": base64.b64encode(b"x" * 1024).decode(), "summary": "{}"}, "not a tar"),
+        ({"tar": "", "summary": "[]"}, "not a JSON object"),
+        ({"tar": "", "summary": "{"}, "not JSON"),
+        ({"tar": "", "summary": 7}, "malformed"),
+    ],
+)
+def test_inline_changes_that_are_not_what_the_agent_writes_are_refused(
+    tmp_path: Path, inline: Any, problem: str
+) -> None:
+    volume = object.__new__(WorkspaceVolume)
+    volume.workspace = tmp_path
+    volume._manifest = {}
+
+    with pytest.raises(ExecutionFailed, match=problem):
+        volume.apply_inline(inline, 1 << 20)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inline_changes_are_checked_like_fetched_ones(tmp_path: Path, outside: Path) -> None:
+    volume = object.__new__(WorkspaceVolume)
+    volume.workspace = tmp_path / "ws"
+    volume.workspace.mkdir()
+    volume._manifest = {}
+    changes = archive(
+        ("ok", "file", b"fine"), ("sub/.git/config", "file", b"x"), ("out", "link", str(outside))
+    )
+    inline = {"tar": base64.b64encode(changes).decode(), "summary": "{}"}
+
+    report = volume.apply_inline(inline, 1 << 20)
+    with pytest.raises(ExecutionFailed, match="more than its disk budget"):
+        volume.apply_inline(inline, 3)
+
+    assert [p.name for p in volume.workspace.iterdir()] == ["ok"]
+    assert (report.written, sorted(report.kept)) == (["ok"], ["out", "sub/.git/config"])
 
 
 def test_setuid_bits_are_dropped_and_the_budget_counts_before_anything_is_written(
