@@ -24,6 +24,7 @@ tools refuse to run (`unresolved_quarantine`), so a failure half-way is never si
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import secrets
@@ -204,6 +205,12 @@ class ProtectedScan:
 
 def quarantine_marker(workspace: Path) -> Path:
     """The marker that, while it exists, keeps host tools from running in `workspace`."""
+    return _marker(workspace, os.environ.get("XDG_STATE_HOME"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=64)
+def _marker(workspace: Path, _state_home: str | None, _home: str | None) -> Path:
+    # Looked up before every host call: cached on what the state directory depends on.
     return project_state_directory(workspace) / QUARANTINE_MARKER
 
 

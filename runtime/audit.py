@@ -70,9 +70,13 @@ class AuditLog:
         if network:
             entry["network"] = network  # a connection of a sandbox (runtime.network)
         if self.path is not None:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            try:
+                fd = os.open(self.path, flags, 0o600)
+            except FileNotFoundError:  # the first record: make the directory
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fd = os.open(self.path, flags, 0o600)
             try:
                 os.write(fd, data)
             finally:

@@ -805,7 +805,9 @@ class LandlockFiles:
         timeout: float = 30.0,
     ) -> None:
         self._env = env
-        self._workspace = Path(workspace).resolve()
+        # The runtime resolved the workspace once (`Runtime.project_dir`); the kernel follows
+        # what is there when a call opens it, as resolving it again would (45 µs a call).
+        self._workspace = Path(os.path.abspath(workspace))
         self._roots = {name: Path(os.path.abspath(root)) for name, root in extra_read_roots.items()}
         self._timeout = timeout
 
