@@ -92,7 +92,7 @@ class BuiltImage:
     def ready(self) -> str:
         """What install.py said of the image: its user, whether compound commands run (bash),
         git. Empty when the build log does not have it."""
-        said = [line.strip() for line in self.log if "codecoder image: agent ready" in line]
+        said = [line.strip() for line in self.log if _READY in line]
         return said[-1] if said else ""
 
     def to_json(self) -> dict[str, Any]:
@@ -168,7 +168,32 @@ def _build(client: Any, base: str, tag: str, agent_image: str) -> BuiltImage:
                 )
         if not image_id:
             image_id = client.images.get(tag).id
+        if not any(_READY in line for line in log):  # every step came from the build cache
+            log.extend(_ready_in(client, image_id))
     return BuiltImage(tag, image_id, base, tuple(log))
+
+
+_READY = "codecoder image: agent ready"
+_READY_FILE = "/etc/codecoder-image"  # install.py keeps its ready line there
+
+
+def _ready_in(client: Any, image_id: str) -> list[str]:
+    """The ready line install.py kept in the image, read from a container that is created and
+    never started; none when the image has no such file."""
+    import docker.errors
+
+    container = client.containers.create(image_id, network_disabled=True)
+    try:
+        stream, _ = container.get_archive(_READY_FILE)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            file = tar.extractfile(member) if member is not None else None
+            text = file.read(4096).decode("utf-8", "replace") if file is not None else ""
+        return [line for line in text.splitlines() if _READY in line]
+    except docker.errors.NotFound:
+        return []
+    finally:
+        container.remove(force=True)
 
 
 _REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")

@@ -771,7 +771,18 @@ class _Audit:
         try:
             if runner.blocker is not None:
                 raise runner.blocker
-            status, how = Status.BLOCKED, runner.run(attempt)
+            try:
+                status, how = Status.BLOCKED, runner.run(attempt)
+            except _NotRun as first:
+                # The sandbox stopped under the attempt (seen now and then under Debian's
+                # gVisor): nothing came out of it, but nothing was shown either, so the attempt
+                # is made once more in a fresh sandbox, and reported as not run if that stops too.
+                if _SANDBOX_STOPPED not in first.how:
+                    raise
+                if self._workspace is not None:
+                    self._workspace.restore()
+                status, how = Status.BLOCKED, runner.run(attempt)
+                how += f" (made twice: the first sandbox stopped: {_last_line(first.how)})"
         except _Outcome as outcome:
             status, how = outcome.status, outcome.how
         except CodecoderError as exc:
@@ -785,6 +796,7 @@ class _Audit:
 
 
 _PROJECT: Final = Scope.PROJECT.label
+_SANDBOX_STOPPED: Final = "the sandbox container stopped"  # environments.docker's words
 
 
 # --- recorders and askers ------------------------------------------------------------------

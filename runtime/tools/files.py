@@ -292,7 +292,8 @@ class ConfinedFiles:
         timeout: float = 30.0,
     ) -> None:
         self._env = env
-        self._workspace = Path(workspace).resolve()
+        # Resolved once by the runtime (`Runtime.project_dir`), not again on every call.
+        self._workspace = Path(os.path.abspath(workspace))
         roots = (
             dict(extra_read_roots)
             if isinstance(extra_read_roots, Mapping)

@@ -22,6 +22,7 @@ import sys
 
 HOME = "/opt/codecoder"
 USER, GROUP, ID = "sandbox", "sandbox", 10001
+READY_FILE = "/etc/codecoder-image"  # what the install found, read back after a cached build
 
 
 def fail(message: str) -> None:
@@ -117,11 +118,14 @@ def main() -> None:
             fail(f"cannot prepare {directory}: {exc}")
     git = trust_any_workspace_owner()
     found = check_agent()
-    print(
+    ready = (
         f"codecoder image: agent ready (user {ID}, compound commands: {found}, "
-        f"git: {git or 'none'})",
-        file=sys.stderr,
+        f"git: {git or 'none'})"
     )
+    print(ready, file=sys.stderr)
+    # Kept in the image too: a build whose steps come from the cache prints nothing.
+    with open(READY_FILE, "w", encoding="utf-8") as out:
+        out.write(ready + "\n")
 
 
 if __name__ == "__main__":

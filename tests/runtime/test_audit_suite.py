@@ -638,3 +638,41 @@ def test_a_run_command_blind_to_path_is_caught_by_the_path_hijack_attempt(
         "the planted git was covered by run_command:git:status: "
         "allowed (session: run_command:git:status)"
     )
+
+
+class _StoppingRunner:
+    """A docker layer whose sandbox stops under the first `stops` tries (as Debian's gVisor
+    does now and then), then holds."""
+
+    blocker = None
+    runtime = None
+
+    def __init__(self, stops: int) -> None:
+        self.stops = stops
+        self.tries = 0
+
+    def run(self, attempt: Any) -> str:
+        from runtime.audit_suite import _NotRun
+
+        self.tries += 1
+        if self.tries <= self.stops:
+            raise _NotRun(
+                "SandboxUnavailable: the sandbox container stopped during `ls` (the sandbox "
+                "container stopped); a fresh one is started for the next call"
+            )
+        return "nothing of the host's"
+
+
+@pytest.mark.parametrize(("stops", "status"), [(1, Status.BLOCKED), (2, Status.NOT_RUN)])
+def test_an_attempt_whose_sandbox_stopped_is_made_once_more(
+    project: Path, stops: int, status: Status
+) -> None:
+    from runtime.audit_suite import _Audit
+
+    [attempt] = [a for a in load_corpus(["docker"]) if a.id == "docker.host-processes"]
+    runner = _StoppingRunner(stops)
+    with _Audit(project, AuditOptions()) as audit:
+        result = audit.attempt(runner, attempt)  # type: ignore[arg-type]
+    assert (result.status, runner.tries) == (status, 2)
+    if status is Status.BLOCKED:
+        assert "made twice: the first sandbox stopped" in result.how
