@@ -1013,9 +1013,12 @@ class _PermissionFilesLayer(_LayerRunner):
 
     @contextlib.contextmanager
     def _recorded_session(
-        self, directory: Path, text: str, asker: _Asker
+        self, directory: Path, text: str | None, asker: _Asker
     ) -> Iterator[tuple[Runtime, Session, MockEnvironment]]:
-        (directory / PROJECT_FILE).write_text(text)
+        """A session on `directory` (with `text` as its codecoder.json, when given) whose
+        environments only record, trusted as far as the project's own file is."""
+        if text is not None:
+            (directory / PROJECT_FILE).write_text(text)
         recorder, environments = _recorders()
         with (
             Runtime(
@@ -1395,22 +1398,11 @@ class _PermissionFilesLayer(_LayerRunner):
         planted.chmod(0o755)
         innocent = audit.key(call)  # as keyed before the plant was on PATH
         assert innocent is not None
-        recorder, environments = _recorders()
         asker = _Asker()
         path = os.environ.get("PATH", os.defpath)
         os.environ["PATH"] = f"{planted.parent}{os.pathsep}{path}"
         try:
-            with (
-                Runtime(
-                    directory,
-                    asker=asker,
-                    environments=environments,
-                    audit_log=None,
-                    tools=audit.tools,
-                    trusted=audit.trusted,
-                ) as runtime,
-                runtime.session() as session,
-            ):
+            with self._recorded_session(directory, None, asker) as (_, session, recorder):
                 session.allowlist.grant(innocent, EnvironmentTag.SHELL)
                 outcome = session.call(call.tool, call.args)
         finally:
@@ -1444,19 +1436,8 @@ class _PermissionFilesLayer(_LayerRunner):
             (directory / link).symlink_to(target)
         innocent = audit.key(call)  # as keyed where no link leads anywhere
         assert innocent is not None
-        recorder, environments = _recorders()
         asker = _Asker()
-        with (
-            Runtime(
-                directory,
-                asker=asker,
-                environments=environments,
-                audit_log=None,
-                tools=audit.tools,
-                trusted=audit.trusted,
-            ) as runtime,
-            runtime.session() as session,
-        ):
+        with self._recorded_session(directory, None, asker) as (_, session, recorder):
             session.allowlist.grant(innocent, EnvironmentTag.SHELL)
             outcome = session.call(call.tool, call.args)
         if _allowed(outcome) or recorder.requests:
@@ -1525,19 +1506,9 @@ class _PermissionFilesLayer(_LayerRunner):
     def _after_reload(self, calls: Sequence[ToolCall]) -> str:
         """What a /reload of the (possibly rewritten) file grants: each call must still ask."""
         asker = _Asker()
-        recorder, environments = _recorders()
         refused: list[str] = []
-        with (
-            Runtime(
-                self.audit.workspace.path,
-                asker=asker,
-                environments=environments,
-                audit_log=None,
-                tools=self.audit.tools,
-                trusted=self.audit.trusted,
-            ) as runtime,
-            runtime.session() as session,
-        ):
+        path = self.audit.workspace.path
+        with self._recorded_session(path, None, asker) as (runtime, session, recorder):
             for call in calls:
                 if call.tool not in runtime.tools:
                     continue
