@@ -8,7 +8,7 @@
 # Any other image becomes a sandbox image the same way, from this one:
 #   codecoder image build --from node:20 --tag my-node-sandbox
 # which builds `FROM node:20`, copies /opt/codecoder from this image, runs install.py and sets
-# the label below (environments/dockerimage.py).
+# the label below (environments/docker/image.py).
 
 # Stage 1: the agent and the interpreter it runs on, bundled so that they need nothing of the
 # image they end up in (sandboxes/image/bundle.py).
@@ -31,7 +31,7 @@ ENV HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /workspace
 USER 10001:10001
-# codecoder.agent: the protocol of the agent inside (environments.docker.AGENT_PROTOCOL); the
+# codecoder.agent: the protocol of the agent inside (environments.docker.environment.AGENT_PROTOCOL); the
 # runtime refuses an image without it.
 LABEL org.opencontainers.image.title="codecoder-sandbox" \
       org.opencontainers.image.description="Sandbox image for codecoder's @docker environment" \

@@ -30,7 +30,7 @@ the loop over areas. Peak memory (the RSS high-water mark) is part of every repo
 
 from __future__ import annotations
 
-from benchmarks import (
+from codecoder.benchmarks import (
     agents,
     allowlists,
     docker,
@@ -42,8 +42,8 @@ from benchmarks import (
     throughput,
     wasm,
 )
-from benchmarks.report import SCHEMA, Area, Report
-from benchmarks.runner import run_areas
+from codecoder.benchmarks.report import SCHEMA, Area, Report
+from codecoder.benchmarks.runner import run_areas
 
 __all__ = ["AREAS", "SCHEMA", "Area", "Report", "run_areas"]
 

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from benchmarks import AREAS, run_areas
+from codecoder.benchmarks import AREAS, run_areas
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,9 +3,9 @@
 A hook is a new process on every tool call of its host, so its start-up is its cost:
 `codecoder decide` and `codecoder hook claude-code` (a Bash call, evaluated through the whole
 chain) are timed as the processes a host starts (the `codecoder` command) against `python -c
-pass` in the same run. They are answered by the warm decision server (`runtime.decisiond`),
-which the first call starts; the same commands evaluated in-process (`CODECODER_DAEMON=0`) are
-reported beside them.
+pass` in the same run. They are answered by the warm decision server
+(`runtime.interfaces.decisiond`), which the first call starts; the same commands evaluated
+in-process (`CODECODER_DAEMON=0`) are reported beside them.
 
 The MCP result's figure is what the model receives: the text of the result's `content`, or the
 `structuredContent` as JSON where a client prefers it (Codex shows only that; codecoder sends
@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from benchmarks.workspace import make_project
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
+from codecoder.benchmarks.workspace import make_project
 
 __all__ = ["AREA"]
 
@@ -88,7 +88,7 @@ def codecoder_command() -> list[str]:
     script = Path(sys.executable).with_name("codecoder")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "runtime"]
+    return [sys.executable, "-m", "codecoder.runtime"]
 
 
 def model_sees(result: dict[str, object]) -> int:
@@ -107,9 +107,9 @@ def model_sees(result: dict[str, object]) -> int:
 def result_size(project: Path) -> tuple[int, int, int]:
     """(what the model receives of the MCP result, the tool's text, the result's whole JSON),
     in characters."""
-    from runtime.mcp_server import tool_result
-    from runtime.prompt import non_interactive
-    from runtime.session import Runtime
+    from codecoder.runtime.interfaces.mcp_server import tool_result
+    from codecoder.runtime.permissions.prompt import non_interactive
+    from codecoder.runtime.session import Runtime
 
     with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
         session = runtime.session()

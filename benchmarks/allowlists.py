@@ -18,17 +18,18 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command
-from runtime.engine import PermissionEngine
-from runtime.patterns import KeyPattern, PatternIndex
-from runtime.project import load_project
-from runtime.projectfile import load_project_file
-from runtime.session import Runtime
-from runtime.tool import Permission, Tool
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.runtime.config.project import load_project
+from codecoder.runtime.config.projectfile import load_project_file
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.runtime.permissions.engine import PermissionEngine
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.permissions.patterns import KeyPattern, PatternIndex
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.base import Tool
 
 __all__ = ["AREA", "generate_config"]
 

@@ -18,12 +18,12 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from environments.base import CommandRequest
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import SandboxUnavailable
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.environments.base import CommandRequest
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import SandboxUnavailable
 
 __all__ = ["AREA", "hardened_run_argv"]
 
@@ -94,7 +94,7 @@ def hardened_run_argv(workspace: Path, image: str, user: str, argv: tuple[str, .
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     require_tools("run_command")
     try:
-        from environments.docker import DockerEnvironment
+        from codecoder.environments.docker.environment import DockerEnvironment
     except ImportError as exc:
         raise Skipped(f"@docker is unavailable: {exc}") from exc
     config = {

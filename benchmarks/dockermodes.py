@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from environments.base import CommandRequest
-from environments.dockersettings import DockerSettings
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import SandboxUnavailable
-from runtime.session import Session
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.environments.base import CommandRequest
+from codecoder.environments.docker.settings import DockerSettings
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.runtime.session import Session
 
 __all__ = ["AREA"]
 
@@ -94,7 +94,8 @@ NOTES = {
 class _Warm:
     """One project with a runtime whose run_command goes to a warm @docker environment."""
 
-    env: Any  # environments.docker.DockerEnvironment (imported lazily: the SDK may be missing)
+    # environments.docker.environment.DockerEnvironment (imported lazily: the SDK may be missing)
+    env: Any
     session: Session
 
     def call(self, command: str) -> object:
@@ -108,7 +109,7 @@ class _Warm:
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured | Skipped]]:
     require_tools("run_command")
     try:
-        from environments.docker import DockerEnvironment
+        from codecoder.environments.docker.environment import DockerEnvironment
     except ImportError as exc:
         raise Skipped(f"@docker is unavailable: {exc}") from exc
     with contextlib.ExitStack() as stack:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 import bashlex
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from runtime.commandkey import clear_cache, key_command
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
+from codecoder.runtime.permissions.commandkey import clear_cache, key_command
 
 __all__ = ["AREA"]
 

@@ -11,16 +11,16 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from benchmarks.measure import Measured, compare, median_time
-from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from environments.base import CommandRequest, CommandResult
-from environments.mock import MockEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command
-from runtime.decision import Decision, Source
-from runtime.session import Runtime, Session
-from runtime.tool import Permission
+from codecoder.benchmarks.measure import Measured, compare, median_time
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.mock import MockEnvironment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Decision, Source
+from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.session import Runtime, Session
 
 __all__ = ["AREA", "project_config"]
 

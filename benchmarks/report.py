@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.measure import Measured, ProfileLine, Stats
+from codecoder.benchmarks.measure import Measured, ProfileLine, Stats
 
 __all__ = [
     "SCHEMA",

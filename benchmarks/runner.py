@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from benchmarks.measure import Measured, profile
-from benchmarks.report import (
+from codecoder.benchmarks.measure import Measured, profile
+from codecoder.benchmarks.report import (
     Area,
     AreaResult,
     BenchContext,

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import Measured, Subject, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from runtime.ceiling import EnvironmentTag
+from codecoder.benchmarks.measure import Measured, Subject, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 
 __all__ = ["AREA", "generate_tree"]
 
@@ -111,14 +111,14 @@ def _rg_argv(rg: str, grep: bool) -> list[str]:
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     tools = require_tools("grep", "glob")
     try:
-        from environments.landlock import unavailable_reason
-        from environments.wasm import WasmEnvironment
+        from codecoder.environments.landlock import unavailable_reason
+        from codecoder.environments.wasm.environment import WasmEnvironment
     except ImportError as exc:
         raise Skipped(f"the file environments are unavailable: {exc}") from exc
     reason = unavailable_reason()
     if reason is not None:
         raise Skipped(f"@landlock is unavailable: {reason}")
-    from environments.landlock import ripgrep_binary
+    from codecoder.environments.landlock import ripgrep_binary
 
     rg = str(ripgrep_binary())
     small = make_project(ctx.scratch / "small")

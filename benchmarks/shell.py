@@ -14,13 +14,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from benchmarks.measure import Measured, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Target
-from benchmarks.workspace import make_project, make_runtime, require_tools
-from environments.base import CommandRequest
-from environments.shell import ShellEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command
+from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
+from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.environments.base import CommandRequest
+from codecoder.environments.shell import ShellEnvironment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.permissions.commandkey import key_command
 
 __all__ = ["AREA"]
 
@@ -77,10 +77,11 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
                 "Profiled on an environment that answers at once, the runtime's own work is "
                 "about 0.1 ms a call: most of it is finding the program on PATH as execvp would "
                 "and judging where it lives (an access() per PATH entry before the hit, then "
-                "the ownership of each directory above it: runtime.hostpath), then the audit "
+                "the ownership of each directory above it: environments.host.path), then the "
+                "audit "
                 "record; the environment alone adds git's guard to a copy of the environment "
-                "(runtime.hostgit.guarded_environ). Each is what keys a PATH-hijacked program "
-                "by its path and keeps a planted bare repository inert; caching the lookup "
+                "(environments.host.git.guarded_environ). Each is what keys a PATH-hijacked "
+                "program by its path and keeps a planted bare repository inert; caching the lookup "
                 "would have to re-check every sandbox-writable PATH entry anyway."
             )
         yield measured

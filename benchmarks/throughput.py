@@ -22,14 +22,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.measure import Measured, SelfTimed, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Skipped
-from benchmarks.workspace import SMALL_FILE, make_project, make_runtime, require_tools
-from environments.base import CommandRequest, CommandResult, Environment
-from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command
-from runtime.errors import SandboxUnavailable
-from runtime.session import Session
+from codecoder.benchmarks.measure import Measured, SelfTimed, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped
+from codecoder.benchmarks.workspace import (
+    SMALL_FILE,
+    make_project,
+    make_runtime,
+    require_tools,
+)
+from codecoder.environments.base import CommandRequest, CommandResult, Environment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.runtime.session import Session
 
 __all__ = ["AREA", "calls_per_second"]
 
@@ -132,8 +137,8 @@ def _set_up(
     """(through the runtime, environment alone) for one environment."""
     if env == "wasm":
         require_tools("read_file")
-        from environments.wasm import WasmEnvironment
-        from runtime.tools.files import ConfinedFiles
+        from codecoder.environments.wasm.environment import WasmEnvironment
+        from codecoder.runtime.tools.files import ConfinedFiles
 
         # read_file runs in @landlock by default; this figure is about @wasm (the fallback).
         project = make_project(directory, {"environments": {"read_file": "@wasm"}})
@@ -158,11 +163,11 @@ def _set_up(
     if env == "mock":
         environment = _Succeeding()
     elif env == "shell":
-        from environments.shell import ShellEnvironment
+        from codecoder.environments.shell import ShellEnvironment
 
         environment = ShellEnvironment()
     else:
-        from environments.docker import DockerEnvironment
+        from codecoder.environments.docker.environment import DockerEnvironment
 
         docker = DockerEnvironment(project)
         stack.callback(docker.close)

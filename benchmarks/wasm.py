@@ -20,10 +20,16 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from benchmarks.measure import Measured, SelfTimed, Subject, compare
-from benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from benchmarks.workspace import SMALL_FILE, make_project, make_runtime, require_tools, run_python
-from runtime.ceiling import EnvironmentTag
+from codecoder.benchmarks.measure import Measured, SelfTimed, Subject, compare
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
+from codecoder.benchmarks.workspace import (
+    SMALL_FILE,
+    make_project,
+    make_runtime,
+    require_tools,
+    run_python,
+)
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 
 __all__ = ["AREA"]
 
@@ -78,11 +84,11 @@ SPECS = (
 _CHILD = """
 import json, sys, time
 from pathlib import Path
-from environments.wasm import WasmEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.prompt import non_interactive
-from runtime.session import Runtime
-from runtime.tools import builtin_tools
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.permissions.prompt import non_interactive
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.catalogue import builtin_tools
 
 project, cache, path = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 tools = builtin_tools()
@@ -122,8 +128,8 @@ def _spawn_true() -> object:
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     tools = require_tools("read_file")
     try:
-        from environments.wasm import WasmEnvironment
-        from runtime.tools.files import ConfinedFiles
+        from codecoder.environments.wasm.environment import WasmEnvironment
+        from codecoder.runtime.tools.files import ConfinedFiles
     except ImportError as exc:
         raise Skipped(f"@wasm is unavailable: {exc}") from exc
     module = _fileops_module()
@@ -210,7 +216,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
 
 
 def _fileops_module() -> Path:
-    import sandboxes
+    from codecoder import sandboxes
 
     path = Path(os.path.dirname(sandboxes.__file__)) / "fileops" / "fileops.wasm"
     if not path.is_file():

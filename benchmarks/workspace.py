@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from environments.base import Environment
-from runtime.ceiling import EnvironmentTag
-from runtime.prompt import non_interactive
-from runtime.session import Runtime
-from runtime.tool import Tool
-from runtime.tools import builtin_tools
+from codecoder.environments.base import Environment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.permissions.prompt import non_interactive
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.base import Tool
+from codecoder.runtime.tools.catalogue import builtin_tools
 
 __all__ = [
     "SMALL_FILE",
@@ -53,7 +53,7 @@ def make_project(directory: Path, config: Mapping[str, Any] | str | None = None)
 
 def require_tools(*names: str) -> dict[str, Tool[Any]]:
     """The built-in tools, or `Skipped` naming the ones this build does not have."""
-    from benchmarks.report import Skipped
+    from codecoder.benchmarks.report import Skipped
 
     try:
         tools = builtin_tools()

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from runtime.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Code to run from a copy that cannot change under it: files (relative path -> bytes) and
-    the digest they were approved at (`runtime.capabilities.capability_digest`).
+    the digest they were approved at (`runtime.config.capabilities.capability_digest`).
 
     The environment writes the files where the command cannot change them, checks them there
     (the digest, or the bytes read back) and starts the command in that directory.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from environments.base import Environment
-from runtime.ceiling import EnvironmentTag
+from codecoder.environments.base import Environment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 
 
 class InProcessEnvironment(Environment[Callable[[], Any], Any]):

@@ -10,7 +10,7 @@ Two halves, both enforced by the kernel rather than by path checks in Python:
   or outside them can be written. `run(RipgrepRequest)` starts one ripgrep there and returns
   its output, which the worker hands over as a pipe (no copy through the worker).
 * **Single-file reads and listings** (read_file, list_dir, diff) are done by the runtime itself
-  through openat2(RESOLVE_BENEATH) from a descriptor of the root (`runtime.confined`):
+  through openat2(RESOLVE_BENEATH) from a descriptor of the root (`runtime.kernel.confined`):
   microseconds, where any round trip to another process costs tens of them.
 
 Workers are started on first use, one per set of roots (a reload that changes the read roots
@@ -42,11 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from environments.base import Environment
-from runtime.ceiling import EnvironmentTag
-from runtime.confined import openat2_available
-from runtime.errors import ExecutionFailed, ExecutionTimeout, SandboxUnavailable
-from sandboxes.landlock import worker as worker_protocol
+from codecoder.environments.base import Environment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.confined import openat2_available
+from codecoder.runtime.kernel.errors import (
+    ExecutionFailed,
+    ExecutionTimeout,
+    SandboxUnavailable,
+)
+from codecoder.sandboxes.landlock import worker as worker_protocol
 
 __all__ = [
     "LandlockEnvironment",

@@ -1,8 +1,8 @@
 """@shell: commands as host processes. Nothing contains them, which is why its ceiling is the
-session (runtime.ceiling).
+session (runtime.kernel.ceiling).
 
 Each command runs in a new session (process group) with the workspace as its cwd and no stdin,
-and with git's discovery of bare repositories off (`runtime.hostgit.guarded_environ`): a
+and with git's discovery of bare repositories off (`environments.host.git.guarded_environ`): a
 directory a sandbox laid out as a bare repository is never a repository to the host's git.
 At its deadline, when it ends, when the caller cancels it (`CommandRequest.cancel`), and when
 the call is interrupted (Ctrl-C, SIGTERM: whatever exception reaches it while it waits), the
@@ -27,11 +27,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from environments.base import CommandRequest, CommandResult, Environment, Snapshot
-from environments.output import CappedBuffer
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import Cancelled, ExecutionFailed, ExecutionTimeout
-from runtime.hostgit import guarded_environ
+from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
+from codecoder.environments.host.git import guarded_environ
+from codecoder.environments.host.output import CappedBuffer
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import Cancelled, ExecutionFailed, ExecutionTimeout
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 

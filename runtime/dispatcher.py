@@ -16,16 +16,17 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from environments.workspaceguard import unresolved_quarantine
-from runtime.audit import AuditLog
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Decision
-from runtime.engine import PermissionEngine
-from runtime.errors import (
+from codecoder.environments.base import Environment
+from codecoder.environments.workspaceguard import unresolved_quarantine
+from codecoder.runtime.auditlog import AuditLog
+from codecoder.runtime.config.project import ProjectConfig
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Decision
+from codecoder.runtime.kernel.errors import (
     Cancelled,
     CodecoderError,
     ExecutionFailed,
@@ -34,11 +35,28 @@ from runtime.errors import (
     ToolError,
     UnknownTool,
 )
-from runtime.network import SessionNetwork
-from runtime.tool import CallSite, Tool, ToolContext, ToolResult
+from codecoder.runtime.permissions.engine import PermissionEngine
+from codecoder.runtime.permissions.keys import CallSite
+from codecoder.runtime.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.network import SessionNetwork
 
-if TYPE_CHECKING:
-    from runtime.session import Runtime, Session
+
+class DispatchingRuntime(Protocol):
+    """What the dispatcher reads of the runtime it serves (runtime.session.Runtime)."""
+
+    @property
+    def project_dir(self) -> Path: ...
+    @property
+    def config(self) -> ProjectConfig: ...
+    def environment_of(self, tool: str) -> EnvironmentTag: ...
+    def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]: ...
+
+
+class DispatchingSession(CallingSession, Protocol):
+    """The session whose calls the dispatcher runs (runtime.session.Session)."""
+
+    @property
+    def id(self) -> str: ...
 
 
 @dataclass(slots=True)
@@ -88,7 +106,11 @@ def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
 
 class Dispatcher:
     def __init__(
-        self, runtime: Runtime, session: Session, engine: PermissionEngine, audit: AuditLog
+        self,
+        runtime: DispatchingRuntime,
+        session: DispatchingSession,
+        engine: PermissionEngine,
+        audit: AuditLog,
     ) -> None:
         self._runtime = runtime
         self._session = session
@@ -151,7 +173,9 @@ class Dispatcher:
             error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
             return self._finish(name, None, error, decision, clock)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (runtime.cli): audit, go on
+        except (
+            KeyboardInterrupt
+        ) as exc:  # Ctrl-C, or SIGTERM (runtime.interfaces.cli): audit, go on
             self._finish(name, None, None, decision, clock, interrupted=type(exc).__name__)
             raise
         return self._finish(name, result, None, decision, clock)
@@ -215,8 +239,8 @@ def validate_arguments(tool: Tool[Any], args: Any) -> Any:
     """The tool's parameter model filled from `args`, or InvalidArguments naming each field.
 
     A null given for an optional field that does not take null means "the default": strict
-    tool schemas (`runtime.schemas.strict_schema`) make every field required and the optional
-    ones nullable, so a model in strict mode sends null for what it leaves out.
+    tool schemas (`runtime.interfaces.schemas.strict_schema`) make every field required and the
+    optional ones nullable, so a model in strict mode sends null for what it leaves out.
     """
     if not isinstance(args, Mapping):
         raise InvalidArguments(

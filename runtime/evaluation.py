@@ -7,7 +7,7 @@ The call goes through the same engine as every call (`PermissionEngine.evaluate`
 validation, the same key, the same deny rules, project and session grants and ceiling checks.
 Where the chain would ask the human, it stops at the question instead: nobody is asked, nothing
 runs, no grant is recorded and no audit record is written. `codecoder decide` prints it; the
-hooks for other agents (`runtime.hooks`) answer their host from it.
+hooks for other agents (`runtime.interfaces.hooks`) answer their host from it.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from runtime.ceiling import EnvironmentTag
-from runtime.dispatcher import validate_arguments
-from runtime.errors import DeniedByRule, UnknownTool
-from runtime.prompt import AskRequest
-from runtime.tool import CallSite
+from codecoder.runtime.dispatcher import validate_arguments
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import DeniedByRule, UnknownTool
+from codecoder.runtime.permissions.keys import CallSite
+from codecoder.runtime.permissions.prompt import AskRequest
 
 if TYPE_CHECKING:
-    from runtime.session import Session
+    from codecoder.runtime.session import Session
 
 __all__ = ["Evaluation", "evaluate"]
 

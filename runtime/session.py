@@ -8,16 +8,16 @@
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
 files as they now are. A codecoder.json nobody trusted is obeyed only for what cannot widen
-access (`runtime.project`). Session grants live in the session and are dropped with it; the
-audit log is in the runtime's state directory (`runtime.audit`).
+access (`runtime.config.project`). Session grants live in the session and are dropped with it; the
+audit log is in the runtime's state directory (`runtime.auditlog`).
 
 The runtime's tools are its catalogue (the built-in tools by default) plus, when the catalogue
-has `run_capability`, one tool per capability of the project (`runtime.capabilities`), read at
-start and again by `reload()`, like codecoder.json. A capability that `create_capability`
+has `run_capability`, one tool per capability of the project (`runtime.config.capabilities`), read
+at start and again by `reload()`, like codecoder.json. A capability that `create_capability`
 writes is added at once (`install_capability`): that is the runtime's own write, asked for.
 When the human grants a capability for the project, the session records the approval of its
-digest next to the grant (`runtime.capabilities.record_approval`), which is what tells a grant
-made at the prompt from a digest edited into codecoder.json by hand.
+digest next to the grant (`runtime.config.capabilities.record_approval`), which is what tells a
+grant made at the prompt from a digest edited into codecoder.json by hand.
 """
 
 from __future__ import annotations
@@ -32,38 +32,46 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from environments.base import Environment
-from runtime.allowlist import ProjectAllowlist, SessionAllowlist
-from runtime.audit import AuditLog
-from runtime.capabilities import (
+from codecoder.environments.base import Environment
+from codecoder.runtime.auditlog import AuditLog
+from codecoder.runtime.config.capabilities import (
     RUN_CAPABILITY,
     Capability,
     CapabilitySet,
     load_capabilities,
     record_approval,
 )
-from runtime.ceiling import EnvironmentTag, Scope
-from runtime.decision import Answer, Source
-from runtime.dispatcher import CallOutcome, Dispatcher
-from runtime.engine import PROTECTED_NOTE, PermissionEngine
-from runtime.errors import CeilingViolation, ConfigError, SandboxUnavailable, UsageError
-from runtime.network import NETWORK
-from runtime.patterns import KeyPattern, PatternError
-from runtime.project import PROJECT_FILE, ProjectConfig, load_project
-from runtime.projectfile import Diagnostic
-from runtime.prompt import Asker, TerminalPrompt, in_ci, non_interactive
-from runtime.protected import is_protected_path
-from runtime.state import overlapping_directory, project_state_directory
-from runtime.tool import (
+from codecoder.runtime.config.project import PROJECT_FILE, ProjectConfig, load_project
+from codecoder.runtime.config.projectfile import Diagnostic, add_allow_entry
+from codecoder.runtime.dispatcher import CallOutcome, Dispatcher
+from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+from codecoder.runtime.kernel.decision import Answer, Source
+from codecoder.runtime.kernel.errors import (
+    CeilingViolation,
+    ConfigError,
+    SandboxUnavailable,
+    UsageError,
+)
+from codecoder.runtime.kernel.protected import is_protected_path
+from codecoder.runtime.kernel.state import overlapping_directory, project_state_directory
+from codecoder.runtime.permissions.allowlist import ProjectAllowlist, SessionAllowlist
+from codecoder.runtime.permissions.engine import PROTECTED_NOTE, PermissionEngine
+from codecoder.runtime.permissions.keys import (
     KeyStyle,
     PermissionKey,
-    Tool,
-    ToolDefinition,
     escape_literal,
     literal_of,
 )
-from runtime.tools import builtin_tools
-from runtime.tools.capability import CapabilityTool, capability_tool, capability_tools
+from codecoder.runtime.permissions.patterns import KeyPattern, PatternError
+from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
+from codecoder.runtime.tools.base import Tool, ToolDefinition
+from codecoder.runtime.tools.capability import (
+    CapabilityTool,
+    capability_tool,
+    capability_tools,
+)
+from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.runtime.tools.network import NETWORK
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +93,7 @@ class Runtime:
         trusted: bool | None = None,
         bindings: Mapping[str, EnvironmentTag] | None = None,
     ) -> None:
-        """`trusted` overrides the trust record of the project file (`runtime.trust`): None
+        """`trusted` overrides the trust record of the project file (`runtime.config.trust`): None
         (the default) reads it; True is for a caller that has established trust otherwise
         (`codecoder audit` runs attempts on scratch copies of a trusted file). `bindings`
         override where tools run, over codecoder.json's (`codecoder audit` runs the read tools
@@ -117,6 +125,10 @@ class Runtime:
     @property
     def project_file(self) -> Path:
         return self.project_dir / PROJECT_FILE
+
+    def record_grant(self, entry: str, digest: str | None) -> None:
+        """Write an AlwaysThisProject answer to codecoder.json (the engine's `GrantRecorder`)."""
+        add_allow_entry(self.project_file, entry, digest=digest)
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -156,7 +168,7 @@ class Runtime:
             return pinned
         tag = self.config.bindings.get(tool) or self.tools[tool].environment
         if tag is EnvironmentTag.LANDLOCK and tag not in self._environments:
-            from environments.landlock import unavailable_reason
+            from codecoder.environments.landlock import unavailable_reason
 
             reason = unavailable_reason()
             if reason is not None:
@@ -183,23 +195,23 @@ class Runtime:
 
     def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
         if tag is EnvironmentTag.SHELL:
-            from environments.shell import ShellEnvironment
+            from codecoder.environments.shell import ShellEnvironment
 
             return ShellEnvironment()
         if tag is EnvironmentTag.WASM:
-            from environments.wasm import WasmEnvironment
+            from codecoder.environments.wasm.environment import WasmEnvironment
 
             return WasmEnvironment()
         if tag is EnvironmentTag.DOCKER:
-            from environments.docker import DockerEnvironment
+            from codecoder.environments.docker.environment import DockerEnvironment
 
             return DockerEnvironment(self.project_dir, self.config.docker)
         if tag is EnvironmentTag.LANDLOCK:
-            from environments.landlock import LandlockEnvironment
+            from codecoder.environments.landlock import LandlockEnvironment
 
             return LandlockEnvironment()
         if tag is EnvironmentTag.RUNTIME:
-            from environments.inprocess import InProcessEnvironment
+            from codecoder.environments.inprocess import InProcessEnvironment
 
             return InProcessEnvironment()
         raise SandboxUnavailable(f"no environment {tag.value} is available to run tools in")
@@ -247,7 +259,7 @@ class Session:
                 project=self._project_allowlist,
                 session=SessionAllowlist(runtime.config.session_ttl, runtime.clock),
                 asker=asker,
-                project_file=runtime.project_file,
+                record_grant=runtime.record_grant,
             )
         self.engine = engine
         self.allowlist = engine.session

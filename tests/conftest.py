@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from environments.base import CommandRequest, CommandResult
-from environments.mock import MockEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer
-from runtime.prompt import AskRequest
-from runtime.session import Runtime
-from runtime.trust import record_trust
+from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.mock import MockEnvironment
+from codecoder.runtime.config.trust import record_trust
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.permissions.prompt import AskRequest
+from codecoder.runtime.session import Runtime
 
 
 class RecordingAsker:
@@ -45,7 +45,7 @@ def private_state_and_config(
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     # Commands run as processes evaluate in-process: a test that wants the decision server
-    # (tests/runtime/test_decisiond.py) turns it on and stops the server it started.
+    # (tests/runtime/interfaces/test_decisiond.py) turns it on and stops the server it started.
     monkeypatch.setenv("CODECODER_DAEMON", "0")
     return home
 

@@ -1,33 +1,6 @@
-"""The built-in tool catalogue: 26 tools in six categories (SPEC §3).
+"""The tools, by category (SPEC §3): `base` is what a tool is, `catalogue` the 26 built in.
 
-The project's capabilities are not in it: `Runtime` adds one tool per capability on top
-(`runtime.tools.capability.capability_tools`) when the catalogue has `run_capability`.
+files (read, write, run_wasm), execute (run_command, run_container, commit), git (the read
+tools), web, agent (agent, reason, todo, memory, with `drivers` for the child's model),
+capability (self-authored tools), and `network`, the permission of a sandbox's connections.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-from runtime.tool import Tool
-from runtime.tools.agent import AGENT_TOOLS, CHILD_TOOLSET
-from runtime.tools.capability import CAPABILITY_TOOLS
-from runtime.tools.execute import Commit, RunCommand, RunContainer
-from runtime.tools.files import FILE_TOOLS
-from runtime.tools.git import GIT_TOOLS
-from runtime.tools.web import WEB_TOOLS
-
-__all__ = ["CHILD_TOOLSET", "builtin_tools"]
-
-
-def builtin_tools() -> dict[str, Tool[Any]]:
-    tools: list[Tool[Any]] = [
-        *FILE_TOOLS,
-        RunCommand(),
-        RunContainer(),
-        Commit(),
-        *GIT_TOOLS,
-        *WEB_TOOLS,
-        *AGENT_TOOLS,
-        *CAPABILITY_TOOLS,
-    ]
-    return {tool.name: tool for tool in tools}

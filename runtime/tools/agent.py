@@ -8,7 +8,7 @@ calls goes through the same dispatcher, permission engine and audit log as the p
 with the child's id and depth. The child may call `agent`, but depth is locked at 1: that call
 fails before anything runs.
 
-The model behind a child is a `runtime.models.ModelDriver`. By default it is the
+The model behind a child is a `runtime.tools.drivers.ModelDriver`. By default it is the
 OpenAI-compatible client configured in codecoder.json's `agent` section (or OPENAI_BASE_URL,
 OPENAI_MODEL and the key in OPENAI_API_KEY); tests give the tool a `ScriptedDriver`.
 
@@ -28,20 +28,32 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from runtime.atomicfile import exclusive_lock, replace_atomically
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed
-from runtime.models import Message, ModelDriver, OpenAIChatDriver, ToolCall, ToolSpec
-from runtime.project import AgentSettings
-from runtime.state import project_state_directory, state_directory
-from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
-
-if TYPE_CHECKING:  # not at run time: the session module imports the tool registry
-    from runtime.session import Session
+from codecoder.runtime.config.project import AgentSettings
+from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.runtime.kernel.state import project_state_directory, state_directory
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.tools.base import (
+    CallingSession,
+    Category,
+    P,
+    Parameters,
+    Tool,
+    ToolContext,
+    ToolResult,
+)
+from codecoder.runtime.tools.drivers import (
+    Message,
+    ModelDriver,
+    OpenAIChatDriver,
+    ToolCall,
+    ToolSpec,
+)
 
 __all__ = [
     "AGENT_TOOLS",
@@ -92,7 +104,7 @@ class _AgentTool(Tool[P]):
         return Permission.none()
 
 
-def _session(ctx: ToolContext, tool: str) -> Session:
+def _session(ctx: ToolContext, tool: str) -> CallingSession:
     if ctx.session is None:
         raise ExecutionFailed(f"{tool} needs a session: call it through Session.call()")
     return ctx.session
@@ -183,7 +195,9 @@ class Agent(_AgentTool[AgentParameters]):
             return self._driver
         return self._driver(settings)
 
-    def _run(self, child: Session, driver: ModelDriver, task: str, max_turns: int) -> ToolResult:
+    def _run(
+        self, child: CallingSession, driver: ModelDriver, task: str, max_turns: int
+    ) -> ToolResult:
         tools = [
             ToolSpec(name, tool.description, tool.parameters.model_json_schema())
             for name, tool in sorted(child.tools().items())
@@ -205,7 +219,7 @@ class Agent(_AgentTool[AgentParameters]):
             output += f"; its last words: {last}"
         return ToolResult(output=output, is_error=True, data=self._data(child, transcript, False))
 
-    def _call(self, child: Session, call: ToolCall, transcript: _Transcript) -> str:
+    def _call(self, child: CallingSession, call: ToolCall, transcript: _Transcript) -> str:
         """Run one call of the child through its session; what its model reads back."""
         outcome = child.call(call.name, call.arguments)
         record: dict[str, Any] = {"tool": call.name, "ok": outcome.ok, "error": None}
@@ -227,7 +241,7 @@ class Agent(_AgentTool[AgentParameters]):
         return text
 
     @staticmethod
-    def _data(child: Session, transcript: _Transcript, finished: bool) -> dict[str, Any]:
+    def _data(child: CallingSession, transcript: _Transcript, finished: bool) -> dict[str, Any]:
         return {
             "agent_id": child.agent_id,
             "depth": child.depth,
@@ -319,7 +333,9 @@ class Todo(_AgentTool[TodoParameters]):
     parameters = TodoParameters
 
     def __init__(self) -> None:
-        self._lists: weakref.WeakKeyDictionary[Session, list[_Task]] = weakref.WeakKeyDictionary()
+        self._lists: weakref.WeakKeyDictionary[CallingSession, list[_Task]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
 
     def execute(self, args: TodoParameters, ctx: ToolContext) -> ToolResult:

@@ -1,7 +1,7 @@
 """The capability tools: `create_capability`, `run_capability`, `list_capabilities`, and one
 tool per capability.
 
-Each loaded capability (`runtime.capabilities`) is also a tool of its own, named after it
+Each loaded capability (`runtime.config.capabilities`) is also a tool of its own, named after it
 (`capability_tool`): its `environment` is the capability's, its parameters are the manifest's
 JSON Schema, its key is `run_capability:<name>` pinned to the capability's digest. Being a
 tool of its own is what makes the rest follow without special cases: the dispatcher asks
@@ -30,19 +30,19 @@ import binascii
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from environments.base import CommandRequest, CommandResult, Snapshot
-from environments.dockersettings import WORKSPACE_MOUNT
-from environments.wasm import (
+from codecoder.environments.base import CommandRequest, CommandResult, Snapshot
+from codecoder.environments.docker.settings import WORKSPACE_MOUNT
+from codecoder.environments.wasm.environment import (
     DEFAULT_FUEL,
     DEFAULT_MEMORY_LIMIT,
     WasmEnvironment,
     WasmRequest,
 )
-from runtime.capabilities import (
+from codecoder.runtime.config.capabilities import (
     MANIFEST,
     MAX_BYTES,
     MAX_FILES,
@@ -57,29 +57,26 @@ from runtime.capabilities import (
     normalise_file_path,
     write_capability,
 )
-from runtime.ceiling import EnvironmentTag, Scope
-from runtime.errors import (
+from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+from codecoder.runtime.kernel.errors import (
     ConfigError,
     ExecutionFailed,
     InvalidArguments,
     SandboxUnavailable,
 )
-from runtime.tool import (
+from codecoder.runtime.permissions.keys import KeyStyle, Permission, PermissionKey
+from codecoder.runtime.tools.base import (
+    CallingSession,
     Category,
-    KeyStyle,
     Parameters,
-    Permission,
-    PermissionKey,
     Tool,
     ToolContext,
     ToolDefinition,
     ToolResult,
 )
-from runtime.tools.execute import result_of
-from runtime.tools.files import module_result, run_wasm_preopens
-
-if TYPE_CHECKING:
-    from runtime.session import Session
+from codecoder.runtime.tools.execute import result_of
+from codecoder.runtime.tools.files import module_result, run_wasm_preopens
+from codecoder.runtime.tools.names import BUILTIN_TOOL_NAMES
 
 __all__ = [
     "CAPABILITY_TOOLS",
@@ -337,18 +334,11 @@ class CreateCapabilityParameters(Parameters):
                     "capability's module is written with it",
                 )
             )
-        if manifest.name in _builtin_tool_names():
+        if manifest.name in BUILTIN_TOOL_NAMES:
             problems.append(("manifest.name", f"{manifest.name!r} is the name of a built-in tool"))
         if problems:
             raise field_errors(type(self).__name__, problems, manifest.name)
         return self
-
-
-def _builtin_tool_names() -> frozenset[str]:
-    # Imported here: the catalogue imports this module.
-    from runtime.tools import builtin_tools
-
-    return frozenset(builtin_tools())
 
 
 class CreateCapability(Tool[CreateCapabilityParameters]):
@@ -499,7 +489,7 @@ class ListCapabilities(Tool[ListCapabilitiesParameters]):
         return ToolResult(text, data={"capabilities": rows, "problems": problems})
 
 
-def _row(capability: Capability, session: Session) -> dict[str, Any]:
+def _row(capability: Capability, session: CallingSession) -> dict[str, Any]:
     key = capability.permission_key()
     allowlist = session.runtime.config.allowlist
     environment = session.runtime.environment_of(capability.name)

@@ -1,12 +1,12 @@
 """The execute and git-write tools that run commands: `run_command` and `commit`.
 
 On @shell, `run_command` keys a simple command by the program found on the host's PATH when
-that program lies where a sandbox can write (`runtime.hostpath`), and runs the path found at
+that program lies where a sandbox can write (`environments.host.path`), and runs the path found at
 key time; compound commands get a PATH without those directories. Its question says what code
-from the workspace the program runs (`runtime.programs.WORKSPACE_CODE`: a grant for `npm test`
-is a grant for whatever package.json's test script is when it runs), and marks protected a
-command whose words reach a protected path through a symlink (`runtime.protected`). `commit`
-runs git hardened as `runtime.hostgit` describes.
+from the workspace the program runs (`runtime.permissions.programs.WORKSPACE_CODE`: a grant for `npm
+test` is a grant for whatever package.json's test script is when it runs), and marks protected a
+command whose words reach a protected path through a symlink (`runtime.kernel.protected`). `commit`
+runs git hardened as `environments.host.git` describes.
 """
 
 from __future__ import annotations
@@ -18,25 +18,16 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from environments.base import CommandRequest, CommandResult
-from runtime.ceiling import EnvironmentTag
-from runtime.commandkey import key_command, textual_words
-from runtime.errors import ExecutionFailed
-from runtime.hostgit import HostGit, workspace_hooks
-from runtime.hostpath import host_path, locate
-from runtime.programs import canonical_name
-from runtime.protected import reaches_protected
-from runtime.tool import (
-    CallSite,
-    Category,
-    KeyStyle,
-    Parameters,
-    Permission,
-    PermissionKey,
-    Tool,
-    ToolContext,
-    ToolResult,
-)
+from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.host.git import HostGit, workspace_hooks
+from codecoder.environments.host.path import host_path, locate
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.runtime.kernel.protected import reaches_protected
+from codecoder.runtime.permissions.commandkey import key_command, textual_words
+from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
+from codecoder.runtime.permissions.programs import canonical_name
+from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 
 
 class RunCommandParameters(Parameters):

@@ -46,26 +46,27 @@ from typing import Annotated, Any, Literal, Protocol
 import pathspec
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
-from environments.wasm import Preopen, WasmEnvironment, WasmRequest, WasmResult
-from environments.workspaceguard import ProtectedScan
-from runtime.ceiling import EnvironmentTag
-from runtime.confined import open_beneath, open_root
-from runtime.errors import ExecutionFailed, SandboxUnavailable
-from runtime.patterns import MOVE_SEPARATOR
-from runtime.protected import is_protected_path
-from runtime.tool import (
-    Category,
+from codecoder.environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
+from codecoder.environments.wasm.environment import (
+    Preopen,
+    WasmEnvironment,
+    WasmRequest,
+    WasmResult,
+)
+from codecoder.environments.workspaceguard import ProtectedScan
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.confined import open_beneath, open_root
+from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.runtime.kernel.protected import is_protected_path
+from codecoder.runtime.permissions.keys import (
     GrantLevel,
     KeyStyle,
-    Parameters,
     Permission,
     PermissionKey,
-    Tool,
-    ToolContext,
-    ToolResult,
     escape_literal,
 )
+from codecoder.runtime.permissions.patterns import MOVE_SEPARATOR
+from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 
 __all__ = [
     "FILE_TOOLS",
@@ -247,7 +248,7 @@ class Walk:
 
 @functools.cache
 def _fileops_module() -> Path | bytes:
-    resource = importlib.resources.files("sandboxes").joinpath("fileops/fileops.wasm")
+    resource = importlib.resources.files("codecoder.sandboxes").joinpath("fileops/fileops.wasm")
     if isinstance(resource, Path):
         return resource  # the environment caches it by file identity: no rereading
     return resource.read_bytes()  # e.g. installed in a zip
@@ -1037,7 +1038,7 @@ def _as_checked(name: str, root: Path) -> Path:
     """`root` (the read root @name), if it is still the directory checked when the project was
     loaded: no symlink in its path. A root inside the workspace is as writable as the rest of
     it, so a sandbox could have replaced it with a link to `/` since; that is refused here, and
-    the sandboxes pin what they open (`runtime.confined.open_root`)."""
+    the sandboxes pin what they open (`runtime.kernel.confined.open_root`)."""
     try:
         os.close(open_root(root))
     except OSError as exc:

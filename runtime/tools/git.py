@@ -38,10 +38,11 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 from pydantic import Field, ValidationInfo, field_validator
 
-from runtime.ceiling import EnvironmentTag
-from runtime.confined import Beneath
-from runtime.errors import CodecoderError, ExecutionFailed
-from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.confined import Beneath
+from codecoder.runtime.kernel.errors import CodecoderError, ExecutionFailed
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
 
 __all__ = ["GIT_TOOLS", "GitDiff", "GitLog", "GitStatus"]
 
@@ -90,7 +91,7 @@ class _Repository:
         self.repo = Repo(str(workspace), worktree=str(workspace))
         self.root = workspace
         # Every read of the work tree goes through this: nothing behind a symlink, nothing
-        # outside the workspace, whatever a sandbox planted (see runtime.confined).
+        # outside the workspace, whatever a sandbox planted (see runtime.kernel.confined).
         self.tree = Beneath(workspace)
         index_path = self.repo.index_path()
         self.index: Index | None = Index(index_path) if os.path.exists(index_path) else None

@@ -17,15 +17,16 @@ model from using them against the machine they run on or its network (SSRF) is `
 * a response larger than `max_bytes` or slower than `timeout` (the whole exchange, not each
   read) is refused; no compression is asked for, so the size read is the size received.
 
-The `web` policy of the user's file and a trusted codecoder.json (`runtime.project.WebSettings`)
-says where they may reach: `deny_hosts` refuses hosts (`"*"` for all, `"*.example.com"`),
-`allow_hosts` lets hosts through, local ones included (`"127.0.0.1:8123"`, `"localhost"`: a
-local documentation server, a SearxNG on the LAN); the most specific entry decides, a deny
-winning a tie. So `{"deny_hosts": ["*"], "allow_hosts": ["docs.python.org"]}` is all a child
-agent can reach. The policy is applied before a name is resolved (a DNS query for a denied
-name could itself carry data out), and to every redirect. The search and GitHub backends named
-in `web` are let through for their own tool, since the configuration chose them; a model cannot
-add to either list. An untrusted codecoder.json can only add deny entries.
+The `web` policy of the user's file and a trusted codecoder.json
+(`runtime.config.project.WebSettings`) says where they may reach: `deny_hosts` refuses hosts (`"*"`
+for all, `"*.example.com"`), `allow_hosts` lets hosts through, local ones included
+(`"127.0.0.1:8123"`, `"localhost"`: a local documentation server, a SearxNG on the LAN); the most
+specific entry decides, a deny winning a tie. So `{"deny_hosts": ["*"], "allow_hosts":
+["docs.python.org"]}` is all a child agent can reach. The policy is applied before a name is
+resolved (a DNS query for a denied name could itself carry data out), and to every redirect. The
+search and GitHub backends named in `web` are let through for their own tool, since the
+configuration chose them; a model cannot add to either list. An untrusted codecoder.json can only
+add deny entries.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any, Literal
@@ -49,102 +50,30 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from pydantic import Field, field_validator
 
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, ExecutionTimeout
-from runtime.project import WebSettings
-from runtime.tool import Category, P, Parameters, Permission, Tool, ToolContext, ToolResult
+from codecoder.runtime.config.project import WebSettings
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout
+from codecoder.runtime.kernel.hosts import (
+    HostPort,
+    IPAddress,
+    Resolver,
+    address_refusal,
+    system_resolver,
+)
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
 
 __all__ = [
     "WEB_TOOLS",
     "GitHubSearch",
     "GuardedHttp",
     "HttpResponse",
-    "Resolver",
     "WebFetch",
     "WebSearch",
-    "address_refusal",
     "html_to_text",
-    "system_resolver",
 ]
 
 USER_AGENT = "codecoder-web/0.1"
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-HostPort = tuple[str, int | None]
-
-# (host, port) → the addresses it resolves to, as strings. Injectable, so tests can make a name
-# point anywhere without touching real DNS.
-Resolver = Callable[[str, int], Sequence[str]]
-
-
-# --- the address rules -----------------------------------------------------------------------
-
-_CARRIER_GRADE_NAT = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-# Metadata services that a cloud VM reaches on addresses the ranges below do not all cover:
-# Azure's wireserver sits on a public address. (AWS 169.254.169.254 / fd00:ec2::254, GCP,
-# Oracle 192.0.0.192 and Alibaba 100.100.100.200 fall in link-local, unique-local, reserved
-# and carrier-grade NAT ranges and are refused with them, but named as metadata.)
-_METADATA = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",
-        "169.254.170.2",
-        "168.63.129.16",
-        "100.100.100.200",
-        "192.0.0.192",
-        "fd00:ec2::254",
-    )
-)
-
-
-def address_refusal(address: IPAddress) -> str | None:
-    """Why the web tools refuse `address` by default, or None if it is a public address."""
-    embedded = _embedded_ipv4(address)
-    if embedded is not None:
-        inner = address_refusal(embedded)
-        return f"{inner} (as {address})" if inner else None
-    if address in _METADATA:
-        return "a cloud metadata address"
-    if address.is_unspecified:
-        return "the unspecified address"
-    if address.is_loopback:
-        return "a loopback address"
-    if address.is_link_local:
-        return "a link-local address"
-    if address.is_multicast:
-        return "a multicast address"
-    if isinstance(address, ipaddress.IPv4Address) and address in _CARRIER_GRADE_NAT:
-        return "a carrier-grade NAT address"
-    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
-        return "a site-local address"
-    if address.is_private:
-        return "a private address"
-    if address.is_reserved or not address.is_global:
-        return "a reserved address"
-    return None
-
-
-def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for, where the network routes it as that."""
-    if not isinstance(address, ipaddress.IPv6Address):
-        return None
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def system_resolver(host: str, port: int) -> list[str]:
-    """The addresses the system resolver gives for `host`, in its order, without duplicates."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ExecutionFailed(f"cannot resolve {host}: {exc}") from None
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 # --- the guarded HTTP client -----------------------------------------------------------------

@@ -29,7 +29,7 @@ mounts found in /proc/self/mountinfo, POSIX message queues, System V IPC) is emp
 empty, so nothing planted by one grant's calls runs under another's.
 
 Egress. When the set-up names an egress proxy (a Unix socket the host mounted into the
-container, `environments.egress`), the agent listens on 127.0.0.1:PORT in the container's own
+container, `environments.docker.egress`), the agent listens on 127.0.0.1:PORT in the container's own
 network namespace (which has nothing but loopback) and relays each connection to that socket,
 unread: the proxy decides where, if anywhere, it goes. Commands find it in HTTP(S)_PROXY.
 
@@ -860,7 +860,7 @@ def workspace_used() -> int | None:
 
 
 def capability_digest(root: str) -> str:
-    """The digest runtime.capabilities gives these files (read back from where they run)."""
+    """The digest runtime.config.capabilities gives these files (read back from where they run)."""
     files: dict[str, bytes] = {}
     for directory, _, names in os.walk(root):
         for name in names:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks import AREAS, SCHEMA, run_areas
-from benchmarks.__main__ import main
-from benchmarks.measure import Measured
-from benchmarks.report import Area, BenchContext, FigureSpec, Report, Skipped
+from codecoder.benchmarks import AREAS, SCHEMA, run_areas
+from codecoder.benchmarks.__main__ import main
+from codecoder.benchmarks.measure import Measured
+from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Report, Skipped
 
 FIGURE_NAMES = [
     "permission.decide.session",

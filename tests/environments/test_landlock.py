@@ -19,15 +19,20 @@ from typing import Any
 
 import pytest
 
-from environments import landlock as landlock_module
-from environments.landlock import LandlockEnvironment, RipgrepRequest, unavailable_reason
-from runtime.ceiling import EnvironmentTag, Scope
-from runtime.errors import ExecutionFailed, SandboxUnavailable
-from runtime.prompt import non_interactive
-from runtime.session import Runtime
-from runtime.tool import ShellSettings, ToolContext, ToolResult
-from runtime.tools.files import FILE_TOOLS, _Progress
-from sandboxes.landlock import worker
+from codecoder.environments import landlock as landlock_module
+from codecoder.environments.landlock import (
+    LandlockEnvironment,
+    RipgrepRequest,
+    unavailable_reason,
+)
+from codecoder.runtime.config.project import ShellSettings
+from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.runtime.permissions.prompt import non_interactive
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.base import ToolContext, ToolResult
+from codecoder.runtime.tools.files import FILE_TOOLS, _Progress
+from codecoder.sandboxes.landlock import worker
 
 pytestmark = pytest.mark.skipif(
     unavailable_reason() is not None, reason=f"@landlock is unavailable: {unavailable_reason()}"
@@ -274,7 +279,7 @@ def test_a_search_past_its_deadline_is_stopped_and_the_worker_kept(
     env: LandlockEnvironment, workspace: Path, ctx: ToolContext
 ) -> None:
     os.mkfifo(workspace / "stuck")
-    from runtime.errors import ExecutionTimeout
+    from codecoder.runtime.kernel.errors import ExecutionTimeout
 
     with pytest.raises(ExecutionTimeout):
         env.run(RipgrepRequest((workspace,), workspace, ("x", "stuck"), timeout=0.5))
@@ -356,7 +361,7 @@ def test_a_long_search_reports_progress(
 def test_without_landlock_the_read_tools_fall_back_to_wasm_and_say_so_once(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import runtime.session as session_module
+    import codecoder.runtime.session as session_module
 
     monkeypatch.setattr(landlock_module, "unavailable_reason", lambda: "no Landlock (test)")
     session_module._notice_fallback.cache_clear()
@@ -373,13 +378,13 @@ def test_without_landlock_the_read_tools_fall_back_to_wasm_and_say_so_once(
 def test_with_neither_landlock_nor_wasm_the_read_tools_refuse(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import environments.wasm
+    from codecoder.environments.wasm import environment as wasm_environment
 
     def unavailable(*args: Any, **kwargs: Any) -> None:
         raise SandboxUnavailable("no wasmtime here (test)")
 
     monkeypatch.setattr(landlock_module, "unavailable_reason", lambda: "no Landlock (test)")
-    monkeypatch.setattr(environments.wasm.WasmEnvironment, "__init__", unavailable)
+    monkeypatch.setattr(wasm_environment.WasmEnvironment, "__init__", unavailable)
     with Runtime(workspace, asker=non_interactive, audit_log=None) as runtime:
         outcome = runtime.session().call("read_file", {"path": "src/app.py"})
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.base import CommandRequest
-from environments.shell import ShellEnvironment
-from runtime.errors import ExecutionTimeout
+from codecoder.environments.base import CommandRequest
+from codecoder.environments.shell import ShellEnvironment
+from codecoder.runtime.kernel.errors import ExecutionTimeout
 
 
 @pytest.fixture

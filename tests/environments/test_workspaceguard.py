@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from environments import workspaceguard
-from environments.workspaceguard import (
+from codecoder.environments import workspaceguard
+from codecoder.environments.workspaceguard import (
     ProtectedChanges,
     ProtectedScan,
     quarantine,
     quarantine_marker,
     unresolved_quarantine,
 )
-from runtime.decision import Answer
-from runtime.errors import ExecutionFailed
-from runtime.session import Runtime
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.runtime.session import Runtime
 from tests.conftest import RecordingAsker
 
 

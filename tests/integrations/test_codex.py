@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.state import project_state_directory
+from codecoder.runtime.kernel.state import project_state_directory
 from tests.integrations.agents import AgentRun, base_env, cli, recipe, run_agent, unavailable
 from tests.integrations.standin import Call
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from environments.base import CommandRequest, CommandResult
-from environments.shell import ShellEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer
-from runtime.prompt import AskRequest
-from runtime.session import Runtime
-from runtime.trust import TrustState
+from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.shell import ShellEnvironment
+from codecoder.runtime.config.trust import TrustState
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.permissions.prompt import AskRequest
+from codecoder.runtime.session import Runtime
 from tests.runtime.tools.loopback import LoopbackServer, Reply
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

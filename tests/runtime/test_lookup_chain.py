@@ -9,28 +9,21 @@ from typing import Any, ClassVar
 
 import pytest
 
-from environments.mock import MockEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer, Source
-from runtime.errors import (
+from codecoder.environments.mock import MockEnvironment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer, Source
+from codecoder.runtime.kernel.errors import (
     CeilingViolation,
     DeniedByRule,
     DeniedByUser,
     InvalidArguments,
     UnknownTool,
 )
-from runtime.prompt import non_interactive
-from runtime.state import project_state_directory
-from runtime.tool import (
-    Category,
-    Parameters,
-    Permission,
-    PermissionKey,
-    Tool,
-    ToolContext,
-    ToolResult,
-)
-from runtime.tools import builtin_tools
+from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.runtime.permissions.keys import Permission, PermissionKey
+from codecoder.runtime.permissions.prompt import non_interactive
+from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.catalogue import builtin_tools
 from tests.conftest import RecordingAsker, write_config
 
 DOCKER_BOUND = {"environments": {"run_command": "@docker"}}
@@ -577,7 +570,7 @@ def test_the_decision_explains_itself_for_every_answer(make_runtime, project, an
 
 
 def test_the_project_directory_must_exist(tmp_path: Path) -> None:
-    from runtime.session import Runtime
+    from codecoder.runtime.session import Runtime
 
     with pytest.raises(FileNotFoundError):
         Runtime(tmp_path / "missing")
@@ -649,8 +642,8 @@ def test_a_session_grant_for_a_pinned_key_ends_when_the_digest_changes(make_runt
 
 
 def test_a_runtime_can_pin_a_tool_to_another_environment_it_may_run_in(project) -> None:
-    from runtime.errors import UsageError
-    from runtime.session import Runtime
+    from codecoder.runtime.kernel.errors import UsageError
+    from codecoder.runtime.session import Runtime
 
     with Runtime(project, bindings={"read_file": EnvironmentTag.WASM}) as runtime:
         assert runtime.environment_of("read_file") is EnvironmentTag.WASM

@@ -13,23 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-import runtime
-from environments.mock import MockEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer
-from runtime.errors import ExecutionFailed, InvalidArguments
-from runtime.models import (
-    Message,
-    ModelTurn,
-    OpenAIChatDriver,
-    ScriptedDriver,
-    ToolCall,
-)
-from runtime.project import AgentSettings
-from runtime.session import Runtime
-from runtime.tool import Category, Parameters, Permission, Tool, ToolContext, ToolResult
-from runtime.tools import builtin_tools
-from runtime.tools.agent import (
+from codecoder.environments.mock import MockEnvironment
+from codecoder.runtime.config.project import AgentSettings
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.kernel.errors import ExecutionFailed, InvalidArguments
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.agent import (
     AGENT_TOOLS,
     CHILD_INSTRUCTIONS,
     CHILD_TOOLSET,
@@ -41,12 +32,21 @@ from runtime.tools.agent import (
     memory_path,
     state_directory,
 )
-from runtime.tools.git import GIT_TOOLS
-from runtime.tools.web import WEB_TOOLS
+from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.runtime.tools.drivers import (
+    Message,
+    ModelTurn,
+    OpenAIChatDriver,
+    ScriptedDriver,
+    ToolCall,
+)
+from codecoder.runtime.tools.git import GIT_TOOLS
+from codecoder.runtime.tools.web import WEB_TOOLS
 from tests.conftest import write_config
 from tests.runtime.tools.loopback import LoopbackServer, Reply, Request
 
-REPO = Path(runtime.__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 # What a child is offered: its nine read-only tools, sorted by name.
 CHILD_TOOLS_HERE = sorted(CHILD_TOOLSET)
@@ -528,8 +528,8 @@ def test_a_damaged_memory_file_is_reported_and_never_overwritten(
 
 def test_notes_written_by_processes_at_once_all_land(project: Path, tmp_path: Path) -> None:
     script = (
-        "import sys; from pathlib import Path; from runtime.session import Runtime; "
-        "from runtime.tools.agent import Memory; "
+        "import sys; from pathlib import Path; from codecoder.runtime.session import Runtime; "
+        "from codecoder.runtime.tools.agent import Memory; "
         "r = Runtime(Path(sys.argv[1]), audit_log=None, tools={'memory': Memory()}); "
         "o = r.session().call('memory', {'action': 'write', 'key': sys.argv[2], 'content': 'x'}); "
         "o.unwrap()"

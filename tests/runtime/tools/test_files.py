@@ -18,21 +18,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from environments.landlock import LandlockEnvironment, unavailable_reason
-from environments.wasm import WasmEnvironment
-from runtime.ceiling import EnvironmentTag
-from runtime.errors import ExecutionFailed, SandboxUnavailable
-from runtime.tool import (
-    Category,
-    GrantLevel,
-    KeyStyle,
-    Permission,
-    PermissionKey,
-    ToolContext,
-    ToolResult,
-)
-from runtime.tools import files as files_module
-from runtime.tools.files import FILE_TOOLS, run_wasm_preopens
+from codecoder.environments.landlock import LandlockEnvironment, unavailable_reason
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
+from codecoder.runtime.tools import files as files_module
+from codecoder.runtime.tools.base import Category, ToolContext, ToolResult
+from codecoder.runtime.tools.files import FILE_TOOLS, run_wasm_preopens
 
 TOOLS = {tool.name: tool for tool in FILE_TOOLS}
 FILEOPS = Path(__file__).resolve().parents[3] / "sandboxes" / "fileops" / "fileops.wasm"
@@ -450,7 +443,7 @@ def test_a_read_root_swapped_for_a_symlink_after_it_was_checked_reads_nothing_ou
 def test_a_wasm_preopen_swapped_for_a_symlink_is_refused_not_followed(
     env: WasmEnvironment, workspace: Path, tmp_path: Path
 ) -> None:
-    from environments.wasm import Preopen, WasmRequest
+    from codecoder.environments.wasm.environment import Preopen, WasmRequest
 
     target = workspace / "src"
     shutil.rmtree(target)
@@ -465,7 +458,7 @@ def test_a_wasm_preopen_swapped_for_a_symlink_is_refused_not_followed(
 
 
 def test_the_file_tools_need_the_wasm_environment(workspace: Path) -> None:
-    from environments.mock import MockEnvironment
+    from codecoder.environments.mock import MockEnvironment
 
     ctx = ToolContext(
         workspace=workspace,

@@ -13,12 +13,13 @@ import pytest
 from dulwich import porcelain
 from dulwich.objects import Blob
 
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer
-from runtime.errors import ExecutionFailed, InvalidArguments
-from runtime.session import Runtime
-from runtime.tool import Category, Permission
-from runtime.tools.git import GIT_TOOLS
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.kernel.errors import ExecutionFailed, InvalidArguments
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.base import Category
+from codecoder.runtime.tools.git import GIT_TOOLS
 
 AUTHOR = b"Ada Lovelace <ada@example.org>"
 T0 = 1_700_000_000  # 2023-11-14T22:13:20Z
@@ -594,7 +595,7 @@ def test_a_directory_swapped_for_a_symlink_mid_call_is_never_followed(
 
 def test_hard_links_inside_the_workspace_show_their_own_content(tracked: Path) -> None:
     # A sandbox can link only files already in the workspace (the mount and the WASI preopen
-    # stop links from outside; see runtime.confined): what a link shows was already visible.
+    # stop links from outside; see runtime.kernel.confined): what a link shows was already visible.
     (tracked / "top.txt").unlink()
     os.link(tracked / "src" / "a.txt", tracked / "top.txt")
 

@@ -15,21 +15,21 @@ from typing import Any
 
 import pytest
 
-from runtime.ceiling import EnvironmentTag
-from runtime.decision import Answer
-from runtime.errors import ExecutionFailed, ExecutionTimeout, InvalidArguments
-from runtime.project import WebSettings
-from runtime.projectfile import Diagnostic
-from runtime.session import Runtime
-from runtime.tool import Category, Permission
-from runtime.tools.web import (
+from codecoder.runtime.config.project import WebSettings
+from codecoder.runtime.config.projectfile import Diagnostic
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout, InvalidArguments
+from codecoder.runtime.kernel.hosts import address_refusal, system_resolver
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.session import Runtime
+from codecoder.runtime.tools.base import Category
+from codecoder.runtime.tools.web import (
     WEB_TOOLS,
     GitHubSearch,
     GuardedHttp,
     WebFetch,
-    address_refusal,
     html_to_text,
-    system_resolver,
 )
 from tests.conftest import write_config
 from tests.runtime.tools.loopback import LoopbackServer, Reply, Request

@@ -1,0 +1,556 @@
+"""codecoder as the permission engine of another agent: hooks for Claude Code and Gemini CLI.
+
+    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox docker]
+    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox docker]
+
+The host runs the hook before each tool call with a JSON event on stdin, and reads the answer
+from stdout in its own format:
+
+* Claude Code (hooks reference, https://code.claude.com/docs/en/hooks): `PreToolUse` input
+  `{session_id, cwd, hook_event_name, tool_name, tool_input, tool_use_id, ...}`; the answer is
+  `{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision":
+  "allow"|"deny"|"ask", "permissionDecisionReason": ..., "updatedInput"?: {...}}}`. `allow`
+  skips Claude Code's own prompt, `ask` shows it with our reason, `deny` tells the model why.
+  `PostToolUse` and `SessionEnd` arrive on the same command.
+* Gemini CLI (hooks reference, https://geminicli.com/docs/hooks/reference): `BeforeTool` input
+  `{session_id, cwd, hook_event_name, tool_name, tool_input, ...}`; the answer is
+  `{"decision": "allow"|"deny"|"ask", "reason": ..., "systemMessage"?: ...,
+  "hookSpecificOutput"?: {"tool_input": {...}}}` (the tool input is merged over the model's).
+  `deny` blocks, `ask` forces Gemini's confirmation even in YOLO mode, `allow` leaves the call
+  to Gemini's approval mode. `AfterTool` and `SessionEnd` arrive on the same command.
+
+Each host tool is mapped to the codecoder call that does the same thing (`map_call`: Bash /
+run_shell_command → run_command, Read / read_file → read_file, Write / write_file →
+write_file, Edit / replace → edit_file, Glob, Grep, LS, WebFetch, WebSearch), and that call
+is evaluated by the same engine as every call (`runtime.evaluation`): deny rules, project
+grants with their ceilings, session grants. A path outside the workspace, a tool codecoder does
+not know, or input it cannot read is never allowed: it is asked. Tools of codecoder's own MCP
+server (`mcp__codecoder__*`) are allowed here, because the server asks for them itself.
+
+Session grants. The host's prompt is the one the human answers. When the hook answered `ask`
+and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
+approved it, and the question said that approving allows the key for the rest of the host's
+session: the key is recorded as a session grant for that host session, in the runtime's state
+directory (outside the workspace, `runtime.kernel.state.project_state_directory`). It is dropped at
+the host's SessionEnd, expires with the project's `session_ttl`, and a session file untouched
+for a day is removed. A protected path is never recorded: it is asked every time.
+
+`--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
+the command is evaluated as `run_container` (so a project grant for it holds, the container
+being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
+field, into `codecoder exec --project DIR --hook HOST:SESSION [--approved TOKEN] -- COMMAND`.
+`codecoder exec` decides again through the same chain before anything runs; a question the host
+asked is passed as a one-time token bound to the key that was asked, kept in the state
+directory, never in the command's reach otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.kernel.errors import CodecoderError, UsageError
+from codecoder.runtime.kernel.state import project_state_directory
+
+if TYPE_CHECKING:
+    from codecoder.runtime.evaluation import Evaluation
+    from codecoder.runtime.session import Session
+
+__all__ = [
+    "HOSTS",
+    "HookAnswer",
+    "HookSessions",
+    "Mapped",
+    "handle",
+    "map_call",
+]
+
+Host = Literal["claude-code", "gemini"]
+HOSTS: Final[tuple[Host, ...]] = ("claude-code", "gemini")
+Sandbox = Literal["docker"]
+
+MAX_IDLE: Final = 24 * 3600.0  # seconds a host session's file may stay untouched
+_PENDING_TTL: Final = 3600.0  # seconds a question waits for the host to run the call
+
+# Tools of the host that act only inside the host's own conversation (plans, to-do lists,
+# sub-agents whose calls come through this hook themselves): the host decides them.
+_HOST_INTERNAL: Final = frozenset(
+    {
+        "TodoWrite",
+        "Task",
+        "Agent",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "write_todos",
+        "ask_user",
+        "activate_skill",
+        "get_internal_docs",
+        "save_memory",
+    }
+)
+_URL: Final = re.compile(r"https?://[^\s<>\"')\]]+")
+
+
+# --- mapping a host's tool call to codecoder's ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """The codecoder call that does what the host's call does; `tool` None: no mapping, and
+    `problem` says why (asked, never allowed); `host_internal`: the host decides alone."""
+
+    tool: str | None
+    args: dict[str, Any]
+    problem: str = ""
+    host_internal: bool = False
+    shell: bool = False  # a shell command: the one thing `--sandbox docker` rewrites
+    own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
+
+
+def map_call(
+    host_tool: str,
+    tool_input: Mapping[str, Any],
+    workspace: Path,
+    *,
+    sandbox: Sandbox | None = None,
+    mcp_server: str = "codecoder",
+) -> Mapped:
+    """Map one host tool call (either host's names) onto a codecoder call."""
+    if host_tool in _HOST_INTERNAL:
+        return Mapped(None, {}, host_internal=True)
+    prefix = f"mcp__{mcp_server}__"
+    if host_tool.startswith(prefix):
+        name = host_tool[len(prefix) :]
+        return Mapped(name, dict(tool_input), own_server=True)
+    text = _text_fields(tool_input)
+    if host_tool in ("Bash", "run_shell_command"):
+        command = text.get("command")
+        if command is None:
+            return Mapped(None, {}, f"{host_tool} without a command")
+        where = text.get("dir_path") or text.get("directory")
+        if where is not None and _inside(workspace, where) is None:
+            return Mapped(None, {}, f"the command runs in {where}, outside the workspace")
+        tool = "run_container" if sandbox == "docker" else "run_command"
+        return Mapped(tool, {"command": command}, shell=True)
+    if host_tool in ("Read", "read_file"):
+        return _on_path("read_file", text.get("file_path") or text.get("absolute_path"), workspace)
+    if host_tool in ("Write", "write_file"):
+        mapped = _on_path("write_file", text.get("file_path"), workspace)
+        return _with(mapped, content=text.get("content", ""))
+    if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
+        path = text.get("file_path") or text.get("notebook_path")
+        # The key of an edit is its path; the strings only have to make a valid edit.
+        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
+    if host_tool in ("LS", "list_directory"):
+        return _on_path("list_dir", text.get("path") or text.get("dir_path") or ".", workspace)
+    if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
+        base = text.get("path") or text.get("dir_path") or "."
+        pattern = text.get("pattern", "")
+        if host_tool in ("Glob", "glob") and (
+            pattern.startswith(("/", "~")) or ".." in pattern.split("/")
+        ):
+            return Mapped(None, {}, f"the pattern {pattern!r} reaches outside the workspace")
+        return _on_path("list_dir", base, workspace)
+    if host_tool in ("WebFetch", "web_fetch"):
+        url = text.get("url") or next(iter(_URL.findall(text.get("prompt", ""))), None)
+        if url is None:
+            return Mapped(None, {}, "no URL to fetch")
+        return Mapped("web_fetch", {"url": url})
+    if host_tool in ("WebSearch", "google_web_search"):
+        return Mapped("web_search", {"query": text.get("query") or "?"})
+    return Mapped(None, {}, f"codecoder does not know the tool {host_tool!r}")
+
+
+def _text_fields(tool_input: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in tool_input.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _with(mapped: Mapped, **args: Any) -> Mapped:
+    if mapped.tool is None:
+        return mapped
+    return Mapped(mapped.tool, {**mapped.args, **args})
+
+
+def _on_path(tool: str, path: str | None, workspace: Path) -> Mapped:
+    if not path:
+        return Mapped(None, {}, f"{tool} without a path")
+    relative = _inside(workspace, path)
+    if relative is None:
+        return Mapped(None, {}, f"{path} is outside the workspace {workspace}")
+    return Mapped(tool, {"path": relative})
+
+
+def _inside(workspace: Path, path: str) -> str | None:
+    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
+    if "\x00" in path:
+        return None
+    candidate = Path(os.path.expanduser(path))
+    if not candidate.is_absolute():
+        candidate = workspace / candidate
+    resolved = Path(os.path.realpath(candidate))
+    try:
+        relative = resolved.relative_to(workspace)
+    except ValueError:
+        return None
+    return relative.as_posix() or "."
+
+
+# --- the host session's grants and questions ----------------------------------------------------
+
+
+class HookSessions:
+    """The session grants and open questions of each host session, in the state directory.
+
+    One JSON file per host session (named by a digest of the host and its session id), read
+    and rewritten whole under a lock, since a host may run hooks for parallel calls at once.
+    """
+
+    def __init__(self, project: Path, host: Host, clock: Callable[[], float] = time.time) -> None:
+        self.directory = project_state_directory(project) / "hooks"
+        self.host = host
+        self._clock = clock
+
+    def path(self, session_id: str) -> Path:
+        digest = hashlib.sha256(f"{self.host}\0{session_id}".encode()).hexdigest()[:32]
+        return self.directory / f"{digest}.json"
+
+    def _read(self, session_id: str) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path(session_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"grants": [], "pending": {}}
+        if not isinstance(data, dict) or data.get("session") != session_id:
+            return {"grants": [], "pending": {}}
+        return data
+
+    def _write(self, session_id: str, data: dict[str, Any]) -> None:
+        data.update(host=self.host, session=session_id, touched=self._clock())
+        text = json.dumps(data, indent=1, sort_keys=True).encode()
+        replace_atomically(self.path(session_id), text, mode=0o600)
+
+    def _locked(self) -> Any:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return exclusive_lock(self.directory / ".lock", mode=0o600)
+
+    def grants(self, session_id: str) -> list[dict[str, Any]]:
+        now = self._clock()
+        return [
+            g
+            for g in self._read(session_id).get("grants", [])
+            if isinstance(g, dict) and (g.get("expiry", -1) < 0 or g["expiry"] > now)
+        ]
+
+    def load_into(self, session: Session, session_id: str) -> None:
+        """Give `session` the host session's grants (each for the environment it was made in)."""
+        from codecoder.runtime.permissions.keys import PermissionKey
+
+        for grant in self.grants(session_id):
+            tool, key = grant.get("tool"), grant.get("key")
+            if not isinstance(tool, str) or not isinstance(key, str):
+                continue
+            if session.runtime.tools.get(tool) is None:
+                continue
+            environment = session.runtime.environment_of(tool)
+            if grant.get("environment") != environment.value:
+                continue  # approved for another environment: asked again here
+            expiry = grant.get("expiry", -1)
+            ttl = -1.0 if expiry < 0 else max(expiry - self._clock(), 0.0)
+            permission_key = PermissionKey(tool, key.partition(":")[2], key)
+            session.allowlist.grant(
+                permission_key, environment, ttl=ttl, digest=grant.get("digest")
+            )
+
+    def ask(self, session_id: str, call_id: str, question: dict[str, Any]) -> str:
+        """Remember a question the host is about to ask; returns its one-time token."""
+        token = secrets.token_urlsafe(18)
+        with self._locked():
+            data = self._read(session_id)
+            pending = {
+                k: v
+                for k, v in data.get("pending", {}).items()
+                if v.get("asked", 0) > self._clock() - _PENDING_TTL
+            }
+            pending[call_id] = {**question, "token": token, "asked": self._clock()}
+            data["pending"] = pending
+            self._write(session_id, data)
+        return token
+
+    def ran(self, session_id: str, call_id: str) -> dict[str, Any] | None:
+        """The host ran a call it had asked about: the human approved it. Record the session
+        grant the question announced (never for a protected path); returns the question."""
+        with self._locked():
+            data = self._read(session_id)
+            question = data.get("pending", {}).pop(call_id, None)
+            if not isinstance(question, dict):
+                return None
+            if not question.get("protected"):
+                ttl = float(question.get("ttl", -1))
+                expiry = -1.0 if ttl < 0 else self._clock() + ttl
+                grants = [
+                    g
+                    for g in data.get("grants", [])
+                    if (g.get("tool"), g.get("key")) != (question["tool"], question["key"])
+                ]
+                grants.append(
+                    {
+                        "tool": question["tool"],
+                        "key": question["key"],
+                        "environment": question["environment"],
+                        "digest": question.get("digest"),
+                        "expiry": expiry,
+                    }
+                )
+                data["grants"] = grants
+            self._write(session_id, data)
+        return question
+
+    def redeem(self, session_id: str, token: str, key: str) -> bool:
+        """Use a question's one-time token (`codecoder exec --approved`): True when it is
+        open, for this very key. A token is good once."""
+        with self._locked():
+            data = self._read(session_id)
+            for call_id, question in list(data.get("pending", {}).items()):
+                if question.get("token") != token:
+                    continue
+                if question.get("key") != key or question.get("redeemed"):
+                    return False
+                question["redeemed"] = True
+                data["pending"][call_id] = question
+                self._write(session_id, data)
+                return True
+        return False
+
+    def end(self, session_id: str) -> None:
+        with self._locked():
+            self.path(session_id).unlink(missing_ok=True)
+
+    def sweep(self, max_idle: float = MAX_IDLE) -> None:
+        """Remove the files of host sessions untouched for longer than `max_idle` seconds."""
+        if not self.directory.is_dir():
+            return
+        limit = self._clock() - max_idle
+        for path in self.directory.glob("*.json"):
+            try:
+                if path.stat().st_mtime < limit:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                continue
+
+
+# --- answering the host -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HookAnswer:
+    """What the hook tells its host: a verdict (None: no opinion), why, and a rewritten input."""
+
+    verdict: Literal["allow", "deny", "ask"] | None
+    reason: str = ""
+    rewritten: dict[str, Any] | None = None
+
+    def render(self, host: Host, tool_input: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer in the host's own output format (see the module docstring)."""
+        if self.verdict is None:
+            return {}
+        if host == "claude-code":
+            specific: dict[str, Any] = {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": self.verdict,
+                "permissionDecisionReason": self.reason,
+            }
+            if self.rewritten is not None:
+                specific["updatedInput"] = {**tool_input, **self.rewritten}
+            return {"hookSpecificOutput": specific}
+        out: dict[str, Any] = {"decision": self.verdict, "reason": self.reason}
+        if self.verdict == "ask":
+            out["systemMessage"] = self.reason
+        if self.rewritten is not None:
+            out["hookSpecificOutput"] = {"tool_input": self.rewritten}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class HookOptions:
+    project: Path
+    allow: Sequence[str] = ()
+    sandbox: Sandbox | None = None
+    mcp_server: str = "codecoder"
+    exec_program: str = "codecoder"
+    session_ttl: float = -1.0  # filled from codecoder.json when the hook evaluates
+    # Nobody can answer the host's prompt (`claude -p`, `gemini -p`): what would be asked is
+    # denied, with how to allow it for the run. Gemini CLI waits for ever on an "ask" there.
+    interactive: bool = True
+
+
+def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[str, Any]:
+    """Answer one host event; returns the JSON to print (empty: no opinion).
+
+    Raises UsageError for an event that is not one (the caller blocks the call: a hook that
+    cannot read its input must not let the call through).
+    """
+    name = event.get("hook_event_name")
+    session_id = event.get("session_id")
+    if not isinstance(name, str) or not isinstance(session_id, str) or not session_id:
+        raise UsageError("the hook input has no hook_event_name or session_id")
+    project = options.project.resolve()
+    sessions = HookSessions(project, host)
+    sessions.sweep()
+    if name == "SessionEnd":
+        sessions.end(session_id)
+        return {}
+    tool_name = event.get("tool_name")
+    tool_input = event.get("tool_input")
+    if not isinstance(tool_name, str) or not isinstance(tool_input, dict):
+        if name in ("PreToolUse", "BeforeTool"):
+            raise UsageError(f"the {name} input has no tool_name or tool_input object")
+        return {}
+    call_id = _call_id(event, tool_name, tool_input)
+    if name in ("PostToolUse", "AfterTool"):
+        sessions.ran(session_id, call_id)
+        return {}
+    if name not in ("PreToolUse", "BeforeTool"):
+        return {}
+    answer = _pre_tool(host, session_id, call_id, tool_name, tool_input, options, sessions)
+    return answer.render(host, tool_input)
+
+
+def _call_id(event: Mapping[str, Any], tool_name: str, tool_input: Mapping[str, Any]) -> str:
+    """Claude Code names each call (`tool_use_id`); Gemini CLI does not, so its calls are
+    told apart by what they are (a rewritten input is matched through its original)."""
+    given = event.get("tool_use_id")
+    if isinstance(given, str) and given:
+        return given
+    text = json.dumps([tool_name, _original_input(tool_input)], sort_keys=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _original_input(tool_input: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The input as the model wrote it, before `--sandbox docker` rewrote its command."""
+    command = tool_input.get("command")
+    if not isinstance(command, str) or " exec " not in command:
+        return tool_input
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return tool_input
+    if len(words) > 2 and words[1] == "exec" and "--" in words:
+        rest = words[words.index("--") + 1 :]
+        if len(rest) == 1:
+            return {**tool_input, "command": rest[0]}
+    return tool_input
+
+
+def _pre_tool(
+    host: Host,
+    session_id: str,
+    call_id: str,
+    tool_name: str,
+    tool_input: Mapping[str, Any],
+    options: HookOptions,
+    sessions: HookSessions,
+) -> HookAnswer:
+    project = options.project.resolve()
+    mapped = map_call(
+        tool_name, tool_input, project, sandbox=options.sandbox, mcp_server=options.mcp_server
+    )
+    if mapped.host_internal:
+        return HookAnswer(None)
+    if mapped.own_server:
+        return HookAnswer("allow", "codecoder's MCP server decides (and asks) for its own tools")
+    if mapped.tool is None:
+        problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
+        return HookAnswer("ask" if options.interactive else "deny", problem)
+    from codecoder.runtime.evaluation import evaluate
+    from codecoder.runtime.permissions.prompt import non_interactive
+    from codecoder.runtime.session import Runtime
+
+    with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
+        session = runtime.session()
+        for key in options.allow:
+            session.grant(key)
+        sessions.load_into(session, session_id)
+        try:
+            verdict = evaluate(session, mapped.tool, mapped.args)
+        except CodecoderError as exc:
+            return HookAnswer("ask", f"codecoder cannot evaluate this call: {visible(str(exc))}")
+        options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
+    return _answer(host, session_id, call_id, mapped, verdict, options, sessions)
+
+
+def _answer(
+    host: Host,
+    session_id: str,
+    call_id: str,
+    mapped: Mapped,
+    verdict: Evaluation,
+    options: HookOptions,
+    sessions: HookSessions,
+) -> HookAnswer:
+    key = visible(verdict.key or verdict.tool)
+    where = verdict.environment.value
+    if verdict.decision == "deny":
+        return HookAnswer("deny", f"codecoder: {key} is refused: {visible(verdict.reason)}")
+    token: str | None = None
+    if verdict.decision == "ask" and not options.interactive:
+        reason = f"codecoder: {key} on {where} needs approval, and nobody can answer here"
+        if verdict.protected or verdict.question is None:
+            reason += " (a protected path: only a person can allow it, once)"
+        else:
+            entry = verdict.question.grant_for(Answer.SESSION).entry
+            reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
+        return HookAnswer("deny", reason)
+    if verdict.decision == "allow":
+        reason = f"codecoder: {key} ({where}) is allowed: {visible(verdict.reason)}"
+        answer = HookAnswer("allow", reason)
+    else:
+        scope = (
+            "this call only (a protected path is never granted for longer)"
+            if verdict.protected
+            else f"{key} for the rest of this session"
+        )
+        reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
+        if verdict.reason and verdict.question is not None and verdict.question.note:
+            reason += f" ({visible(verdict.question.note)})"
+        token = sessions.ask(
+            session_id,
+            call_id,
+            {
+                "tool": verdict.tool,
+                "key": verdict.key,
+                "environment": where,
+                "protected": verdict.protected,
+                "ttl": options.session_ttl,
+            },
+        )
+        answer = HookAnswer("ask", reason)
+    if mapped.shell and options.sandbox == "docker":
+        command = [
+            options.exec_program,
+            "exec",
+            "--project",
+            str(options.project.resolve()),
+            "--hook",
+            f"{host}:{session_id}",
+        ]
+        if token is not None and verdict.decision == "ask":
+            command += ["--approved", token]
+        for key_allowed in options.allow:
+            command += ["--allow", key_allowed]
+        command += ["--", mapped.args["command"]]
+        rewritten = {"command": shlex.join(command)}
+        return HookAnswer(answer.verdict, answer.reason, rewritten)
+    return answer

@@ -1,0 +1,88 @@
+"""What the permission check returns: a small value that explains itself.
+
+The audit log, the CLI, the prompt and the MCP server all print from a `Decision`; none of them
+recomputes why a call was allowed or refused.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+
+
+class Source(enum.StrEnum):
+    """Where a decision came from (SPEC §7: none / deny / project / session / once / denied)."""
+
+    NONE = "none"  # Permission.none(): nothing to decide
+    DENY = "deny"  # a deny rule of codecoder.json
+    PROJECT = "project"  # codecoder.json's allowlist, or the human's AlwaysThisProject
+    SESSION = "session"  # the session allowlist, or the human's AlwaysThisSession
+    ONCE = "once"  # the human allowed this one call
+    DENIED = "denied"  # the human said no, or nobody could be asked
+
+
+class Answer(enum.StrEnum):
+    """The human's choices at the prompt.
+
+    SESSION and PROJECT record the narrowest entry naming what the human saw (the key's first
+    grant level: `run_command:git:status`); SESSION_PROGRAM and PROJECT_PROGRAM, offered only
+    where a command's key names more than its program, record the program-wide entry
+    (`run_command:git`). `AskRequest.grants` says which entry each choice records.
+    """
+
+    ONCE = "once"
+    SESSION = "session"
+    SESSION_PROGRAM = "session-program"
+    PROJECT = "project"
+    PROJECT_PROGRAM = "project-program"
+    DENY = "deny"
+
+    @property
+    def scope(self) -> Answer:
+        """SESSION or PROJECT for the four "always" answers; the answer itself otherwise."""
+        if self is Answer.SESSION_PROGRAM:
+            return Answer.SESSION
+        if self is Answer.PROJECT_PROGRAM:
+            return Answer.PROJECT
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    source: Source
+    tool: str
+    environment: EnvironmentTag
+    key: str | None = None
+    # The allowlist entry or deny rule that decided (for an "always" answer, the entry recorded).
+    matched: str | None = None
+    answer: Answer | None = None  # set when the human was asked
+    reason: str = ""
+    violations: tuple[str, ...] = field(default=())  # CeilingViolations met on the way
+
+    @property
+    def grant(self) -> str | None:
+        """The standing grant this call runs under, or None for a call allowed on its own.
+
+        Calls under the same grant may share a sandbox's state (its home, /tmp); a call under
+        another grant, or one allowed Once, starts from an empty one.
+        """
+        if not self.allowed or self.source not in (Source.PROJECT, Source.SESSION):
+            return None
+        return f"{self.source.value}:{self.matched or self.key}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision": "allow" if self.allowed else "deny",
+            "source": self.source.value,
+            "key": self.key,
+            "tool": self.tool,
+            "environment": self.environment.value,
+            "matched": self.matched,
+            "answer": self.answer.value if self.answer else None,
+            "reason": self.reason,
+            "violations": list(self.violations),
+        }

@@ -1,0 +1,303 @@
+"""The permission lookup chain (SPEC §4), in one function.
+
+    None                    → allow                      (source none)
+    deny rule matches       → refuse, never ask          (source deny)
+    project entry matches   → ceiling ok → allow         (source project)
+                              ceiling too low → report CeilingViolation, fall through
+    session entry matches   → not expired → allow        (source session)
+                              expired → drop it, fall through
+    ask the human           → Once                       (source once)
+                              AlwaysThisSession → record (source session)
+                              AlwaysThisProject → ceiling ok → write codecoder.json (project)
+                                                  ceiling too low → CeilingViolation, refused
+                              Deny                       (source denied)
+
+What an "always" answer records is as narrow as the question: the key's first grant level
+(`run_command:git:status`, a path escaped so that it matches only itself). Where a command's key
+names more than its program, the human is also offered the program-wide entry
+(`run_command:git`), as separate choices whose labels say what it covers.
+
+Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
+runtime's state and the user's configuration directory, and commands that run the codecoder
+CLI; `runtime.kernel.protected`) skip both allowlists and can be allowed only once: a standing grant
+there would let a tool grant itself trust or plant a hook.
+
+`evaluate()` walks the same chain without asking anyone or recording anything: it returns the
+standing decision, or the question the human would be asked (`codecoder decide`, hooks).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NoReturn, Protocol
+
+from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+from codecoder.runtime.kernel.decision import Answer, Decision, Source
+from codecoder.runtime.kernel.errors import (
+    CeilingViolation,
+    ConfigError,
+    DeniedByRule,
+    DeniedByUser,
+)
+from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
+from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.permissions.patterns import KeyPattern
+from codecoder.runtime.permissions.prompt import Asker, AskRequest, non_interactive
+
+
+class GrantRecorder(Protocol):
+    """Writes an AlwaysThisProject answer to the project's file (runtime.config.projectfile's
+    `add_allow_entry`); raises ConfigError when the file cannot take it."""
+
+    def __call__(self, entry: str, digest: str | None) -> None: ...
+
+
+PROTECTED_NOTE = (
+    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the runtime's state "
+    "and the user's configuration, the codecoder command itself) can be allowed only once"
+)
+
+
+class PermissionEngine:
+    def __init__(
+        self,
+        project: Callable[[], ProjectAllowlist],
+        session: SessionAllowlist,
+        asker: Asker,
+        record_grant: GrantRecorder,
+    ) -> None:
+        self._project = project
+        self.session = session
+        self.asker = asker
+        self._record_grant = record_grant
+
+    def evaluate(
+        self, tool: str, environment: EnvironmentTag, permission: Permission
+    ) -> Decision | AskRequest:
+        """What `decide()` would do, with nobody asked and nothing recorded: the standing
+        decision (a deny rule raises DeniedByRule, as in `decide()`), or the question that
+        would be put to the human."""
+        try:
+            return self.decide(tool, environment, permission, asker=_would_ask)
+        except _WouldAsk as asked:
+            return asked.request
+
+    def decide(
+        self,
+        tool: str,
+        environment: EnvironmentTag,
+        permission: Permission,
+        *,
+        asker: Asker | None = None,
+    ) -> Decision:
+        """Decide one call; a refusal raises PermissionDenied carrying its Decision.
+
+        `asker` replaces the engine's own for this one decision."""
+        key = permission.key
+        if key is None:
+            return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
+        project = self._project()
+        deny = project.denied_by(key)
+        if deny is not None:
+            decision = Decision(
+                False,
+                Source.DENY,
+                tool,
+                environment,
+                key.raw,
+                deny.pattern.raw,
+                reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+            )
+            raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
+
+        violations: list[str] = []
+        notes: list[str] = []
+        if not key.protected:
+            for grant in project.granted_by(key):
+                if key.digest is not None and grant.digest != key.digest:
+                    notes.append(_digest_note(grant, key.digest))
+                    continue
+                if environment.allows(Scope.PROJECT):
+                    return _standing(
+                        Source.PROJECT,
+                        tool,
+                        environment,
+                        key.raw,
+                        grant.pattern.raw,
+                        "codecoder.json allowlist",
+                    )
+                violations.append(self._violation(grant, key.raw, environment))
+            session_entry = self.session.find(key, environment, key.digest)
+            if session_entry is not None:
+                entry, valid, _ = session_entry
+                if valid:
+                    return _standing(
+                        Source.SESSION,
+                        tool,
+                        environment,
+                        key.raw,
+                        entry,
+                        "session allowlist",
+                        tuple(violations),
+                    )
+                notes.append("the session grant for this key has expired")
+        else:
+            notes.append(PROTECTED_NOTE)
+        notes.extend(violations)
+        return self._ask(
+            tool, environment, permission, violations, "; ".join(notes), asker or self.asker
+        )
+
+    def _ask(
+        self,
+        tool: str,
+        environment: EnvironmentTag,
+        permission: Permission,
+        violations: list[str],
+        note: str,
+        asker: Asker,
+    ) -> Decision:
+        key = permission.key
+        assert key is not None
+        levels = key.grant_levels
+        narrow, wide = levels[0], levels[1] if len(levels) > 1 else None
+        session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
+        project = (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
+        if key.protected:
+            choices: tuple[Answer, ...] = (Answer.ONCE, Answer.DENY)
+            why_not = PROTECTED_NOTE
+        elif environment.allows(Scope.PROJECT):
+            choices = (Answer.ONCE, *session, *project, Answer.DENY)
+            why_not = ""
+        else:
+            choices = (Answer.ONCE, *session, Answer.DENY)
+            why_not = environment.refusal(key.raw)
+        grants = tuple(
+            (answer, narrow if answer in (Answer.SESSION, Answer.PROJECT) else wide or narrow)
+            for answer in choices
+            if answer.scope in (Answer.SESSION, Answer.PROJECT)
+        )
+        request = AskRequest(
+            tool=tool,
+            environment=environment,
+            key=key.raw,
+            subject=key.subject,
+            choices=choices,
+            why_not_project=why_not,
+            note=note,
+            grants=grants,
+        )
+        answer = asker(request)
+        done = tuple(violations)
+        # An answer that was not offered (a fixed asker's program-wide choice for a key that
+        # has none) records the narrowest entry.
+        entry = request.grant_for(answer).entry if answer in choices else narrow.entry
+        if answer.scope in (Answer.SESSION, Answer.PROJECT):
+            recorded: str | None = entry
+        else:
+            recorded = None
+
+        def decided(allowed: bool, source: Source, reason: str, *more: str) -> Decision:
+            return Decision(
+                allowed,
+                source,
+                tool,
+                environment,
+                key.raw,
+                recorded if allowed else None,
+                answer,
+                reason,
+                (*done, *more),
+            )
+
+        def refuse(error: CeilingViolation) -> NoReturn:
+            error.decision = decided(False, Source.DENIED, error.reason, error.reason)
+            raise error
+
+        if answer is Answer.DENY:
+            reason = (
+                "non-interactive: nothing granted this key"
+                if asker is non_interactive
+                else "denied at the prompt"
+            )
+            raise DeniedByUser(
+                f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
+            )
+        if answer is Answer.ONCE:
+            return decided(True, Source.ONCE, "allowed once")
+        if key.protected:
+            refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
+        if answer.scope is Answer.SESSION:
+            self.session.grant(key, environment, digest=key.digest, entry=entry)
+            return decided(True, Source.SESSION, "allowed for this session")
+        # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
+        if not environment.allows(Scope.PROJECT):
+            refuse(
+                CeilingViolation(
+                    key.raw,
+                    environment.value,
+                    environment.ceiling.label,
+                    environment.refusal(key.raw),
+                )
+            )
+        try:
+            self._record_grant(entry, key.digest)
+        except ConfigError as exc:
+            raise DeniedByUser(
+                f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
+                f"is ({exc})",
+                decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
+            ) from exc
+        self._project().add_grant(Grant(KeyPattern.parse(entry), digest=key.digest))
+        return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
+
+    @staticmethod
+    def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:
+        where = f" (codecoder.json line {grant.line})" if grant.line else ""
+        return f"CeilingViolation: entry {grant.pattern.raw!r}{where} grants nothing: " + (
+            environment.refusal(key)
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _standing(
+    source: Source,
+    tool: str,
+    environment: EnvironmentTag,
+    key: str | None,
+    matched: str | None,
+    reason: str,
+    violations: tuple[str, ...] = (),
+) -> Decision:
+    """An allow decision from a standing rule. Decisions are frozen values, so the same one is
+    shared by every call it decides; building one each time was a third of a decision's cost."""
+    return Decision(True, source, tool, environment, key, matched, None, reason, violations)
+
+
+def _digest_note(grant: Grant, digest: str) -> str:
+    where = f" (codecoder.json line {grant.line})" if grant.line else ""
+    if grant.digest is None:
+        return (
+            f"entry {grant.pattern.raw!r}{where} has no digest, but this key is pinned to what "
+            "was approved: the entry grants nothing until it is approved again"
+        )
+    return (
+        f"entry {grant.pattern.raw!r}{where} was approved for {grant.digest}, but what would "
+        f"run now is {digest}: it changed since it was approved, so it is asked again"
+    )
+
+
+class _WouldAsk(BaseException):
+    """Unwinds `evaluate()` at the question, before anything is answered or recorded.
+
+    A BaseException so that no `except Exception` between the engine and here can take it
+    for an answer."""
+
+    def __init__(self, request: AskRequest) -> None:
+        super().__init__(request.key)
+        self.request = request
+
+
+def _would_ask(request: AskRequest) -> Answer:
+    raise _WouldAsk(request)

@@ -1,0 +1,166 @@
+"""The permission model's vocabulary: what a call asks for, and what a grant can record.
+
+`Permission.none()` runs without asking; `Permission.ask(key)` goes through the lookup chain
+(runtime.permissions.engine) with a `PermissionKey`: what a grant is for, the entries an
+"always" answer may record (`GrantLevel`), and what deny rules see of a command (`DenyView`).
+`CallSite` is where a call would run, the one thing besides its arguments a key may depend on.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+
+
+class KeyStyle(enum.StrEnum):
+    """How the action part of a tool's keys is matched by allowlist and deny patterns."""
+
+    NAME = "name"  # the key is the tool name alone (`commit`) or an exact name
+    # program and subcommand (`run_command:git:push`), see runtime.permissions.commandkey
+    COMMAND = "command"
+    PATH = "path"  # a workspace-relative path, matched by glob (`write_file:tests/**`)
+
+
+# The characters that make a pattern more than a literal: glob characters, the `:` that
+# separates the levels of a command pattern, and the `"` that starts a whole-command pattern.
+_PATTERN_SYNTAX = re.compile(r'[][*?:"]')
+
+
+def escape_literal(text: str) -> str:
+    """`text` as a pattern that matches only itself: each special character in brackets.
+
+    `a*b.txt` becomes `a[*]b.txt`, `test:unit` becomes `test[:]unit`. Keys recorded from the
+    human's answers go through this, so a path named `**` is granted as that one path.
+    """
+    return _PATTERN_SYNTAX.sub(lambda match: f"[{match.group()}]", text)
+
+
+def literal_of(pattern: str) -> str | None:
+    """The one text `pattern` matches when it is literal under `escape_literal`'s escaping
+    (each glob character alone in brackets: `a[*]b` is `a*b`), else None: a real wildcard
+    (`*`, `?`), a class (`[ab]`) or a stray bracket. `:` and `"` stand for themselves."""
+    literal: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "[":
+            if pattern[index + 2 : index + 3] != "]" or pattern[index + 1] not in '[]*?:"':
+                return None
+            literal.append(pattern[index + 1])
+            index += 3
+            continue
+        if char in "*?]":
+            return None
+        literal.append(char)
+        index += 1
+    return "".join(literal)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantLevel:
+    """One allowlist entry an "always" answer can record for a key, and what it covers.
+
+    `entry` is a pattern that matches the key (`run_command:git:status`); `covers` says in
+    words what else it matches, for the prompt ("only `git status …` commands").
+    """
+
+    entry: str
+    covers: str
+
+
+@dataclass(frozen=True, slots=True)
+class DenyView:
+    """One command as deny rules see it: the canonical name of its program (`git` for
+    `/usr/lib/git-core/git-push`; `runtime.permissions.programs.ANY` when the parser cannot know it)
+    and the lower-cased words after it, `words[start:]` (views of one command share `words`).
+    `sub_any`: the word in its subcommand's place could be anything (an expansion, a git
+    alias), so it counts as whichever subcommand a deny rule names. `glob`: the program word
+    is a pattern bash would expand against file names (`/usr/bin/gi?`, `r[m]`), so it counts
+    as every program whose name it matches.
+    """
+
+    program: str
+    words: tuple[str, ...]
+    start: int = 0
+    sub_any: bool = False
+    glob: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionKey:
+    """What a grant is for: `("run_command", "git:status", "run_command:git:status")`.
+
+    `raw` is the whole key, shown to the human and written to the audit log. Keys of compound
+    commands are collision-free: their action is the JSON-quoted command, which no program name
+    can equal.
+
+    `levels` are the entries an "always" answer may record, narrowest first: the exact key
+    (escaped, so a path named `a*b` is granted as that path only), then, for a command whose
+    narrow key names a subcommand, the program-wide key. Empty means just `raw`.
+
+    For command keys, `path` is what grants are matched against (the program as written, then
+    the subcommand levels the program table names: `("git", "status")`), and `views` what deny
+    rules are matched against: the program's canonical name (`git` for
+    `/usr/lib/git-core/git-push`) and the words after it. A compound key's views (every command
+    the parser can see in the string) are read when a deny rule needs them
+    (`runtime.permissions.commandkey.compound_views`).
+    A key that names several paths (a move: source and destination) lists them in `paths`.
+    """
+
+    tool: str
+    action: str
+    raw: str
+    style: KeyStyle = KeyStyle.NAME
+    compound: bool = False
+    argv: tuple[str, ...] | None = None
+    protected: bool = False
+    subject: str = ""  # what the call does, in full, for the human (the command, the path)
+    # What exactly would run, for keys whose grants are pinned to it (a capability's manifest
+    # and code): a project grant recorded with another digest does not cover this key.
+    digest: str | None = None
+    levels: tuple[GrantLevel, ...] = ()
+    path: tuple[str, ...] = ()
+    views: tuple[DenyView, ...] = ()
+    paths: tuple[str, ...] = ()
+
+    @classmethod
+    def named(cls, tool: str, action: str = "", **kw: Any) -> PermissionKey:
+        raw = f"{tool}:{action}" if action else tool
+        return cls(tool=tool, action=action, raw=raw, **kw)
+
+    @property
+    def grant_levels(self) -> tuple[GrantLevel, ...]:
+        """`levels`, or the key itself when it has none."""
+        return self.levels or (GrantLevel(self.raw, "exactly this key"),)
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a call would run: what a key may depend on besides the call's arguments."""
+
+    workspace: Path
+    environment: EnvironmentTag
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    """`Permission.none()` runs without asking; `Permission.ask(key)` goes through the chain."""
+
+    key: PermissionKey | None = None
+
+    @classmethod
+    def none(cls) -> Permission:
+        return cls(None)
+
+    @classmethod
+    def ask(cls, key: PermissionKey) -> Permission:
+        return cls(key)
+
+    @property
+    def needs_asking(self) -> bool:
+        return self.key is not None

@@ -1,0 +1,118 @@
+"""Egress from the @docker sandbox as a permission: every host a key `network:<host>`.
+
+A project whose `docker.network` is `{"allow": [...]}` lets the sandbox reach those hosts through
+the runtime's egress proxy (`environments.docker.egress`), and only as far as the permission chain
+admits each host: `network:pypi.org` is asked like any other key, refused by a deny rule
+(`"deny": ["network:*"]`), granted for the session or, because the sandbox contains whatever
+comes back, for the project (`"network:pypi.org": "AlwaysThisProject"`).
+
+`NETWORK` is the permission subject those keys belong to: a tool as far as codecoder.json, deny
+rules and `--allow` are concerned (so entries are checked like every tool's, with its ceiling,
+@docker's), but not one an agent can call: it is not in the catalogue, and runs nothing.
+`SessionNetwork` is what a call hands the sandbox (`CommandRequest.network`): it decides each
+connection through the session's chain and writes each to the audit log.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Final
+
+from pydantic import Field
+
+from codecoder.environments.base import Connection
+from codecoder.runtime.auditlog import AuditLog
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Decision
+from codecoder.runtime.kernel.errors import ExecutionFailed, PermissionDenied
+from codecoder.runtime.permissions.keys import (
+    GrantLevel,
+    Permission,
+    PermissionKey,
+    escape_literal,
+)
+from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from codecoder.runtime.permissions.engine import PermissionEngine
+
+__all__ = ["NETWORK", "NetworkAccess", "SessionNetwork", "network_key"]
+
+
+class NetworkParameters(Parameters):
+    host: str = Field(description="The host the sandbox connects to.", min_length=1)
+    port: int = Field(default=443, ge=1, le=65535)
+
+
+def network_key(host: str, port: int) -> PermissionKey:
+    return PermissionKey(
+        tool="network",
+        action=host,
+        raw=f"network:{host}",
+        subject=f"connect to {host}:{port} from the @docker sandbox, through its egress proxy",
+        levels=(GrantLevel(f"network:{escape_literal(host)}", f"connections to {host} only"),),
+    )
+
+
+class NetworkAccess(Tool[NetworkParameters]):
+    name = "network"
+    description = "A connection from the @docker sandbox to a host of its egress allowlist."
+    category = Category.WEB
+    environment = EnvironmentTag.DOCKER
+    bindable = frozenset({EnvironmentTag.DOCKER})
+    parameters = NetworkParameters
+
+    def permission(self, args: NetworkParameters) -> Permission:
+        return Permission.ask(network_key(args.host, args.port))
+
+    def execute(self, args: NetworkParameters, ctx: ToolContext) -> ToolResult:
+        raise ExecutionFailed("network is a permission of the @docker sandbox, not a tool")
+
+
+NETWORK: Final = NetworkAccess()
+
+
+class SessionNetwork:
+    """The `NetworkGate` of one call: the session's permission chain and the audit log."""
+
+    def __init__(self, engine: PermissionEngine, audit: AuditLog, session: str) -> None:
+        self._engine = engine
+        self._audit = audit
+        self._session = session
+        self._decisions: dict[str, Decision] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, host: str, port: int) -> str | None:
+        # One question at a time: a client opening several connections at once asks once.
+        with self._lock:
+            try:
+                decision = self._engine.decide(
+                    NETWORK.name, EnvironmentTag.DOCKER, Permission.ask(network_key(host, port))
+                )
+            except PermissionDenied as refused:
+                if refused.decision is not None:
+                    self._decisions[host] = refused.decision
+                return str(refused)
+            except Exception as exc:  # an asker that cannot ask from here: refused, said why
+                return f"network:{host} could not be asked for: {type(exc).__name__}: {exc}"
+            self._decisions[host] = decision
+            return None
+
+    def record(self, connection: Connection) -> None:
+        where = f" to {connection.address}" if connection.address else ""
+        self._audit.record(
+            session=self._session,
+            tool=NETWORK.name,
+            decision=self._decisions.get(connection.host),
+            outcome="ok" if connection.allowed else "denied",
+            duration=connection.duration,
+            error=None if connection.allowed else connection.reason,
+            network={
+                "host": connection.host,
+                "port": connection.port,
+                "address": connection.address,
+                "sent": connection.sent,
+                "received": connection.received,
+                "detail": f"{connection.reason}{where}",
+            },
+        )

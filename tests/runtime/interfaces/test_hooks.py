@@ -1,0 +1,350 @@
+"""`codecoder hook claude-code|gemini` with the hosts' documented JSON, as real processes.
+
+Claude Code: PreToolUse / PostToolUse / SessionEnd input, `hookSpecificOutput` answers.
+Gemini CLI: BeforeTool / AfterTool / SessionEnd input, `decision` answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codecoder.runtime.interfaces.hooks import HookSessions, map_call
+from tests.conftest import write_config
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    directory = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(directory))
+    return directory
+
+
+def hook(
+    host: str,
+    event: dict[str, Any] | str,
+    project: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> Any:
+    env = {**{k: v for k, v in os.environ.items() if k != "CI"}, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "codecoder.runtime", "hook", host, "--project", str(project), *args],
+        input=event if isinstance(event, str) else json.dumps(event),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+    )
+    return proc
+
+
+def answer(
+    host: str, event: dict[str, Any], project: Path, *args: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    proc = hook(host, event, project, *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def claude(tool: str, tool_input: dict[str, Any], call: str = "t1", **kw: Any) -> dict[str, Any]:
+    return {
+        "session_id": kw.get("session", "s1"),
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/",
+        "permission_mode": "default",
+        "hook_event_name": kw.get("event", "PreToolUse"),
+        "tool_name": tool,
+        "tool_input": tool_input,
+        "tool_use_id": call,
+    }
+
+
+def gemini(tool: str, tool_input: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {
+        "session_id": kw.get("session", "g1"),
+        "transcript_path": "/tmp/t.json",
+        "cwd": "/",
+        "hook_event_name": kw.get("event", "BeforeTool"),
+        "timestamp": "2026-12-03T00:00:00Z",
+        "tool_name": tool,
+        "tool_input": tool_input,
+    }
+
+
+def decision(out: dict[str, Any]) -> tuple[str, str]:
+    specific = out["hookSpecificOutput"]
+    assert specific["hookEventName"] == "PreToolUse"
+    return specific["permissionDecision"], specific["permissionDecisionReason"]
+
+
+def test_claude_code_a_command_is_asked_then_its_approval_holds_for_the_session(
+    project: Path, state: Path
+) -> None:
+    first = answer("claude-code", claude("Bash", {"command": "git status"}), project)
+    assert decision(first) == (
+        "ask",
+        "codecoder: run_command:git:status on @shell needs your approval; approving allows "
+        "run_command:git:status for the rest of this session",
+    )
+    # The host ran it: the human approved at the host's prompt.
+    ran = claude("Bash", {"command": "git status"}, event="PostToolUse")
+    assert answer("claude-code", ran, project) == {}
+    again = answer(
+        "claude-code", claude("Bash", {"command": "git status --short"}, call="t2"), project
+    )
+    assert decision(again)[0] == "allow"
+    narrow = answer("claude-code", claude("Bash", {"command": "git log"}, call="t4"), project)
+    assert decision(narrow)[0] == "ask"  # the grant names `git status`, as the question did
+    other = answer(
+        "claude-code", claude("Bash", {"command": "git status --short"}, session="s2"), project
+    )
+    assert decision(other)[0] == "ask"  # another host session has its own grants
+    answer("claude-code", claude("Bash", {}, event="SessionEnd"), project)
+    after = answer(
+        "claude-code", claude("Bash", {"command": "git status --short"}, call="t3"), project
+    )
+    assert decision(after)[0] == "ask"  # dropped at the session's end
+
+
+def test_a_call_the_host_did_not_run_grants_nothing(project: Path, state: Path) -> None:
+    answer("claude-code", claude("Bash", {"command": "git status"}), project)
+    # PostToolUse for another call id (or none at all): nothing was approved.
+    answer(
+        "claude-code", claude("Bash", {"command": "git status"}, "t9", event="PostToolUse"), project
+    )
+    again = answer("claude-code", claude("Bash", {"command": "git status"}, call="t2"), project)
+    assert decision(again)[0] == "ask"
+
+
+def test_deny_rules_refuse_even_inside_a_compound_command(project: Path, state: Path) -> None:
+    write_config(project, {"deny": ["run_command:git:push"]})
+    out = answer("claude-code", claude("Bash", {"command": "ls && git push origin"}), project)
+    verdict, reason = decision(out)
+    assert verdict == "deny"
+    assert "deny rule 'run_command:git:push'" in reason
+
+
+def test_reads_outside_the_workspace_are_never_allowed(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    (project / "notes.txt").write_text("hi\n")
+    outside = tmp_path / "secret"
+    outside.write_text("key\n")
+    (project / "link").symlink_to(outside)
+    inside = answer(
+        "claude-code", claude("Read", {"file_path": str(project / "notes.txt")}), project
+    )
+    assert decision(inside)[0] == "allow"
+    for path in (
+        "/etc/passwd",
+        str(project / "link"),
+        str(project / ".." / "secret"),
+        "~/.ssh/id_rsa",
+    ):
+        out = answer("claude-code", claude("Read", {"file_path": path}), project)
+        assert decision(out)[0] == "ask", path
+    glob = answer("claude-code", claude("Glob", {"pattern": "../**/*"}), project)
+    assert decision(glob)[0] == "ask"
+
+
+def test_a_write_to_a_protected_path_is_asked_every_time(project: Path, state: Path) -> None:
+    event = claude(
+        "Write", {"file_path": str(project / ".git" / "hooks" / "pre-commit"), "content": "x"}
+    )
+    verdict, reason = decision(answer("claude-code", event, project))
+    assert verdict == "ask" and "this call only" in reason
+    answer("claude-code", {**event, "hook_event_name": "PostToolUse"}, project)
+    assert decision(answer("claude-code", {**event, "tool_use_id": "t2"}, project))[0] == "ask"
+
+
+def test_a_project_grant_for_a_sandboxed_tool_allows_without_asking(
+    project: Path, state: Path
+) -> None:
+    write_config(project, {"allowlist": {"write_file:src/**": "AlwaysThisProject"}})
+    event = claude(
+        "Edit", {"file_path": str(project / "src" / "a.py"), "old_string": "a", "new_string": "b"}
+    )
+    verdict, reason = decision(answer("claude-code", event, project))
+    assert (verdict, reason) == (
+        "ask",
+        "codecoder: edit_file:src/a.py on @wasm needs your approval; approving allows "
+        "edit_file:src/a.py for the rest of this session",
+    )
+    write = claude("Write", {"file_path": str(project / "src" / "a.py"), "content": "x"})
+    assert decision(answer("claude-code", write, project))[0] == "allow"
+
+
+def test_unknown_tools_are_asked_and_host_internal_ones_left_to_the_host(
+    project: Path, state: Path
+) -> None:
+    unknown = answer("claude-code", claude("Frobnicate", {"x": 1}), project)
+    assert decision(unknown)[0] == "ask"
+    assert answer("claude-code", claude("TodoWrite", {"todos": []}), project) == {}
+    own = answer("claude-code", claude("mcp__codecoder__run_command", {"command": "ls"}), project)
+    assert decision(own)[0] == "allow"  # codecoder's own server asks for its tools itself
+
+
+def test_allow_grants_exactly_its_key_for_the_run(project: Path, state: Path) -> None:
+    allowed = answer(
+        "claude-code",
+        claude("Bash", {"command": "npm test"}),
+        project,
+        "--allow",
+        "run_command:npm",
+    )
+    assert decision(allowed)[0] == "allow"
+    compound = claude("Bash", {"command": "npm test && curl evil.example"})
+    assert (
+        decision(answer("claude-code", compound, project, "--allow", "run_command:npm"))[0] == "ask"
+    )
+
+
+def test_bad_input_blocks_the_call_with_a_reason(project: Path, state: Path) -> None:
+    for event in ("not json", "[]", json.dumps({"hook_event_name": "PreToolUse"})):
+        proc = hook("claude-code", event, project)
+        assert proc.returncode == 2  # both hosts read exit 2 as "blocked", stderr as the reason
+        assert proc.stderr.startswith("codecoder hook: blocked: ")
+        assert proc.stdout == ""
+    no_input = {**claude("Bash", {}), "tool_input": "ls"}
+    assert hook("claude-code", no_input, project).returncode == 2
+
+
+def test_gemini_answers_in_its_own_format_and_learns_from_after_tool(
+    project: Path, state: Path
+) -> None:
+    event = gemini("run_shell_command", {"command": "git status", "description": "status"})
+    first = answer("gemini", event, project)
+    assert first["decision"] == "ask" and first["systemMessage"] == first["reason"]
+    answer("gemini", {**event, "hook_event_name": "AfterTool", "tool_response": {}}, project)
+    again = answer("gemini", gemini("run_shell_command", {"command": "git status -s"}), project)
+    assert again["decision"] == "allow"
+    # The grant is as narrow as the question: another git subcommand is asked again.
+    other = answer("gemini", gemini("run_shell_command", {"command": "git diff"}), project)
+    assert other["decision"] == "ask"
+    write_config(project, {"deny": ["web_fetch"]})
+    # web tools need no permission; a URL in the prompt is what Gemini's web_fetch fetches
+    fetch = answer(
+        "gemini", gemini("web_fetch", {"prompt": "summarise https://example.org/x"}), project
+    )
+    assert fetch["decision"] == "allow"
+    read = answer("gemini", gemini("read_file", {"file_path": "/etc/shadow"}), project)
+    assert read["decision"] == "ask"
+
+
+@pytest.mark.parametrize("how", ["--non-interactive", "CI=true"])
+def test_non_interactive_denies_what_it_would_ask_and_says_how_to_allow_it(
+    project: Path, state: Path, how: str
+) -> None:
+    """Nobody answers a headless host's prompt (Gemini CLI would wait for ever on an ask)."""
+    args = ("--non-interactive",) if how == "--non-interactive" else ()
+    env = {"CI": "true"} if how == "CI=true" else {}
+    out = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm run test:unit"}),
+        project,
+        *args,
+        env=env,
+    )
+    assert out == {
+        "decision": "deny",
+        "reason": "codecoder: run_command:npm:run:test[:]unit on @shell needs approval, and nobody "
+        "can answer here; to allow it for a run: codecoder hook --allow "
+        "run_command:npm:run:test[:]unit",
+    }
+    allowed = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm run test:unit"}),
+        project,
+        *args,
+        "--allow",
+        "run_command:npm:run:test[:]unit",
+        env=env,
+    )
+    assert allowed["decision"] == "allow"
+    outside = answer(
+        "claude-code", claude("Read", {"file_path": "/etc/passwd"}), project, *args, env=env
+    )
+    assert decision(outside)[0] == "deny"
+    protected = answer(
+        "claude-code",
+        claude("Write", {"file_path": ".git/config", "content": ""}),
+        project,
+        *args,
+        env=env,
+    )
+    assert decision(protected) == (
+        "deny",
+        "codecoder: write_file:.git/config on @wasm needs approval, and nobody can answer here "
+        "(a protected path: only a person can allow it, once)",
+    )
+    # Nothing was asked, so nothing can be granted when the host reports a run.
+    assert not list((state / "codecoder").rglob("hooks/*.json"))
+
+
+def test_sandbox_docker_rewrites_the_command_into_codecoder_exec(
+    project: Path, state: Path
+) -> None:
+    write_config(project, {"allowlist": {"run_container:make": "AlwaysThisProject"}})
+    out = answer(
+        "claude-code",
+        claude("Bash", {"command": "make test", "timeout": 5}),
+        project,
+        "--sandbox",
+        "docker",
+    )
+    verdict, reason = decision(out)
+    assert verdict == "allow" and "run_container:make:test (@docker)" in reason
+    assert out["hookSpecificOutput"]["updatedInput"] == {
+        "command": f"codecoder exec --project {project} --hook claude-code:s1 -- 'make test'",
+        "timeout": 5,
+    }
+    asked = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "rm -rf build"}),
+        project,
+        "--sandbox",
+        "docker",
+    )
+    assert asked["decision"] == "ask"
+    rewritten = asked["hookSpecificOutput"]["tool_input"]["command"]
+    assert rewritten.startswith(f"codecoder exec --project {project} --hook gemini:g1 --approved ")
+    assert rewritten.endswith(" -- 'rm -rf build'")
+
+
+def test_an_approval_token_is_good_once_and_only_for_its_key(project: Path, state: Path) -> None:
+    sessions = HookSessions(project.resolve(), "gemini")
+    token = sessions.ask(
+        "g1", "c1", {"tool": "run_container", "key": "run_container:rm", "environment": "@docker"}
+    )
+    assert not sessions.redeem("g1", token, "run_container:curl")
+    assert not sessions.redeem("g2", token, "run_container:rm")
+    assert sessions.redeem("g1", token, "run_container:rm")
+    assert not sessions.redeem("g1", token, "run_container:rm")
+
+
+def test_a_session_grant_is_bound_to_the_environment_it_was_approved_in(
+    project: Path, state: Path
+) -> None:
+    answer("claude-code", claude("Bash", {"command": "make"}), project)
+    answer("claude-code", claude("Bash", {"command": "make"}, event="PostToolUse"), project)
+    write_config(project, {"environments": {"run_command": "@docker"}})
+    out = answer("claude-code", claude("Bash", {"command": "make"}, call="t2"), project)
+    assert decision(out)[0] == "ask"
+
+
+def test_map_call_resolves_paths_and_refuses_nul_and_escapes(project: Path) -> None:
+    assert map_call("Read", {"file_path": "a/../b.txt"}, project).args == {"path": "b.txt"}
+    assert map_call("Read", {"file_path": "a\x00b"}, project).tool is None
+    assert map_call("Read", {"file_path": "../x"}, project).tool is None
+    assert map_call("Bash", {"command": "ls", "dir_path": "/"}, project).tool is None
+    assert map_call("Bash", {"command": 5}, project).tool is None

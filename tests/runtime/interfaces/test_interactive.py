@@ -1,0 +1,245 @@
+"""`codecoder session`, used as a person uses it: in a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+
+from codecoder.runtime.kernel.state import project_state_directory
+from tests.conftest import write_config
+
+PROMPT = "codecoder> "
+
+
+def start(project: Path) -> tuple[pexpect.spawn, io.StringIO]:
+    """A session in a terminal, and everything the terminal received."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "codecoder.runtime", "session", "--project", str(project)],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 250),
+    )
+    screen = io.StringIO()
+    child.logfile_read = screen
+    child.expect_exact(PROMPT)
+    return child, screen
+
+
+def run(child: pexpect.spawn, line: str) -> str:
+    """Send a line and return what was printed until the next prompt (without the echo)."""
+    child.sendline(line)
+    child.expect_exact(PROMPT)
+    before: str = child.before
+    return before.replace("\r\n", "\n").split("\n", 1)[1] if "\n" in before else ""
+
+
+def quit(child: pexpect.spawn) -> None:
+    child.sendline("/quit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_the_prompt_shows_the_choices_and_why_project_is_missing_for_a_shell_tool(
+    project: Path,
+) -> None:
+    child, _ = start(project)
+    child.sendline("run_command echo hi")
+    child.expect_exact("choice [o/s/d]: ")
+    shown = child.before.replace("\r\n", "\n")
+    assert shown.split("\n", 1)[1].splitlines() == [
+        "codecoder: permission required",
+        "  tool         run_command",
+        "  environment  @shell (host processes, not sandboxed)",
+        "  key          run_command:echo",
+        "  runs         echo hi",
+        "",
+        "  [o] allow once",
+        "  [s] always this session",
+        "  [d] deny",
+        "  (always this project is not offered: run_command:echo runs in @shell (host "
+        "processes, not sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes "
+        "only to sandboxed tools)",
+    ]
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    lines = child.before.replace("\r\n", "\n").splitlines()
+    assert lines[1] == "hi"
+    assert lines[2] == "[exit code 0]"
+    assert lines[3].startswith("[ok · run_command:echo · @shell · once: allowed once · ")
+    quit(child)
+
+
+def test_an_answer_for_the_session_holds_until_quit_and_shows_in_the_allowlist(
+    project: Path,
+) -> None:
+    child, _ = start(project)
+    child.sendline('run_command {"command": "echo one"}')
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("s")
+    child.expect_exact(PROMPT)
+    second = run(child, "run_command echo two")
+    assert second.splitlines()[:2] == ["two", "[exit code 0]"]
+    assert "permission required" not in second
+    assert "· session: session allowlist ·" in second
+    assert run(child, "/allowlist").splitlines() == [
+        "session grants (until /quit):",
+        "  run_command:echo  (run_command in @shell, no expiry)",
+        f"project grants ({project / 'codecoder.json'}):",
+        "  (none)",
+        "deny rules:",
+        "  (none)",
+    ]
+    quit(child)
+
+
+def test_escape_sequences_in_a_command_and_its_output_are_shown_harmlessly(
+    project: Path,
+) -> None:
+    child, screen = start(project)
+    # The JSON escape \u001b is six plain characters on the wire; the command gets a real ESC.
+    child.sendline(r'run_command {"command": "printf \u001b[2J\u001b[31mred"}')
+    child.expect_exact("choice [o/s/d]: ")
+    assert "  runs         printf \\e[2J\\e[31mred" in child.before.replace("\r\n", "\n")
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    lines = child.before.replace("\r\n", "\n").splitlines()
+    assert lines[1:3] == ["\\e[2J\\e[31mred", "[exit code 0]"]
+    quit(child)
+    assert "\x1b" not in screen.getvalue()
+
+
+def test_reload_after_a_broken_edit_shows_the_syntax_error_with_line_and_column(
+    project: Path,
+) -> None:
+    write_config(project, {"deny": ["run_command:rm"]})
+    child, _ = start(project)
+    write_config(project, '{\n  "deny": ["run_command:rm",]\n}\n')
+    shown = run(child, "/reload").splitlines()
+    file = project / "codecoder.json"
+    assert len(shown) == 2
+    assert shown[0].startswith(f"{file}:2:29: error: [syntax] ")
+    assert shown[1] == f"reloaded {file}: 1 error(s); not usable: no grants are taken from it"
+    quit(child)
+
+
+def test_a_ceiling_violation_is_reported_at_start_and_by_reload(project: Path) -> None:
+    write_config(project, {"allowlist": {"run_command:git": "AlwaysThisProject"}})
+    child, screen = start(project)
+    where = f"{project / 'codecoder.json'}:3:5: error: [ceiling_violation] "
+    banner = screen.getvalue().replace("\r\n", "\n").splitlines()
+    assert [line for line in banner if line.startswith(where)] != []
+    shown = run(child, "/reload").splitlines()
+    assert shown[0].startswith(where)
+    assert "run_command:git" in shown[0]
+    assert shown[1] == f"reloaded {project / 'codecoder.json'}: 1 error(s)"
+    quit(child)
+
+
+def test_audit_shows_the_last_decisions(project: Path) -> None:
+    child, _ = start(project)
+    child.sendline("run_command echo hi")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("d")
+    child.expect_exact(PROMPT)
+    assert "codecoder: permission denied: run_command:echo was not allowed" in child.before
+    child.sendline("run_command true")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    rows = [line.split("  ")[2:-1] for line in run(child, "/audit 2").splitlines()]
+    assert rows == [
+        ["run_command", "run_command:echo", "@shell", "deny/denied", "denied"],
+        ["run_command", "run_command:true", "@shell", "allow/once", "ok"],
+    ]
+    quit(child)
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    records = [json.loads(line) for line in log.open()]
+    assert [r["key"] for r in records] == ["run_command:echo", "run_command:true"]
+
+
+def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
+    child, _ = start(project)
+    tools = run(child, "/tools").splitlines()
+    assert any(line.split()[:3] == ["run_command", "@shell", "ask"] for line in tools)
+    assert "/reload" in run(child, "/help")
+    assert run(child, "/frobnicate").splitlines() == [
+        "unknown command /frobnicate; /help lists them"
+    ]
+    invalid = run(child, 'run_command {"cmd": "ls"}').splitlines()
+    assert invalid[0] == (
+        "codecoder: error: invalid arguments for run_command: command: Field required; "
+        "cmd: Extra inputs are not permitted"
+    )
+    typo = run(child, "run_comand ls").splitlines()
+    assert typo[0].startswith("codecoder: unknown tool 'run_comand'; available: ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _pids(path: Path, count: int) -> list[int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= count:
+            return [int(pid) for pid in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never got {count} pids")
+
+
+def test_ctrl_c_stops_the_running_command_and_its_background_jobs_and_the_session_goes_on(
+    project: Path,
+) -> None:
+    pids = project / "pids"
+    child, _ = start(project)
+    child.sendline(f"run_command echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("o")
+    running = _pids(pids, 2)
+
+    child.sendintr()
+    child.expect_exact("(interrupted)")
+    child.expect_exact(PROMPT)
+
+    assert not any(_alive(pid) for pid in running)
+    assert run(child, 'reason {"thought": "still here"}').startswith("Thought recorded.")
+    quit(child)
+    log = project_state_directory(project.resolve()) / "audit.jsonl"
+    outcomes = [json.loads(line)["outcome"] for line in log.read_text().splitlines()]
+    assert outcomes == ["interrupted", "ok"]
+
+
+def test_sigterm_ends_the_session_and_the_running_command(project: Path) -> None:
+    pids = project / "pids"
+    child, _ = start(project)
+    child.sendline(f"run_command echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait")
+    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("o")
+    running = _pids(pids, 2)
+
+    child.kill(signal.SIGTERM)
+    child.expect(pexpect.EOF)
+    child.close()
+
+    assert child.exitstatus == 143
+    assert not any(_alive(pid) for pid in running)

@@ -1,0 +1,112 @@
+"""The shape of the code: one installed name, layers that point down, modules of a readable size.
+
+The layer contracts themselves are in pyproject.toml (`[tool.importlinter]`); this runs them, so
+a cycle or an upward import (a type-level one included) fails the build.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = ("runtime", "environments", "sandboxes", "benchmarks")
+MAX_LINES = 800
+
+
+def _modules() -> list[Path]:
+    return sorted(p for folder in FOLDERS for p in (REPO / folder).rglob("*.py"))
+
+
+def test_the_layer_contracts_hold() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run(
+        [str(lint), "--no-cache"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout
+
+
+def test_no_module_is_longer_than_about_800_lines() -> None:
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_every_package_folder_is_installed_under_codecoder() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        "codecoder." + str(init.parent.relative_to(REPO)).replace("/", ".")
+        for folder in FOLDERS
+        for init in (REPO / folder).rglob("__init__.py")
+    }
+    assert set(config["packages"]) == folders
+    assert config["package-dir"] == {f"codecoder.{folder}": folder for folder in FOLDERS}
+
+
+def test_nothing_imports_the_folders_by_their_bare_names() -> None:
+    bare = []
+    for path in [*_modules(), *sorted((REPO / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            bare += [
+                f"{path.relative_to(REPO)}:{node.lineno} {name}"
+                for name in names
+                if name.split(".")[0] in FOLDERS
+            ]
+    assert bare == []
+
+
+def test_the_wheel_holds_one_top_level_name(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {name.split("/")[0] for name in names} == {
+        "codecoder",
+        wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info",
+    }
+    assert "codecoder/__init__.py" not in names  # a namespace: nothing of its own
+    assert "codecoder/runtime/__main__.py" in names
+    assert "codecoder/sandboxes/fileops/fileops.wasm" in names
+    assert "codecoder/sandboxes/escapes/docker.json" in names
+
+
+def test_the_installed_command_runs_from_the_wheel(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+         "--target", str(target), str(REPO)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    assert sorted(p.name for p in target.iterdir() if p.name != "bin") == [
+        "codecoder",
+        next(p.name for p in target.iterdir() if p.name.endswith(".dist-info")),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c",
+         "import sys; sys.path.insert(0, sys.argv[1]); "
+         "from codecoder.runtime.__main__ import main; sys.exit(main())",
+         str(target), "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("codecoder ")
