@@ -39,6 +39,7 @@ class EnvironmentTag(enum.StrEnum):
     """Where a tool runs. The ceiling of each is defined here and nowhere else."""
 
     SHELL = "@shell"
+    BWRAP = "@bwrap"
     DOCKER = "@docker"
     WASM = "@wasm"
     LANDLOCK = "@landlock"
@@ -65,6 +66,9 @@ class EnvironmentTag(enum.StrEnum):
 
 _CEILINGS = {
     EnvironmentTag.SHELL: Scope.SESSION,
+    # Commands in bubblewrap's namespaces with Landlock on top (SPEC §6): the workspace writable
+    # but its protected paths read-only, the user's secrets hidden, no network.
+    EnvironmentTag.BWRAP: Scope.PROJECT,
     EnvironmentTag.DOCKER: Scope.PROJECT,
     EnvironmentTag.WASM: Scope.PROJECT,
     # Kernel confinement counts as a sandbox (SPEC §8): a Landlock-restricted worker, and reads
@@ -75,6 +79,10 @@ _CEILINGS = {
 
 _CONTAINMENT = {
     EnvironmentTag.SHELL: "host processes, not sandboxed",
+    EnvironmentTag.BWRAP: (
+        "host processes in bubblewrap namespaces: protected paths read-only, secrets hidden, "
+        "no network"
+    ),
     EnvironmentTag.DOCKER: "a hardened container",
     EnvironmentTag.WASM: "a WASI sandbox",
     EnvironmentTag.LANDLOCK: "kernel-confined to reading the workspace (Landlock, openat2)",

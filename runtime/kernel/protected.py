@@ -42,6 +42,7 @@ from pathlib import Path
 from codecoder.runtime.kernel.state import config_directory, state_directory
 
 __all__ = [
+    "AGENT_SETTINGS",
     "GIT_NAMES",
     "PROTECTED_NAMES",
     "TOP_LEVEL_NAMES",
@@ -60,6 +61,10 @@ TOP_LEVEL_NAMES: tuple[str, ...] = ("codecoder.json", ".codecoder")
 GIT_NAMES: tuple[str, ...] = (".git", ".gitmodules")
 # Every protected name that can appear at the root, for those that mount or preopen it.
 PROTECTED_NAMES: tuple[str, ...] = (*TOP_LEVEL_NAMES, *GIT_NAMES)
+# The agents' own settings at the workspace root (Claude Code, Gemini CLI, Codex, MCP clients,
+# VS Code's settings and tasks): one write there can take codecoder out of the loop or run a
+# program when the folder is opened. SPEC §8 makes them protected paths.
+AGENT_SETTINGS: tuple[str, ...] = (".claude", ".gemini", ".codex", ".mcp.json", ".vscode")
 
 # Code points HFS+ ignores when it compares names (git's is_hfs_dotgit list): `.g\u200cit`
 # names the same directory as `.git` there.
