@@ -95,7 +95,7 @@ def _ripgrep(argv: list[str], cwd: Path) -> bytes:
 
 
 def _rg_argv(rg: str, grep: bool) -> list[str]:
-    """The arguments the tools give ripgrep (runtime/tools/files.py), for `src`."""
+    """The arguments the tools give ripgrep (runtime/tools/files/landlock.py), for `src`."""
     common = [rg, "--no-config", "--color=never", "--no-require-git", "--iglob=!.git"]
     if not grep:
         return [*common, "--files", "--null", "--", "src"]

@@ -31,7 +31,8 @@ from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.permissions.prompt import non_interactive
 from codecoder.runtime.session import Runtime
 from codecoder.runtime.tools.base import ToolContext, ToolResult
-from codecoder.runtime.tools.files import FILE_TOOLS, _Progress
+from codecoder.runtime.tools.files import FILE_TOOLS
+from codecoder.runtime.tools.files.backend import _Progress
 from codecoder.sandboxes.landlock import worker
 
 pytestmark = pytest.mark.skipif(

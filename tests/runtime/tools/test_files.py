@@ -23,9 +23,8 @@ from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
-from codecoder.runtime.tools import files as files_module
 from codecoder.runtime.tools.base import Category, ToolContext, ToolResult
-from codecoder.runtime.tools.files import FILE_TOOLS, run_wasm_preopens
+from codecoder.runtime.tools.files import FILE_TOOLS, limits, run_wasm_preopens
 
 TOOLS = {tool.name: tool for tool in FILE_TOOLS}
 FILEOPS = Path(__file__).resolve().parents[3] / "sandboxes" / "fileops" / "fileops.wasm"
@@ -548,7 +547,7 @@ def test_grep_reads_files_in_several_batches_when_they_exceed_the_budget(
         (workspace / f"f{i:02}.txt").write_text(f"hit {i}\n" + "filler\n" * 20)
     whole = call("grep", ctx, pattern="hit").output
 
-    monkeypatch.setattr(files_module, "CAT_BATCH_BYTES", 300)  # a few files per fileops call
+    monkeypatch.setattr(limits, "CAT_BATCH_BYTES", 300)  # a few files per fileops call
     batched = call("grep", ctx, pattern="hit").output
 
     assert batched == whole
@@ -558,7 +557,7 @@ def test_grep_reads_files_in_several_batches_when_they_exceed_the_budget(
 def test_grep_skips_files_over_its_size_limit_and_says_so(
     ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(files_module, "GREP_MAX_FILE_BYTES", 30)
+    monkeypatch.setattr(limits, "GREP_MAX_FILE_BYTES", 30)
 
     result = call("grep", ctx, pattern="o")
 

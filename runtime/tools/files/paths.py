@@ -1,0 +1,86 @@
+"""Paths in tool arguments, and the read roots they may name.
+
+Paths in tool arguments are workspace-relative POSIX paths; absolute paths and `..` are refused
+when the arguments are validated, naming the field. Extra read roots (from the project file,
+passed in `ToolContext.extra["read_roots"]` as a mapping of name to directory) are read as
+`@name/relative/path`, read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from codecoder.runtime.kernel.confined import open_root
+from codecoder.runtime.kernel.errors import ExecutionFailed
+
+
+def normalise_path(value: str, *, allow_root: bool = False) -> str:
+    """The canonical workspace-relative POSIX form of `value` ("." for the workspace itself).
+
+    Raises ValueError for absolute paths, `~`, `..` components and NUL bytes: paths are
+    checked before anything runs, and the key of a write is this canonical form.
+    """
+    if "\0" in value:
+        raise ValueError("the path contains a NUL byte")
+    if value.startswith("/"):
+        raise ValueError(f"{value!r} is absolute; paths are relative to the workspace")
+    if value.startswith("~"):
+        raise ValueError(f"{value!r}: `~` is not expanded; paths are relative to the workspace")
+    parts = [part for part in value.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"{value!r} leaves the workspace (`..` is not allowed)")
+    if not parts:
+        if allow_root:
+            return "."
+        raise ValueError("the path names the workspace itself, not a file in it")
+    return "/".join(parts)
+
+
+def _file_path(value: str) -> str:
+    return normalise_path(value)
+
+
+def _dir_path(value: str) -> str:
+    return normalise_path(value, allow_root=True)
+
+
+def _write_path(value: str) -> str:
+    path = normalise_path(value)
+    if path.startswith("@"):
+        raise ValueError(
+            f"{value!r}: paths starting with `@` name the project's read roots, which are "
+            "read-only; write tools write only the workspace"
+        )
+    return path
+
+
+FilePath = Annotated[str, AfterValidator(_file_path)]
+DirPath = Annotated[str, AfterValidator(_dir_path)]
+WritePath = Annotated[str, AfterValidator(_write_path)]
+
+
+def _join(base: str, rel: str) -> str:
+    return rel if base == "." else f"{base}/{rel}"
+
+
+def _under_git(rel: str) -> bool:
+    return ".git" in rel.casefold().split("/")
+
+
+def _as_checked(name: str, root: Path) -> Path:
+    """`root` (the read root @name), if it is still the directory checked when the project was
+    loaded: no symlink in its path. A root inside the workspace is as writable as the rest of
+    it, so a sandbox could have replaced it with a link to `/` since; that is refused here, and
+    the sandboxes pin what they open (`runtime.kernel.confined.open_root`)."""
+    try:
+        os.close(open_root(root))
+    except OSError as exc:
+        raise ExecutionFailed(
+            f"the read root @{name} ({root}) is refused: {exc.strerror or exc}; it is no longer "
+            "the directory checked when the project was loaded (/reload checks it again)"
+        ) from exc
+    return root
