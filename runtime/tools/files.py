@@ -47,12 +47,8 @@ import pathspec
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from codecoder.environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
-from codecoder.environments.wasm.environment import (
-    Preopen,
-    WasmEnvironment,
-    WasmRequest,
-    WasmResult,
-)
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.confined import open_beneath, open_root
