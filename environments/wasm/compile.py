@@ -42,7 +42,7 @@ _HEADER: Final = 8
 
 # The engine settings that change generated code, kept here so that the worker needs nothing
 # but wasmtime. They are applied from this one table and hashed into every cache key
-# (environments.wasm.environment), so a change here can never load code compiled differently.
+# (environments.wasm.cache), so a change here can never load code compiled differently.
 ENGINE_SETTINGS: dict[str, object] = {
     "consume_fuel": True,
     "epoch_interruption": True,

@@ -36,12 +36,9 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from codecoder.environments.base import CommandRequest, CommandResult, Snapshot
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
-from codecoder.environments.wasm.environment import (
-    DEFAULT_FUEL,
-    DEFAULT_MEMORY_LIMIT,
-    WasmEnvironment,
-    WasmRequest,
-)
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.limits import DEFAULT_FUEL, DEFAULT_MEMORY_LIMIT
+from codecoder.environments.wasm.request import WasmRequest
 from codecoder.runtime.config.capabilities import (
     MANIFEST,
     MAX_BYTES,

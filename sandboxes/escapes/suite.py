@@ -69,13 +69,10 @@ from codecoder.environments.base import CommandRequest, CommandResult, Environme
 from codecoder.environments.docker.environment import DockerEnvironment
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.environments.mock import MockEnvironment
-from codecoder.environments.wasm.environment import (
-    DEFAULT_MEMORY_LIMIT,
-    WasmEnvironment,
-    WasmRequest,
-    WasmResult,
-    default_cache_dir,
-)
+from codecoder.environments.wasm.cache import default_cache_dir
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.limits import DEFAULT_MEMORY_LIMIT
+from codecoder.environments.wasm.request import WasmRequest, WasmResult
 from codecoder.runtime.config.project import PROJECT_FILE, ShellSettings
 from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
@@ -1977,7 +1974,7 @@ class _WasmLayer(_LayerRunner):
             path.write_bytes(forged)
             second = WasmEnvironment(cache_dir)
             try:
-                with _captured_log("codecoder.environments.wasm.environment") as reported:
+                with _captured_log("codecoder.environments.wasm.cache") as reported:
                     result = second.run(request)
                 stats = second.cache_stats
             finally:

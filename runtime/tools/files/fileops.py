@@ -19,12 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from codecoder.environments.wasm.environment import (
-    Preopen,
-    WasmEnvironment,
-    WasmRequest,
-    WasmResult,
-)
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.tools.base import ToolContext
 from codecoder.runtime.tools.files import limits

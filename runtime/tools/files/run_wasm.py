@@ -10,12 +10,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator
 
-from codecoder.environments.wasm.environment import (
-    Preopen,
-    WasmEnvironment,
-    WasmRequest,
-    WasmResult,
-)
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.environments.wasm.environment import Preopen, WasmEnvironment, WasmRequest
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.request import Preopen, WasmRequest
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import (
     Cancelled,

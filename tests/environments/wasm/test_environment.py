@@ -17,12 +17,8 @@ from pathlib import Path
 import pytest
 import wasmtime
 
-from codecoder.environments.wasm.environment import (
-    Preopen,
-    WasmEnvironment,
-    WasmRequest,
-    WasmResult,
-)
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
 from codecoder.runtime.kernel.errors import (
     Cancelled,
     CodecoderError,

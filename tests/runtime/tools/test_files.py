@@ -442,7 +442,7 @@ def test_a_read_root_swapped_for_a_symlink_after_it_was_checked_reads_nothing_ou
 def test_a_wasm_preopen_swapped_for_a_symlink_is_refused_not_followed(
     env: WasmEnvironment, workspace: Path, tmp_path: Path
 ) -> None:
-    from codecoder.environments.wasm.environment import Preopen, WasmRequest
+    from codecoder.environments.wasm.request import Preopen, WasmRequest
 
     target = workspace / "src"
     shutil.rmtree(target)
