@@ -76,7 +76,8 @@ from codecoder.environments.wasm.environment import (
     WasmResult,
     default_cache_dir,
 )
-from codecoder.runtime.config.project import PROJECT_FILE, ShellSettings
+from codecoder.runtime.config.project import PROJECT_FILE
+from codecoder.runtime.config.settings import ShellSettings
 from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.decision import Answer, Source
