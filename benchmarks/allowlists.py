@@ -22,7 +22,7 @@ from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.runtime.config.project import load_project
-from codecoder.runtime.config.projectfile import load_project_file
+from codecoder.runtime.config.reading import load_project_file
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.engine import PermissionEngine

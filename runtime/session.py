@@ -8,7 +8,7 @@
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
 files as they now are. A codecoder.json nobody trusted is obeyed only for what cannot widen
-access (`runtime.config.project`). Session grants live in the session and are dropped with it; the
+access (`runtime.config.untrusted`). Session grants live in the session and are dropped with it; the
 audit log is in the runtime's state directory (`runtime.auditlog`).
 
 The runtime's tools are its catalogue (the built-in tools by default) plus, when the catalogue
@@ -42,7 +42,8 @@ from codecoder.runtime.config.capabilities import (
     record_approval,
 )
 from codecoder.runtime.config.project import PROJECT_FILE, ProjectConfig, load_project
-from codecoder.runtime.config.projectfile import Diagnostic, add_allow_entry
+from codecoder.runtime.config.projectfile import Diagnostic
+from codecoder.runtime.config.writing import add_allow_entry
 from codecoder.runtime.dispatcher import CallOutcome, Dispatcher
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.decision import Answer, Source

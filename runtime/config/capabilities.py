@@ -36,9 +36,9 @@ human answers AlwaysThisProject, the runtime also records the approval under
 `.codecoder/approvals/<name>/<hex digest>.json` (`record_approval`); an entry whose digest has
 no such record was not written by a grant of the runtime (someone edited the digest by hand, or
 copied it from elsewhere) and is reported as an error that grants nothing
-(`runtime.config.project`). Both files are protected paths: no sandbox can write them, and no tool
-grant covers a write to them beyond Once. The records are meant to be committed with the project,
-like codecoder.json, so a grant made by one person holds for the team and in CI.
+(`runtime.config.entrychecks`). Both files are protected paths: no sandbox can write them, and
+no tool grant covers a write to them beyond Once. The records are meant to be committed with the
+project, like codecoder.json, so a grant made by one person holds for the team and in CI.
 """
 
 from __future__ import annotations

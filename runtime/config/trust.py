@@ -2,7 +2,7 @@
 
 A repository can be cloned with a codecoder.json in it, and a sandbox can write what ends up in
 one. So the runtime obeys a project file only for what cannot widen access (deny rules, narrower
-limits; `runtime.config.project` classifies every setting) until the human has looked at what it
+limits; `runtime.config.untrusted` classifies every setting) until the human has looked at what it
 widens and trusted it: `codecoder trust` shows the widenings and records the SHA-256 of the file's
 bytes here, in the runtime's state directory (`runtime.kernel.state`), where no tool of the project
 can write. A file whose bytes changed since is untrusted again.
@@ -13,7 +13,7 @@ The record, `<state>/projects/<id>/trust.json`:
      "widenings": ["what the human was shown", ...],
      "approved": [{"pattern": "run_capability:lint", "digest": "sha256:..."}, ...]}
 
-The runtime's own writes keep what they find (`after_write`, called by `runtime.config.projectfile`
+The runtime's own writes keep what they find (`after_write`, called by `runtime.config.writing`
 under the same file lock as the write):
 
 * a file the runtime creates from nothing is trusted: nothing in it came from anywhere else;

@@ -416,8 +416,8 @@ def _trust_note(config: ProjectConfig) -> str:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.projectfile import exclusive_lock_of
     from codecoder.runtime.config.trust import digest_of, forget, record_trust
+    from codecoder.runtime.config.writing import exclusive_lock_of
     from codecoder.runtime.kernel.display import visible
 
     runtime = _runtime(args)
@@ -772,7 +772,7 @@ def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
 
 
 def _allowlist(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.projectfile import remove_allow_entry
+    from codecoder.runtime.config.writing import remove_allow_entry
     from codecoder.runtime.kernel.display import visible
 
     runtime = _runtime(args)

@@ -47,7 +47,7 @@ from codecoder.runtime.permissions.prompt import Asker, AskRequest, non_interact
 
 
 class GrantRecorder(Protocol):
-    """Writes an AlwaysThisProject answer to the project's file (runtime.config.projectfile's
+    """Writes an AlwaysThisProject answer to the project's file (runtime.config.writing's
     `add_allow_entry`); raises ConfigError when the file cannot take it."""
 
     def __call__(self, entry: str, digest: str | None) -> None: ...

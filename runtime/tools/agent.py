@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from codecoder.runtime.config.project import AgentSettings
+from codecoder.runtime.config.settings import AgentSettings
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from codecoder.runtime.config.capabilities import Capability, CapabilitySet
-from codecoder.runtime.config.project import ProjectConfig, ShellSettings
+from codecoder.runtime.config.project import ProjectConfig
+from codecoder.runtime.config.settings import ShellSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Decision
 from codecoder.runtime.kernel.errors import CodecoderError

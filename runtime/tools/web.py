@@ -18,7 +18,7 @@ model from using them against the machine they run on or its network (SSRF) is `
   read) is refused; no compression is asked for, so the size read is the size received.
 
 The `web` policy of the user's file and a trusted codecoder.json
-(`runtime.config.project.WebSettings`) says where they may reach: `deny_hosts` refuses hosts (`"*"`
+(`runtime.config.settings.WebSettings`) says where they may reach: `deny_hosts` refuses hosts (`"*"`
 for all, `"*.example.com"`), `allow_hosts` lets hosts through, local ones included
 (`"127.0.0.1:8123"`, `"localhost"`: a local documentation server, a SearxNG on the LAN); the most
 specific entry decides, a deny winning a tie. So `{"deny_hosts": ["*"], "allow_hosts":
@@ -50,7 +50,7 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from pydantic import Field, field_validator
 
-from codecoder.runtime.config.project import WebSettings
+from codecoder.runtime.config.settings import WebSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout
 from codecoder.runtime.kernel.hosts import (

@@ -73,7 +73,8 @@ from codecoder.environments.wasm.cache import default_cache_dir
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.limits import DEFAULT_MEMORY_LIMIT
 from codecoder.environments.wasm.request import WasmRequest, WasmResult
-from codecoder.runtime.config.project import PROJECT_FILE, ShellSettings
+from codecoder.runtime.config.project import PROJECT_FILE
+from codecoder.runtime.config.settings import ShellSettings
 from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.decision import Answer, Source

@@ -25,7 +25,7 @@ from codecoder.environments.landlock import (
     RipgrepRequest,
     unavailable_reason,
 )
-from codecoder.runtime.config.project import ShellSettings
+from codecoder.runtime.config.settings import ShellSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.permissions.prompt import non_interactive

@@ -21,10 +21,9 @@ from codecoder.runtime.config.projectfile import (
     DenyEntry,
     Diagnostic,
     ProjectFile,
-    add_allow_entry,
-    load_project_file,
-    remove_allow_entry,
 )
+from codecoder.runtime.config.reading import load_project_file
+from codecoder.runtime.config.writing import add_allow_entry, remove_allow_entry
 from codecoder.runtime.kernel.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -886,7 +885,7 @@ def test_a_later_grant_removes_stale_temporary_files_and_nothing_else(tmp_path: 
 GRANTER = """
 import sys
 from pathlib import Path
-from codecoder.runtime.config.projectfile import add_allow_entry
+from codecoder.runtime.config.writing import add_allow_entry
 
 path, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)
@@ -898,7 +897,7 @@ for i in range(count):
 ENDLESS_GRANTER = """
 import sys
 from pathlib import Path
-from codecoder.runtime.config.projectfile import add_allow_entry
+from codecoder.runtime.config.writing import add_allow_entry
 
 path, name = Path(sys.argv[1]), sys.argv[2]
 i = 0

@@ -15,13 +15,13 @@ import pytest
 
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.runtime.config import trust
-from codecoder.runtime.config.project import SECTIONS, WebSettings, load_project
-from codecoder.runtime.config.projectfile import (
-    _ProjectFileModel,
-    add_allow_entry,
-    user_file_path,
-)
+from codecoder.runtime.config.project import load_project
+from codecoder.runtime.config.reading import user_file_path
+from codecoder.runtime.config.schema import ProjectFileModel
+from codecoder.runtime.config.settings import WebSettings
 from codecoder.runtime.config.trust import TrustState
+from codecoder.runtime.config.untrusted import SECTIONS
+from codecoder.runtime.config.writing import add_allow_entry
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer, Source
 from codecoder.runtime.kernel.errors import DeniedByUser
@@ -194,9 +194,9 @@ def test_narrower_limits_and_a_shorter_session_apply_at_once(project: Path) -> N
 
 
 def test_every_setting_of_the_file_is_classified() -> None:
-    # A new setting must be classified in runtime.config.project.SECTIONS, or it would be obeyed
-    # from a file nobody trusted.
-    fields = {info.alias or name for name, info in _ProjectFileModel.model_fields.items()}
+    # A new setting must be classified in runtime.config.untrusted.SECTIONS, or it would be
+    # obeyed from a file nobody trusted.
+    fields = {info.alias or name for name, info in ProjectFileModel.model_fields.items()}
     assert set(SECTIONS) == fields
 
 

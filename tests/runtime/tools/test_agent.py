@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.config.project import AgentSettings
+from codecoder.runtime.config.settings import AgentSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed, InvalidArguments

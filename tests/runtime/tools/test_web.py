@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.config.project import WebSettings
 from codecoder.runtime.config.projectfile import Diagnostic
+from codecoder.runtime.config.settings import WebSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout, InvalidArguments
