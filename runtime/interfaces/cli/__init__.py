@@ -1,0 +1,74 @@
+"""The `codecoder` command line.
+
+Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission
+denied (`decide`: 0 allow, 3 deny, 4 it would ask), 130 interrupted by Ctrl-C, 143 ended by
+SIGTERM. Every command that a script would read takes `--json`, and with `--json` an error is
+JSON too: `{"ok": false, "error": {"type", "message"}}`.
+
+An interruption stops the call in progress where it is: SIGTERM is turned into `Terminated` (a
+KeyboardInterrupt) in the main thread, so both unwind the same way; @shell kills the command's
+whole process group, @docker removes the container the command ran in, the dispatcher writes
+the call's audit record with outcome `interrupted`, and the command exits without a traceback.
+
+Imports are made where they are used: `decide`, `hook` and `exec` run on every tool call of
+another agent, and `--version` should not load the tool catalogue.
+
+`main` is here: it runs the command that `grammar` parses and turns its errors into exit codes
+(`exit_codes`). The commands' handlers are grouped by concern: running calls (`calling`: call,
+exec, replay), deciding without running (`deciding`: decide, key), the tool catalogue
+(`catalogue`: tools, schema), the project's configuration and trust (`configuration`: check,
+trust, allowlist), serving other programs (`serving`: hook, serve, session, reload), sandbox
+images (`images`) and the escape-attempt suite (`audit`). They share `project` (the run's
+`Runtime` and `--allow` grants), `inputs` (JSON arguments, files) and `output` (JSON, a call's
+outcome).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from codecoder.runtime.interfaces.cli.calling import ProgressLine as ProgressLine
+from codecoder.runtime.interfaces.cli.exit_codes import (
+    EXIT_DENIED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
+from codecoder.runtime.interfaces.cli.grammar import _parser as _parser
+from codecoder.runtime.interfaces.interruption import Terminated
+from codecoder.runtime.kernel.errors import CodecoderError, PermissionDenied, UsageError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
+    try:
+        args = _parser().parse_args(argv)
+        code: int = args.handler(args)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(f"codecoder: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    except (UsageError, FileNotFoundError) as exc:
+        _error(exc, as_json)
+        return EXIT_USAGE
+    except PermissionDenied as exc:
+        _error(exc, as_json)
+        return EXIT_DENIED
+    except CodecoderError as exc:
+        _error(exc, as_json)
+        return EXIT_FAILED
+    return code
+
+
+def _error(exc: BaseException, as_json: bool) -> None:
+    if as_json:
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        print(json.dumps({"ok": False, "error": error}, ensure_ascii=False))
+    else:
+        from codecoder.runtime.kernel.display import visible
+
+        print(f"codecoder: {visible(str(exc))}", file=sys.stderr)

@@ -1,0 +1,198 @@
+"""Running tool calls: `call` (one call through the whole permission chain, its progress on a
+terminal), `exec` (a command in the @docker sandbox, as `--sandbox docker` hooks rewrite it) and
+`replay` (a recorded run: one session, one call per JSON line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from codecoder.runtime.interfaces.cli.exit_codes import (
+    EXIT_DENIED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    exit_code,
+)
+from codecoder.runtime.interfaces.cli.inputs import call_arguments, read_text, usage
+from codecoder.runtime.interfaces.cli.output import is_terminal, print_outcome
+from codecoder.runtime.interfaces.cli.project import granted, report_config
+from codecoder.runtime.interfaces.interruption import interruptible
+from codecoder.runtime.kernel.errors import UsageError
+
+if TYPE_CHECKING:
+    from codecoder.runtime.permissions.prompt import Asker
+
+
+def _asker_for(args: argparse.Namespace) -> Asker:
+    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.permissions.prompt import fixed, non_interactive
+    from codecoder.runtime.session import default_asker
+
+    if args.answer:
+        return fixed(Answer(args.answer))
+    if args.non_interactive:
+        return non_interactive
+    return default_asker()
+
+
+def call(args: argparse.Namespace) -> int:
+    from codecoder.runtime.session import Runtime
+
+    payload = call_arguments(args.arguments)
+    runtime = Runtime(args.project, asker=_asker_for(args))
+    report_config(runtime)
+    progress = ProgressLine() if sys.stderr.isatty() else None
+    try:
+        with interruptible(), runtime.session() as session:
+            outcome = granted(session, args).call(args.tool, payload, progress=progress)
+    finally:
+        runtime.close()
+        if progress is not None:
+            progress.clear()
+    print_outcome(outcome, args.json)
+    return exit_code(outcome)
+
+
+class ProgressLine:
+    """A long call's progress, as one line on stderr (a terminal) rewritten in place, and
+    cleared when the call ends; a call that reports nothing writes nothing at all."""
+
+    def __init__(self) -> None:
+        self._shown = False
+
+    def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        from codecoder.runtime.kernel.display import visible
+
+        text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
+        sys.stderr.write(f"\r\x1b[K{visible(text)[:200]}")
+        sys.stderr.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self._shown = False
+
+
+def exec_(args: argparse.Namespace) -> int:
+    """Run a command in @docker through the chain, as `--sandbox docker` hooks rewrite it:
+    the command's own output and exit code, or a refusal on stderr (exit 3)."""
+    from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.runtime.kernel.decision import Answer, Decision, Source
+    from codecoder.runtime.kernel.errors import DeniedByUser
+    from codecoder.runtime.permissions.prompt import AskRequest
+    from codecoder.runtime.session import Runtime, default_asker
+
+    host_session: tuple[HookSessions, str] | None = None
+    if args.hook:
+        host, _, session_id = args.hook.partition(":")
+        if host not in HOSTS or not session_id:
+            usage(f"--hook must be HOST:SESSION with HOST one of {', '.join(HOSTS)}")
+        host_session = (HookSessions(args.project.resolve(), host), session_id)
+
+    def approved(request: AskRequest) -> Answer:
+        """The host's question, answered by the human there, is this call's only answer."""
+        assert host_session is not None
+        sessions, session_id = host_session
+        if args.approved and sessions.redeem(session_id, args.approved, request.key):
+            return Answer.ONCE
+        reason = (
+            "the host's approval for this call was already used, or was for another key"
+            if args.approved
+            else "nothing granted this key, and the host asked no question for it"
+        )
+        decision = Decision(
+            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        )
+        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+
+    asker = approved if host_session is not None else default_asker()
+    with Runtime(args.project, asker=asker) as runtime:
+        session = granted(runtime.session(), args)
+        if host_session is not None:
+            host_session[0].load_into(session, host_session[1])
+        outcome = session.call("run_container", {"command": args.command_line})
+    if args.json:
+        print_outcome(outcome, True)
+        return exit_code(outcome)
+    if outcome.result is not None:
+        data = outcome.result.data
+        sys.stdout.write(str(data.get("stdout", outcome.result.output)))
+        sys.stderr.write(str(data.get("stderr", "")))
+        code = data.get("exit_code")
+        return code if isinstance(code, int) else exit_code(outcome)
+    print_outcome(outcome, False)
+    return exit_code(outcome)
+
+
+def replay(args: argparse.Namespace) -> int:
+    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.permissions.prompt import AskRequest
+    from codecoder.runtime.session import Runtime
+
+    text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
+    current: list[Answer] = []
+
+    def answer(request: AskRequest) -> Answer:
+        return current[0] if current else Answer.DENY
+
+    runtime = Runtime(args.project, asker=answer)
+    report_config(runtime)
+    codes: list[int] = []
+    try:
+        with interruptible(), runtime.session() as session:
+            granted(session, args)
+            for number, line in enumerate(text.splitlines(), start=1):
+                if not line.strip():
+                    continue
+                current.clear()
+                try:
+                    tool, call_args, given = _replay_line(line, number)
+                except UsageError as exc:
+                    codes.append(EXIT_USAGE)
+                    row = {
+                        "line": number,
+                        "ok": False,
+                        "error": {"type": type(exc).__name__, "message": str(exc)},
+                    }
+                    print(json.dumps(row) if args.json else f"line {number}: {exc}")
+                    continue
+                if given is not None:
+                    current.append(given)
+                outcome = session.call(tool, call_args)
+                codes.append(exit_code(outcome))
+                if args.json:
+                    row = {"line": number, **outcome.to_json()}
+                    print(json.dumps(row, ensure_ascii=not is_terminal()))
+                else:
+                    print(f"--- line {number}: {tool}")
+                    print_outcome(outcome, False)
+    finally:
+        runtime.close()
+    for code in (EXIT_USAGE, EXIT_DENIED, EXIT_FAILED):
+        if code in codes:
+            return code
+    return EXIT_OK
+
+
+def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
+    from codecoder.runtime.kernel.decision import Answer
+
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"line {number}: not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(row, dict) or not isinstance(row.get("tool"), str):
+        raise UsageError(f'line {number}: expected {{"tool": NAME, "args": {{...}}}}')
+    unknown = set(row) - {"tool", "args", "answer"}
+    if unknown:
+        raise UsageError(f"line {number}: unknown fields {sorted(unknown)}")
+    answer = row.get("answer")
+    if answer is not None and answer not in {a.value for a in Answer}:
+        choices = ", ".join(a.value for a in Answer)
+        raise UsageError(f"line {number}: answer must be one of {choices}")
+    return row["tool"], row.get("args", {}), Answer(answer) if answer else None

@@ -1,0 +1,174 @@
+"""The project's configuration and its trust: `check` (codecoder.json and the user's file
+against the tools and the ceiling rule, and where each rule is from), `trust` (what the project
+file widens, trusted as it is now) and `allowlist` (the project's grants and deny rules, or a
+grant revoked)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from codecoder.runtime.interfaces.cli.inputs import usage
+from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.runtime.interfaces.cli.project import project_runtime, trust_note
+from codecoder.runtime.kernel.errors import ConfigError
+
+
+def check(args: argparse.Namespace) -> int:
+    from codecoder.environments.docker.image import sandbox_status
+    from codecoder.runtime.config.projectfile import Diagnostic, Severity, format_diagnostic
+    from codecoder.runtime.kernel.display import visible
+
+    runtime = project_runtime(args)
+    config = runtime.config
+    docker = sandbox_status(config.docker)
+    diagnostics = list(runtime.diagnostics)
+    # What stops @docker is an error where the project chose the image or the runtime (its own
+    # configuration is wrong); otherwise a warning, since a project need not use @docker.
+    chosen = any(name in ("image", "runtime") for name, _ in config.file.docker)
+    for problem in docker.problems if docker.reachable else ():
+        line, column = config.file.position_of("/docker")
+        severity: Severity = "error" if chosen else "warning"
+        diagnostics.append(
+            Diagnostic(
+                severity, "docker_unavailable", problem, key="docker", line=line, column=column
+            )
+        )
+    ok = not any(d.severity == "error" for d in diagnostics)
+    if args.json:
+        print_json(
+            {
+                "ok": ok,
+                "file": str(runtime.project_file),
+                "user_file": str(config.user_file.path) if config.user_file else None,
+                "trust": config.trust.to_json(),
+                "rules": [rule.to_json() for rule in config.rules],
+                "diagnostics": [d.to_json() for d in diagnostics],
+                "docker": docker.to_json(),
+            }
+        )
+        return EXIT_OK if ok else EXIT_FAILED
+    for d in diagnostics:
+        print(format_diagnostic(runtime.project_file, d))
+    if config.rules:
+        print("rules in effect:")
+        for rule in config.rules:
+            where = f"{rule.file}:{rule.line}" if rule.line else rule.file
+            print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
+    print(visible(docker.describe()))
+    print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def trust(args: argparse.Namespace) -> int:
+    from codecoder.runtime.config.trust import digest_of, forget, record_trust
+    from codecoder.runtime.config.writing import exclusive_lock_of
+    from codecoder.runtime.kernel.display import visible
+
+    runtime = project_runtime(args)
+    project = runtime.project_dir
+    if args.revoke:
+        removed = forget(project)
+        if args.json:
+            print_json({"revoked": removed})
+        else:
+            withdrawn = "trust withdrawn" if removed else "nothing was trusted"
+            print(f"{runtime.project_file}: {withdrawn}")
+        return EXIT_OK
+    config = runtime.config
+    widenings = config.trust.widenings
+    if args.json and (args.show or not widenings):
+        print_json({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": False})
+        return EXIT_OK
+    if not args.json:
+        print(f"{runtime.project_file} ({config.trust.state.value}):")
+        for w in widenings:
+            where = f"line {w.line}: " if w.line else ""
+            print(f"  {where}{visible(w.what)}")
+        if not widenings:
+            print("  it widens nothing: there is nothing to trust")
+    if args.show or not widenings:
+        return EXIT_OK
+    if not config.file.usable:
+        # What cannot be read cannot have been reviewed. (Entries that are wrong in a readable
+        # file, a ceiling violation or a forbidden read root, grant nothing, trusted or not.)
+        print(
+            "codecoder: codecoder.json is not usable; fix it first (`codecoder check`)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if not args.yes:
+        if not sys.stdin.isatty():
+            usage("trust asks for confirmation on a terminal; pass --yes to trust without it")
+        answer = input("trust these, for this exact file? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing trusted")
+            return EXIT_FAILED
+    data = config.file.data or b""
+    try:
+        with exclusive_lock_of(runtime.project_file):
+            # Exactly the bytes shown: a file changed since was not what the human reviewed.
+            current = runtime.project_file.read_bytes()
+            if current != data:
+                print("codecoder: codecoder.json changed while it was shown; run trust again")
+                return EXIT_FAILED
+            record_trust(project, data, [w.what for w in widenings])
+    except (OSError, ConfigError) as exc:
+        print(f"codecoder: cannot record trust: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print_json({"file": str(runtime.project_file), **config.trust.to_json(), "recorded": True})
+    else:
+        print(
+            f"trusted {runtime.project_file} ({digest_of(data)[:16]}…); running servers apply "
+            "it at `codecoder reload`"
+        )
+    return EXIT_OK
+
+
+def allowlist(args: argparse.Namespace) -> int:
+    from codecoder.runtime.config.writing import remove_allow_entry
+    from codecoder.runtime.kernel.display import visible
+
+    runtime = project_runtime(args)
+    if args.action == "revoke":
+        if not args.key:
+            usage("allowlist revoke needs the KEY to revoke")
+        try:
+            removed = remove_allow_entry(runtime.project_file, args.key)
+        except ConfigError as exc:
+            print(f"codecoder: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if args.json:
+            print_json({"revoked": removed, "key": args.key})
+        else:
+            print(f"revoked {args.key}" if removed else f"{args.key} is not in the allowlist")
+        return EXIT_OK if removed else EXIT_FAILED
+    problems = {
+        d.key: d
+        for d in runtime.diagnostics
+        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+    }
+    entries = [
+        {
+            "key": e.pattern,
+            "scope": e.scope,
+            "line": e.line,
+            "grants": e.grants and e.pattern not in problems,
+            "problem": problems[e.pattern].code if e.pattern in problems else None,
+        }
+        for e in runtime.config.file.allowlist
+    ]
+    denies = [{"key": d.pattern, "line": d.line} for d in runtime.config.file.deny]
+    if args.json:
+        print_json({"file": str(runtime.project_file), "allowlist": entries, "deny": denies})
+    else:
+        for e in entries:
+            state = "grants" if e["grants"] else f"grants nothing ({e['problem'] or 'scope'})"
+            print(f"allow  {visible(str(e['key']))}  {e['scope']}  [{state}]")
+        for d in denies:
+            print(f"deny   {visible(str(d['key']))}")
+        if not entries and not denies:
+            print("(no entries)")
+    return EXIT_OK

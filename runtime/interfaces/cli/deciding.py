@@ -1,0 +1,79 @@
+"""What the permission chain makes of a call, without running or recording it: `key` (the
+permission key of a command or of any tool call, and the grants that would cover it) and
+`decide` (the decision, where it came from and what matched: exit 0 allow, 3 deny, 4 ask)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from codecoder.runtime.interfaces.cli.exit_codes import EXIT_DENIED, EXIT_OK, EXIT_WOULD_ASK
+from codecoder.runtime.interfaces.cli.inputs import call_arguments, json_arg, usage
+from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.runtime.interfaces.cli.project import granted, project_runtime
+
+
+def key(args: argparse.Namespace) -> int:
+    from codecoder.runtime.dispatcher import validate_arguments
+    from codecoder.runtime.permissions.commandkey import key_command
+    from codecoder.runtime.permissions.keys import CallSite
+
+    if args.tool is None:
+        keyed = key_command(args.input) if args.input.strip() else usage("the command is blank")
+        command_key = keyed.permission_key("run_command")
+        data: dict[str, Any] = {
+            "tool": "run_command",
+            "key": command_key.raw,
+            "compound": keyed.compound,
+            "argv": list(keyed.argv) if keyed.argv is not None else None,
+            "reason": keyed.reason,
+            "protected": keyed.protected,
+            "grants": [
+                {"entry": level.entry, "covers": level.covers} for level in command_key.levels
+            ],
+        }
+    else:
+        runtime = project_runtime(args)
+        tool = runtime.tools.get(args.tool) or usage(f"unknown tool {args.tool!r}")
+        params = validate_arguments(tool, json_arg(args.input, "arguments"))
+        site = CallSite(runtime.project_dir, runtime.environment_of(tool.name))
+        key = tool.permission_in(params, site).key
+        data = {
+            "tool": tool.name,
+            "permission": "ask" if key else "none",
+            "key": key.raw if key else None,
+            "compound": key.compound if key else False,
+            "argv": list(key.argv) if key and key.argv is not None else None,
+            "protected": key.protected if key else False,
+            "environment": runtime.environment_of(tool.name).value,
+            "grants": [
+                {"entry": level.entry, "covers": level.covers}
+                for level in (key.grant_levels if key else ())
+            ],
+        }
+    if args.json:
+        print_json(data)
+    else:
+        print(data["key"] if data["key"] is not None else "(no permission needed)")
+    return EXIT_OK
+
+
+def decide(args: argparse.Namespace) -> int:
+    from codecoder.runtime.evaluation import evaluate
+    from codecoder.runtime.kernel.display import visible
+
+    payload = call_arguments(args.arguments)
+    with project_runtime(args) as runtime:
+        session = granted(runtime.session(), args)
+        verdict = evaluate(session, args.tool, payload)
+    if args.json:
+        print_json(verdict.to_json())
+    else:
+        key = visible(verdict.key) if verdict.key else "(no permission needed)"
+        print(f"{verdict.decision}  {key}  {verdict.environment.value}")
+        print(f"  {visible(verdict.reason)}")
+        if verdict.matched:
+            print(f"  matched: {visible(verdict.matched)}")
+        for violation in verdict.violations:
+            print(f"  {visible(violation)}")
+    return {"allow": EXIT_OK, "deny": EXIT_DENIED, "ask": EXIT_WOULD_ASK}[verdict.decision]

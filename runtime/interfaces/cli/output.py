@@ -1,0 +1,52 @@
+"""What the commands print: JSON documents, and a call's outcome (on a terminal, with no escape
+sequence of the tool's output reaching it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from codecoder.runtime.kernel.errors import PermissionDenied, ToolError
+
+if TYPE_CHECKING:
+    from codecoder.runtime.dispatcher import CallOutcome
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
+    """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
+    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
+    from codecoder.runtime.kernel.display import for_terminal, visible
+
+    if as_json:
+        print(json.dumps(outcome.to_json(), ensure_ascii=not is_terminal()))
+        return
+    decision = outcome.decision
+    for violation in decision.violations if decision else ():
+        if str(outcome.error).endswith(violation):
+            continue
+        print(f"codecoder: {visible(violation)}", file=sys.stderr)
+    if outcome.result is not None:
+        output = outcome.result.output
+        if is_terminal():
+            output = for_terminal(output)
+        sys.stdout.write(output)
+        if not output.endswith("\n"):
+            sys.stdout.write("\n")
+    if outcome.error is not None:
+        kind = (
+            "permission denied"
+            if isinstance(outcome.error, PermissionDenied)
+            else "tool error"
+            if isinstance(outcome.error, ToolError)
+            else "error"
+        )
+        print(f"codecoder: {kind}: {visible(str(outcome.error))}", file=sys.stderr)
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,57 @@
+"""The project a command works on: its `Runtime` (asking nobody unless told to), the session
+with the run's `--allow` grants, and what its configuration tells the user before a call
+(diagnostics, an unusable or untrusted file)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from codecoder.runtime.config.project import ProjectConfig
+    from codecoder.runtime.permissions.prompt import Asker
+    from codecoder.runtime.session import Runtime, Session
+
+
+def project_runtime(args: argparse.Namespace, asker: Asker | None = None) -> Runtime:
+    from codecoder.runtime.permissions.prompt import non_interactive
+    from codecoder.runtime.session import Runtime
+
+    return Runtime(args.project, asker=asker or non_interactive)
+
+
+def granted(session: Session, args: argparse.Namespace) -> Session:
+    """The session with the run's `--allow` keys granted (each checked as a session grant)."""
+    for key in args.allow:
+        session.grant(key)
+    return session
+
+
+def report_config(runtime: Runtime) -> None:
+    from codecoder.runtime.config.projectfile import format_diagnostic
+    from codecoder.runtime.config.trust import TrustState
+
+    for d in runtime.diagnostics:
+        print(format_diagnostic(runtime.project_file, d), file=sys.stderr)
+    if not runtime.config.file.usable:
+        print(
+            "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
+        )
+    elif runtime.config.trust.state is TrustState.UNTRUSTED:
+        print(f"codecoder: {runtime.project_file}{trust_note(runtime.config)}", file=sys.stderr)
+
+
+def trust_note(config: ProjectConfig) -> str:
+    from codecoder.runtime.config.trust import TrustState
+
+    trust = config.trust
+    count = len(trust.widenings)
+    if trust.state is TrustState.UNTRUSTED:
+        return (
+            f"; not trusted: {count} widening(s) ignored (see `codecoder trust --show`, then "
+            "`codecoder trust`)"
+        )
+    if trust.state is TrustState.TRUSTED:
+        return f"; trusted ({count} widening(s) obeyed)"
+    return ""

@@ -1,0 +1,91 @@
+"""Serving other programs: `hook` (another agent's permission hook, JSON on stdin and stdout),
+`serve` (the tools over MCP on stdio), `session` (an interactive session) and `reload`
+(codecoder.json applied to the project's running servers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.runtime.interfaces.cli.project import project_runtime
+from codecoder.runtime.interfaces.interruption import interruptible
+from codecoder.runtime.kernel.errors import UsageError
+
+
+def hook(args: argparse.Namespace) -> int:
+    """One hook event from the host. Whatever goes wrong blocks the call (exit 2 with the
+    reason on stderr, which both hosts read as "blocked"): a hook that cannot decide must not
+    let a call through."""
+    from codecoder.runtime.interfaces.hooks import HookOptions, handle
+    from codecoder.runtime.permissions.prompt import in_ci
+
+    options = HookOptions(
+        project=args.project,
+        allow=tuple(args.allow),
+        sandbox=args.sandbox,
+        mcp_server=args.mcp_server,
+        interactive=not (args.non_interactive or in_ci()),
+    )
+    try:
+        event = json.loads(sys.stdin.read())
+        if not isinstance(event, dict):
+            raise UsageError("the hook input is not a JSON object")
+        answer = handle(args.host, event, options)
+    except Exception as exc:
+        print(f"codecoder hook: blocked: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if answer:
+        print(json.dumps(answer, ensure_ascii=False))
+    return EXIT_OK
+
+
+# The MCP server and the interactive session are imported when used: the `mcp` SDK takes
+# about a second to import, which every other command would pay for nothing.
+
+
+def serve(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces import mcp_server
+
+    return mcp_server.serve(args.project, allow=tuple(args.allow))
+
+
+def session(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces.interactive import run_session
+
+    with interruptible():
+        return run_session(args.project)
+
+
+def reload(args: argparse.Namespace) -> int:
+    from codecoder.runtime.config.projectfile import format_diagnostic
+    from codecoder.runtime.interfaces.mcp_server import signal_servers
+
+    runtime = project_runtime(args)
+    signalled = signal_servers(runtime.project_dir)
+    diagnostics = runtime.diagnostics
+    ok = not any(d.severity == "error" for d in diagnostics)
+    if args.json:
+        print_json(
+            {
+                "ok": ok,
+                "file": str(runtime.project_file),
+                "signalled": signalled,
+                "diagnostics": [d.to_json() for d in diagnostics],
+            }
+        )
+    else:
+        for d in diagnostics:
+            print(format_diagnostic(runtime.project_file, d))
+        if not runtime.config.file.usable:
+            print("codecoder.json is not usable: no grants are taken from it")
+        pids = ", ".join(str(pid) for pid in signalled)
+        print(
+            f"reloaded {len(signalled)} server(s) of {runtime.project_dir}: {pids}"
+            if signalled
+            else f"no running server of {runtime.project_dir} to reload"
+        )
+        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
+    return EXIT_OK if ok else EXIT_FAILED
