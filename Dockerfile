@@ -31,7 +31,7 @@ ENV HOME=/tmp \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /workspace
 USER 10001:10001
-# codecoder.agent: the protocol of the agent inside (environments.docker.environment.AGENT_PROTOCOL); the
+# codecoder.agent: the protocol of the agent inside (environments.docker.channel.AGENT_PROTOCOL); the
 # runtime refuses an image without it.
 LABEL org.opencontainers.image.title="codecoder-sandbox" \
       org.opencontainers.image.description="Sandbox image for codecoder's @docker environment" \

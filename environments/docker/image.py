@@ -34,10 +34,9 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from codecoder.environments.docker.environment import (
-    AGENT_COMMAND,
-    AGENT_PROTOCOL,
-    LABEL_AGENT,
+from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
+from codecoder.environments.docker.containers import AGENT_COMMAND
+from codecoder.environments.docker.engine import (
     SETUP_HINT,
     _client_from_env,
     _engine_address,

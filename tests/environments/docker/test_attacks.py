@@ -18,11 +18,8 @@ import docker
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
-from codecoder.environments.docker.environment import (
-    AGENT_COMMAND,
-    DockerEnvironment,
-    DockerSettings,
-)
+from codecoder.environments.docker.containers import AGENT_COMMAND
+from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.session import Runtime

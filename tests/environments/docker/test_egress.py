@@ -19,13 +19,9 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest, Connection
+from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.egress import EgressProxy
-from codecoder.environments.docker.environment import (
-    AGENT_PROTOCOL,
-    LABEL_AGENT,
-    DockerEnvironment,
-    DockerSettings,
-)
+from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.settings import Egress
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer

@@ -26,9 +26,8 @@ import pytest
 import requests
 
 from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.environment import (
-    AGENT_PROTOCOL,
-    LABEL_AGENT,
     DockerEnvironment,
     DockerSettings,
     LooserSetting,

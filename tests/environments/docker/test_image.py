@@ -17,12 +17,8 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest
-from codecoder.environments.docker.environment import (
-    AGENT_PROTOCOL,
-    LABEL_AGENT,
-    DockerEnvironment,
-    DockerSettings,
-)
+from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
+from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.image import (
     build_sandbox_image,
     default_tag,

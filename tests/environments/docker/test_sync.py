@@ -18,13 +18,9 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
-from codecoder.environments.docker.environment import (
-    AGENT_PROTOCOL,
-    LABEL_AGENT,
-    DockerEnvironment,
-    DockerSettings,
-    engine_is_local,
-)
+from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
+from codecoder.environments.docker.engine import engine_is_local
+from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.sync import WorkspaceVolume, _points_out
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 

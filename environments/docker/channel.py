@@ -1,0 +1,279 @@
+"""The stream to the agent of a warm container: framing, authentication, one call at a time.
+
+A warm container runs `sandboxes/image/agent.py` as its main process. The runtime keeps the
+container's attached stdin/stdout open and writes one authenticated line per call; the agent
+runs the command and answers with one line (protocol in the agent's docstring). A call
+therefore costs one round trip on an open stream, not an exec through the engine API. A
+container runs one call at a time: that is what lets the agent end every process of a call
+before it answers.
+
+The stream from the agent is read with bounded buffers: a frame larger than `MAX_FRAME` or a
+line longer than the answer to the pending request can be, an answer with a wrong MAC or for
+no pending request, ends the container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from typing import Any, Final, Literal
+
+from codecoder.environments.docker.egress import EgressProxy
+from codecoder.environments.workspaceguard import ProtectedScan
+from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.kernel.errors import Cancelled
+
+__all__ = ["AGENT_PROTOCOL", "LABEL_AGENT", "Mode"]
+
+log = logging.getLogger(__name__)
+
+AGENT_PROTOCOL: Final = 3
+# Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its
+# agent. An image without it is not a sandbox image.
+LABEL_AGENT: Final = "codecoder.agent"
+# The engine copies a container's output in chunks of 32 KiB; a larger frame is not its.
+MAX_FRAME: Final = 1024 * 1024
+# Before any request: the hello. During a call: what its answer can take (both streams at the
+# cap, each byte at worst a six-character JSON escape) and room for the rest.
+HELLO_LINE: Final = 1024 * 1024
+
+# Which workspace mount a container has: read-only or read-write (an environment keeps one
+# warm container of each).
+Mode = Literal["ro", "rw"]
+
+
+def _answer_line_cap(max_output: int) -> int:
+    return 16 * max_output + HELLO_LINE
+
+
+class _AgentGone(Exception):
+    """The attached stream closed or broke its protocol: the container is of no further use."""
+
+
+class _Pending:
+    __slots__ = ("done", "id", "response")
+
+    def __init__(self, request_id: int) -> None:
+        self.id = request_id
+        self.done = threading.Event()
+        self.response: dict[str, Any] | None = None
+
+
+class _AgentChannel:
+    """One warm container and the authenticated stream to the agent running in it.
+
+    The host sends the session key as the first line; every later line in either direction is
+    `<HMAC-SHA256 hex> <JSON>` (see the agent). One request is in flight at a time.
+    """
+
+    def __init__(self, container_id: str, name: str, mode: Mode, attached: Any) -> None:
+        self.container_id = container_id
+        self.name = name
+        self.mode = mode
+        # The SDK's socket wrapper keeps the HTTP response alive; the raw socket does the I/O.
+        self._attached = attached
+        self._sock: socket.socket = getattr(attached, "_sock", attached)
+        # The SDK sets the client timeout on the socket; an idle warm container must not time out.
+        self._sock.settimeout(None)
+        self._key = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        self._pending: _Pending | None = None
+        self._ids = itertools.count(1)
+        self._line_cap = HELLO_LINE
+        self._hello = threading.Event()
+        self.hello: dict[str, Any] = {}
+        self.gone: str | None = None
+        self._stderr_tail = bytearray()
+        # What the host knows of the container's state (calls are serialized per mode).
+        self.scan: ProtectedScan | None = None  # read-write containers: what is mounted read-only
+        self.used = False
+        self.state_grant: str | None = None
+        self.snapshot_digest: str | None = None
+        self.proxy: EgressProxy | None = None  # this container's egress proxy, if it has one
+        self.runtime = "runc"  # the engine runtime it runs under
+        # Sync mode: the volume's generation when this container last listed it (after its last
+        # writable call); while the volume is still at it, the agent's listing stands.
+        self.synced_generation: int | None = None
+        self._reader = threading.Thread(
+            target=self._read_frames, name=f"codecoder-{name}", daemon=True
+        )
+        self._reader.start()
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode(errors="replace").strip()
+
+    def begin(self, uid: int, gid: int, egress: dict[str, Any] | None, outbox: str | None) -> None:
+        """Send the session key, the command user and what the agent serves besides calls
+        (the egress relay, the outbox of sync mode): the first line the agent reads."""
+        setup = {"key": self._key.hex(), "uid": uid, "gid": gid, "egress": egress, "outbox": outbox}
+        self._send(json.dumps(setup).encode() + b"\n")
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._hello.wait(timeout) and self.gone is None
+
+    def call(
+        self,
+        message: dict[str, Any],
+        wait: float,
+        max_output: int,
+        cancel: threading.Event | None = None,
+    ) -> dict[str, Any] | None:
+        """Send one request; its answer, or None when none came within `wait` seconds.
+
+        Raises Cancelled as soon as `cancel` is set (the caller then discards the container)."""
+        with self._lock:
+            if self.gone is not None:
+                raise _AgentGone(self.gone)
+            pending = _Pending(next(self._ids))
+            self._pending = pending
+            self._line_cap = _answer_line_cap(max_output)
+        message["id"] = pending.id
+        # JSON escapes every control character, so the engine's detach sequence (ctrl-p ctrl-q)
+        # can never appear in what we write to the attached stdin.
+        self._send(self._seal(b"H", json.dumps(message, separators=(",", ":")).encode()))
+        if not _wait_or_cancel(pending.done, wait, cancel):
+            with self._lock:
+                self._pending = None
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled: the sandbox container running it was killed")
+            return None
+        if pending.response is None:
+            raise _AgentGone(self.gone or "the sandbox agent stopped")
+        return pending.response
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        self._fail("the sandbox was closed")
+        if self.proxy is not None:
+            self.proxy.close()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            self._fail(f"writing to the sandbox agent failed: {exc}")
+
+    def _mac(self, direction: bytes, body: bytes) -> bytes:
+        return hmac.new(self._key, direction + body, hashlib.sha256).hexdigest().encode()
+
+    def _seal(self, direction: bytes, body: bytes) -> bytes:
+        return self._mac(direction, body) + b" " + body + b"\n"
+
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            if self.gone is None:
+                self.gone = reason
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.done.set()
+        self._hello.set()
+
+    def _violation(self, reason: str) -> None:
+        log.warning("%s: %s; the container is discarded", self.name, reason)
+        self._fail(f"the sandbox broke the protocol: {reason}")
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _read_frames(self) -> None:
+        # Without a TTY the engine multiplexes the streams: each frame is an 8-byte header
+        # (stream id, three zero bytes, big-endian payload length) and the payload. Both the
+        # frame buffer and the line buffer are bounded, and a newline is looked for only in
+        # what arrived, so no input costs more than linear time or bounded memory.
+        frames = bytearray()
+        line = bytearray()
+        reason = "the sandbox container stopped"
+        try:
+            while self.gone is None:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                frames += chunk
+                while len(frames) >= 8 and self.gone is None:
+                    size = int.from_bytes(frames[4:8], "big")
+                    if size > MAX_FRAME:
+                        self._violation(f"a frame of {size} bytes")
+                        return
+                    if len(frames) < 8 + size:
+                        break
+                    stream, payload = frames[0], bytes(frames[8 : 8 + size])
+                    del frames[: 8 + size]
+                    if stream == 1:
+                        self._take(payload, line)
+                    else:
+                        self._stderr_tail += payload
+                        del self._stderr_tail[:-4096]
+        except OSError as exc:
+            reason = f"the stream to the sandbox broke: {exc}"
+        self._fail(reason)
+
+    def _take(self, payload: bytes, line: bytearray) -> None:
+        start = 0
+        while self.gone is None:
+            end = payload.find(b"\n", start)
+            line += payload[start : len(payload) if end < 0 else end]
+            if len(line) > self._line_cap:
+                self._violation(f"a line longer than {self._line_cap} bytes")
+                return
+            if end < 0:
+                return
+            self._dispatch(bytes(line))
+            line.clear()
+            start = end + 1
+
+    def _dispatch(self, line: bytes) -> None:
+        mac, _, body = line.partition(b" ")
+        if not hmac.compare_digest(mac, self._mac(b"A", body)):
+            self._violation(f"a line without the session's MAC: {visible(repr(line[:120]))}")
+            return
+        try:
+            message = json.loads(body)
+        except ValueError:
+            self._violation(f"a line that is not JSON: {visible(repr(line[:120]))}")
+            return
+        if not isinstance(message, dict):
+            self._violation("a line that is not a JSON object")
+            return
+        if "hello" in message:
+            if self._hello.is_set():
+                self._violation("a second hello")
+                return
+            self.hello = message
+            self._hello.set()
+            return
+        with self._lock:
+            pending = self._pending
+            if pending is None or message.get("id") != pending.id:
+                unexpected = True
+            else:
+                unexpected = False
+                self._pending = None
+                self._line_cap = HELLO_LINE
+        if unexpected:
+            self._violation(f"an answer for no pending call (id {message.get('id')!r})")
+            return
+        assert pending is not None
+        pending.response = message
+        pending.done.set()
+
+
+def _wait_or_cancel(done: threading.Event, wait: float, cancel: threading.Event | None) -> bool:
+    """Wait for `done` up to `wait` seconds, looking at `cancel` every 50 ms; True when done."""
+    if cancel is None:
+        return done.wait(wait)
+    deadline = time.monotonic() + wait
+    while not done.wait(min(0.05, max(deadline - time.monotonic(), 0.0))):
+        if cancel.is_set() or time.monotonic() >= deadline:
+            return False
+    return True
