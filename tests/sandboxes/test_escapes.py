@@ -28,16 +28,11 @@ from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.keys import CallSite, Permission
 from codecoder.runtime.tools.catalogue import builtin_tools
 from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
-from codecoder.sandboxes.escapes.suite import (
-    LAYERS,
-    AuditOptions,
-    AuditReport,
-    KeyingEntry,
-    Layer,
-    Status,
-    load_corpus,
-    run_audit,
-)
+from codecoder.sandboxes.escapes.corpus import LAYERS, KeyingEntry, Layer, load_corpus
+from codecoder.sandboxes.escapes.options import AuditOptions
+from codecoder.sandboxes.escapes.outcomes import Status
+from codecoder.sandboxes.escapes.report import AuditReport
+from codecoder.sandboxes.escapes.runner import run_audit
 from tests.conftest import write_config
 
 BLOCKED, ESCAPED, NOT_RUN, NOT_APPLICABLE = (
@@ -652,7 +647,7 @@ class _StoppingRunner:
         self.tries = 0
 
     def run(self, attempt: Any) -> str:
-        from codecoder.sandboxes.escapes.suite import _NotRun
+        from codecoder.sandboxes.escapes.outcomes import _NotRun
 
         self.tries += 1
         if self.tries <= self.stops:
@@ -667,7 +662,7 @@ class _StoppingRunner:
 def test_an_attempt_whose_sandbox_stopped_is_made_once_more(
     project: Path, stops: int, status: Status
 ) -> None:
-    from codecoder.sandboxes.escapes.suite import _Audit
+    from codecoder.sandboxes.escapes.runner import _Audit
 
     [attempt] = [a for a in load_corpus(["docker"]) if a.id == "docker.host-processes"]
     runner = _StoppingRunner(stops)

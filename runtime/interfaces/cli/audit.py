@@ -12,7 +12,9 @@ from codecoder.runtime.interfaces.cli.output import print_json
 
 def audit(args: argparse.Namespace) -> int:
     # Imported when used, like the MCP server: the suite loads the Docker SDK and wasmtime.
-    from codecoder.sandboxes.escapes.suite import LAYERS, run_audit, table_header, table_row
+    from codecoder.sandboxes.escapes.corpus import LAYERS
+    from codecoder.sandboxes.escapes.report import table_header, table_row
+    from codecoder.sandboxes.escapes.runner import run_audit
 
     unknown = sorted(set(args.layer or ()) - set(LAYERS))
     if unknown:
