@@ -135,6 +135,9 @@ _LABELS: Final = {
     Answer.SESSION_PROGRAM: "Always allow for this session",
     Answer.PROJECT: "Always allow for this project (writes codecoder.json)",
     Answer.PROJECT_PROGRAM: "Always allow for this project (writes codecoder.json)",
+    Answer.PROJECT_ANY: "Always allow for this project (writes codecoder.json)",
+    Answer.HOST_ONCE: "Run it on the host instead, unconfined (@shell), once",
+    Answer.HOST_SESSION: "Run it on the host instead, unconfined (@shell), for this session",
     Answer.DENY: "Deny",
 }
 
