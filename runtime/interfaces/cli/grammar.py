@@ -19,7 +19,11 @@ from codecoder.runtime.interfaces.cli import (
 )
 from codecoder.runtime.kernel.errors import UsageError
 
-ANSWERS = ("once", "session", "project", "deny")  # runtime.kernel.decision.Answer's values
+# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them)
+ANSWERS = (
+    *("once", "session", "session-program", "project", "project-program", "project-any"),
+    *("host-once", "host-session", "deny"),
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,8 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.add_argument(
         "--sandbox",
-        choices=["docker"],
-        help="rewrite shell commands to run in codecoder's @docker sandbox (`codecoder exec`)",
+        choices=["bwrap", "docker"],
+        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
+        "(`codecoder exec`)",
     )
     p.add_argument(
         "--mcp-server",
@@ -147,8 +152,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=serving.hook)
 
-    p = command("exec", "run a command in the @docker sandbox through the permission chain")
+    p = command("exec", "run a command in a sandbox (@docker, @bwrap) through the permission chain")
     allow(p)
+    p.add_argument(
+        "--sandbox",
+        choices=["bwrap", "docker"],
+        default="docker",
+        help="where the command runs: run_container in @docker (the default) or run_command "
+        "in @bwrap",
+    )
     p.add_argument("--hook", metavar="HOST:SESSION", help="the host session a hook rewrote for")
     p.add_argument("--approved", metavar="TOKEN", help="the one-time token of the host's question")
     p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
