@@ -118,11 +118,12 @@ def _judge(argv: Sequence[str], *, filter: bool) -> str | None:
     form = READ_ONLY.get(program)
     if form is None:
         return f"{program} is not a program the read-only table knows"
+    args = list(argv[1:])
     try:
         if isinstance(form, ReadOnlyForm):
-            form.judge(program, argv[1:], filter)
+            form.judge(program, args, filter)
         else:
-            form(program, argv[1:], filter)
+            form(program, args, filter)
     except NotReadOnly as why:
         return str(why)
     return None
@@ -297,11 +298,10 @@ def _git(program: str, args: Sequence[str], filter: bool) -> None:
 
 
 def _test(program: str, args: Sequence[str], filter: bool) -> None:
-    """`test` and `[` evaluate their arguments and exit: they read file metadata at most."""
+    """`test` evaluates its arguments and exits: it reads file metadata at most. (`[` is never
+    a simple command: its name and its closing `]` are glob characters to bash.)"""
     if filter:
         raise NotReadOnly(f"{program} does not read its input: it is not an output filter")
-    if program == "[" and (not args or args[-1] != "]"):
-        raise NotReadOnly("[ without its closing ]")
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -777,7 +777,6 @@ READ_ONLY: dict[str, ReadOnlyForm | Callable[[str, Sequence[str], bool], None]] 
         stdin=False,
     ),
     "test": _test,
-    "[": _test,
     # `cd DIR` in a read-only list (`cd src && ls`): bash's own, it changes where the next
     # command of that list runs, nothing else.
     "cd": ReadOnlyForm(Options(flags("-L -P")), data=None, stdin=False, check=_one_directory),

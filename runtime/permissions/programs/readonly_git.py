@@ -260,6 +260,7 @@ _SIMPLE = {
 
 def git_read_only(program: str, args: Sequence[str]) -> None:
     """Raise NotReadOnly unless `git ARGS` is one of git's read-only forms."""
+    args = list(args)
     i = 0
     while i < len(args) and args[i].startswith("-"):
         if args[i] not in _GLOBALS:
