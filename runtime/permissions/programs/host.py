@@ -17,7 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from codecoder.runtime.permissions.programs.git import _local_repository, git_subcommand
+from codecoder.runtime.permissions.programs.git import (
+    _git_core_builtin,
+    _local_repository,
+    git_subcommand,
+)
 from codecoder.runtime.permissions.programs.options import _options_and_operands
 from codecoder.runtime.permissions.programs.table import canonical_name
 
@@ -107,6 +111,9 @@ def needs_host(argv: Sequence[str]) -> str | None:
         return None
     name = canonical_name(argv[0])
     args = argv[1:]
+    builtin = _git_core_builtin(argv[0])
+    if builtin is not None:  # /usr/lib/git-core/git-push is `git push`
+        name, args = "git", (builtin, *args)
     why = _ALWAYS.get(name)
     if why is not None:
         return f"{name} {why}"
