@@ -52,7 +52,7 @@ class Evaluation:
 
     def to_json(self) -> dict[str, Any]:
         question = self.question
-        return {
+        shown: dict[str, Any] = {
             "decision": self.decision,
             "tool": self.tool,
             "key": self.key,
@@ -64,8 +64,10 @@ class Evaluation:
             "reason": self.reason,
             "violations": list(self.violations),
             "protected": self.protected,
-            "escalated_from": self.escalated_from.value if self.escalated_from else None,
         }
+        if self.escalated_from is not None:
+            shown["escalated_from"] = self.escalated_from.value
+        return shown
 
 
 def evaluate(session: Session, tool: str, args: Any) -> Evaluation:

@@ -96,7 +96,7 @@ class Decision:
         return f"{self.source.value}:{self.matched or self.key}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        shown: dict[str, Any] = {
             "decision": "allow" if self.allowed else "deny",
             "source": self.source.value,
             "key": self.key,
@@ -106,5 +106,7 @@ class Decision:
             "answer": self.answer.value if self.answer else None,
             "reason": self.reason,
             "violations": list(self.violations),
-            "escalated_from": self.escalated_from.value if self.escalated_from else None,
         }
+        if self.escalated_from is not None:
+            shown["escalated_from"] = self.escalated_from.value
+        return shown

@@ -80,7 +80,6 @@ def test_a_read_only_command_runs_in_bwrap_with_no_question_and_the_file_system_
         "reason": f"a read-only command ({programs}), run confined read-only in @bwrap: the "
         "file system read-only, your secrets hidden, no network",
         "violations": [],
-        "escalated_from": None,
     }
     (request,) = ran(runtime, BWRAP)
     assert (request.writable, request.grant) == (False, None)
@@ -415,7 +414,12 @@ def test_a_host_answer_to_a_question_that_does_not_offer_it_runs_nothing_on_the_
 def test_wildcards_in_bwrap_do_not_cover_a_command_that_needs_the_host(project: Path) -> None:
     write_config(
         project,
-        {"allowlist": {"run_command:*": "AlwaysThisProject", "run_command:git": "AlwaysThisProject"}},
+        {
+            "allowlist": {
+                "run_command:*": "AlwaysThisProject",
+                "run_command:git": "AlwaysThisProject",
+            }
+        },
     )
     asker = RecordingAsker(Answer.DENY)
     runtime = contained(project, asker)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible
 from codecoder.runtime.permissions.keys import GrantLevel
 from codecoder.runtime.permissions.prompt import AskRequest, render
+from tests.conftest import write_config
 
 
 def test_visible_makes_escapes_and_invisible_characters_visible() -> None:
@@ -204,3 +206,50 @@ def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
     assert titles["session"].endswith("only `git status …` commands [run_command:git:status]")
     assert "every simple `git …` command" in titles["session-program"]
     assert titles["session-program"].endswith("[run_command:git]")
+
+
+def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, "npm test")
+    child.expect(r"choice \[o/s/a/p/w/c/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
+    assert "  [p] always this project: only `npm test …` commands [run_command:npm:test]" in screen
+    assert "  [w] always this project: every simple `npm …` command" in screen
+    assert (
+        "  [c] always this project: any simple command in @bwrap (one program with literal "
+        "arguments; never a compound command, nor one that needs the host) [run_command:*] "
+        "(writes codecoder.json)" in screen
+    )
+    child.sendline("c")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }
+
+
+def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
+    project: Path, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, f"git ls-remote {remote}")
+    child.expect(r"choice \[o/s/p/h/r/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
+    assert "  [o] allow once, contained in @bwrap (it would likely fail)" in screen
+    assert (
+        "  [h] run it on the host, unconfined (@shell), once [run_command:git:ls-remote]" in screen
+    )
+    child.sendline("h")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    out = json.loads(child.before[child.before.index("{") :])
+    assert (out["decision"]["environment"], out["decision"]["escalated_from"]) == (
+        "@shell",
+        "@bwrap",
+    )
+    assert out["result"]["data"]["exit_code"] == 0

@@ -192,7 +192,7 @@ WRITES = [
     # awk: system(), pipes and redirections.
     ("awk 'BEGIN { system(\"touch ran\") }'", "ran"),
     ("awk '{ print > \"out\" }' f", "out"),
-    ("awk 'BEGIN { print \"x\" | \"cat > out\" }'", "out"),
+    ('awk \'BEGIN { print "x" | "cat > out" }\'', "out"),
     ("awk 'BEGIN { \"touch ran\" | getline }'", "ran"),
     ("awk -f prog.awk f", "ran"),
     # ripgrep's preprocessor runs a program.
@@ -251,7 +251,7 @@ def _stage(root: Path) -> dict[str, str]:
     (root / "script.sed").write_text("1w out\n")
     (root / "prog.awk").write_text('BEGIN { system("touch ran") }\n')
     run_sh = root / "run.sh"
-    run_sh.write_text("#!/bin/sh\ntouch ran\ncat \"$1\"\n")
+    run_sh.write_text('#!/bin/sh\ntouch ran\ncat "$1"\n')
     run_sh.chmod(0o755)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
