@@ -58,8 +58,10 @@ FIGURE_NAMES = [
     "agents.startup.decide_in_process",
     "agents.startup.hook_in_process",
     "agents.mcp.result_size",
+    "questions.first.bwrap",
+    "questions.later.bwrap",
 ]
-CHEAP = ["permission", "keying", "allowlists"]
+CHEAP = ["permission", "keying", "allowlists", "questions"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}
 FIGURE_KEYS = {
     "name",
@@ -132,7 +134,7 @@ def test_every_measured_figure_has_a_median_within_its_quartiles_and_a_baseline(
     for figure in measured:
         assert set(figure) == FIGURE_KEYS
         assert figure["status"] in ("pass", "miss", "info"), figure
-        assert figure["unit"] in ("us", "ms", "s", "calls/s")
+        assert figure["unit"] in ("us", "ms", "s", "calls/s", "per100")
         for side in ("subject", "baseline"):
             stats = figure[side]
             assert set(stats) == STATS_KEYS
@@ -164,6 +166,8 @@ def test_the_targets_of_the_issue_are_checked(document: dict[str, Any]) -> None:
     assert targets["docker.call.vs_exec_run"]["limit"] == pytest.approx(0.2)
     assert targets["docker.call.vs_cold_cli"]["limit"] == pytest.approx(0.04)
     assert targets["wasm.read_file.landlock"]["limit"] == pytest.approx(0.1)
+    assert targets["questions.first.bwrap"] == {"kind": "max_value", "limit": 15.0, "text": "≤ 15"}
+    assert targets["questions.later.bwrap"] == {"kind": "max_value", "limit": 3.0, "text": "≤ 3"}
     for name in (
         "search.grep.small",
         "search.glob.small",
