@@ -21,9 +21,9 @@ warns about anything `DockerSettings.looser_than_default()` reports):
 - labels on every container (`codecoder.runtime=1`, the session, the host process), so the
   runtime can remove its own containers and the leftovers of runtimes that died.
 
-Speed: a warm container runs `sandboxes/image/agent.py` as its main process. The runtime keeps
-the container's attached stdin/stdout open and writes one authenticated line per call; the
-agent runs the command and answers with one line (protocol in the agent's docstring). A call
+Speed: a warm container runs the agent (`sandboxes/image/agent/`) as its main process. The runtime
+keeps the container's attached stdin/stdout open and writes one authenticated line per call; the
+agent runs the command and answers with one line (protocol in the agent's `channel.py`). A call
 therefore costs one round trip on an open stream, not an exec through the engine API. A
 container runs one call at a time: that is what lets the agent end every process of a call
 before it answers. Calls of the same mode wait for each other.
@@ -104,7 +104,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # The agent runs on the interpreter bundled with it (sandboxes/image/bundle.py), through that
-# interpreter's own loader: it needs nothing of the image.
+# interpreter's own loader: it needs nothing of the image. It is a directory of modules, run by
+# its __main__.py; -B keeps the interpreter from writing their bytecode into the image.
 AGENT_COMMAND: Final = (
     "/opt/codecoder/python/ld.so",
     "--library-path",
@@ -112,7 +113,8 @@ AGENT_COMMAND: Final = (
     "/opt/codecoder/python/bin/python3",
     "-I",
     "-S",
-    "/opt/codecoder/agent.py",
+    "-B",
+    "/opt/codecoder/agent",
 )
 AGENT_PROTOCOL: Final = 3
 # Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its

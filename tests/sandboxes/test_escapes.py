@@ -23,6 +23,11 @@ from typing import Any
 
 import pytest
 
+from codecoder.runtime.interfaces.cli import main
+from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.runtime.permissions.keys import CallSite, Permission
+from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
 from codecoder.sandboxes.escapes.suite import (
     LAYERS,
     AuditOptions,
@@ -33,11 +38,6 @@ from codecoder.sandboxes.escapes.suite import (
     load_corpus,
     run_audit,
 )
-from codecoder.runtime.interfaces.cli import main
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import CallSite, Permission
-from codecoder.runtime.tools.catalogue import builtin_tools
-from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
 from tests.conftest import write_config
 
 BLOCKED, ESCAPED, NOT_RUN, NOT_APPLICABLE = (
