@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = _parser().parse_known_args(argv)
         if extra and args.command != "bench":
             _parser().error(f"unrecognized arguments: {' '.join(extra)}")
-        args.arguments = extra
+        args.passed_on = extra
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)

@@ -14,7 +14,7 @@ import sys
 
 def bench(args: argparse.Namespace) -> int:
     argv = sys.argv
-    sys.argv = ["codecoder bench", *args.arguments]
+    sys.argv = ["codecoder bench", *args.passed_on]
     try:
         runpy.run_module("codecoder.benchmarks", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
