@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -241,3 +242,20 @@ def test_the_command_writes_the_json_and_prints_the_table(
     assert [f["name"] for f in figures(written)] == FIGURE_NAMES
     printed = capsys.readouterr().out
     assert "| key_command, repeated (cached)" in printed
+
+
+def test_codecoder_bench_runs_the_installed_benchmarks_from_anywhere(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["codecoder", "bench", "--quick", "--only", "keying", "--no-profile", "--json", "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert written["schema"] == SCHEMA
+    assert written["options"]["only"] == ["keying"]
+    helped = subprocess.run(["codecoder", "bench", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: codecoder bench")

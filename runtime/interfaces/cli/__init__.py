@@ -46,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        args = _parser().parse_args(argv)
+        # Every command takes only its own options, but `bench`, whose options are the
+        # benchmarks' (their own parser reads them, --help included).
+        args, extra = _parser().parse_known_args(argv)
+        if extra and args.command != "bench":
+            _parser().error(f"unrecognized arguments: {' '.join(extra)}")
+        args.passed_on = extra
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)

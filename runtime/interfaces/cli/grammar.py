@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from codecoder.runtime.interfaces.cli import (
     audit,
+    bench,
     calling,
     catalogue,
     configuration,
@@ -194,6 +195,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
     p.set_defaults(handler=serving.reload)
+
+    p = sub.add_parser(
+        "bench",
+        help="run the benchmarks (every area against its baseline; --help for their options)",
+        add_help=False,
+    )
+    p.set_defaults(handler=bench.bench)
 
     p = command("audit", "run the sandbox escape-attempt suite against the project's configuration")
     p.add_argument(
