@@ -442,3 +442,30 @@ def test_deny_rules_refuse_the_escalation_too(project: Path) -> None:
     outcome = run(runtime, "git push")
     assert isinstance(outcome.error, DeniedByRule)
     assert ran(runtime, SHELL) == []
+
+
+def test_on_the_host_a_filtered_program_found_where_a_sandbox_writes_is_keyed_by_its_path(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planted = project / ".venv" / "bin" / "pytest"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("#!/bin/sh\necho planted\n")
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted.parent}:/usr/bin:/bin")
+    write_config(
+        project,
+        {"allowlist": {"run_command:pytest": "AlwaysThisProject"}, "deny": ["run_command:rev"]},
+    )
+    asker = RecordingAsker(Answer.ONCE)
+    runtime = Runtime(
+        project, asker=asker, environments={SHELL: MockEnvironment(echo_handler, SHELL)}
+    )
+    outcome = run(runtime, "pytest -q 2>&1 | tail -5")
+    (request,) = asker.requests  # a grant for `pytest` is not one for the workspace's pytest
+    assert request.key == "run_command:./.venv/bin/pytest"
+    assert ".venv/bin/pytest, inside the workspace, which sandboxes can write" in request.subject
+    (ran_on_host,) = ran(runtime, SHELL)
+    assert ran_on_host.script == f"{planted} -q 2>&1 | tail -5"
+    assert outcome.decision.source is Source.ONCE
+    denied = run(runtime, "pytest -q | rev")
+    assert (type(denied.error), denied.decision.matched) == (DeniedByRule, "run_command:rev")
