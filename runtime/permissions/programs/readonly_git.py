@@ -6,7 +6,7 @@ ls-tree, cat-file, show-ref, merge-base, for-each-ref, count-objects, grep, bran
 they only list, remote with nothing or `-v`, config when it only reads, `stash list|show`,
 `worktree list`, `reflog [show]`, `version`. Left out on purpose: `--output` (writes a file),
 `--ext-diff`, `--textconv` and `cat-file --filters` (run the programs a config names),
-`--show-signature` (runs gpg), `grep -O` (runs a pager), `--recurse-submodules` and `--submodule`
+`--show-signature` and the signature placeholders of `--format` (`%G?`: run gpg), `grep -O` (runs a pager), `--recurse-submodules` and `--submodule`
 (read nested repositories' configuration), and every global option but `--no-pager`, `-P`,
 `--no-optional-locks` and `--no-advice` (`-c`, `-C`, `--git-dir` … change which repository or
 configuration git uses). A form that names a new branch or tag, deletes, renames or sets
@@ -15,6 +15,7 @@ upstreams, or writes config, is not a read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from codecoder.runtime.permissions.programs.git import _git_config_writes
@@ -29,6 +30,9 @@ from codecoder.runtime.permissions.programs.readonly_options import (
 __all__ = ["git_read_only"]
 
 N, V, F, OPT, LAST = Takes.NUMBER, Takes.VALUE, Takes.FILE, Takes.OPTIONAL, Takes.NEXT_IF_ANY
+
+# Format placeholders that verify signatures, which runs gpg (`%G?`, `%GS`, `%(signature)`).
+_SIGNATURE = re.compile(r"%[-+ ]?G|%\(\*?signature")
 
 _GLOBALS = frozenset({"--no-pager", "-P", "--no-optional-locks", "--no-advice"})
 
@@ -272,7 +276,10 @@ def git_read_only(program: str, args: Sequence[str]) -> None:
     shown = f"git {sub}"
     form = _SIMPLE.get(sub)
     if form is not None:
-        parse_options(shown, rest, form)
+        parsed = parse_options(shown, rest, form)
+        for value in parsed.values("--format", "--pretty"):
+            if _SIGNATURE.search(value):
+                raise NotReadOnly(f"{shown} {value!r}: a signature placeholder runs gpg")
         return
     if sub == "branch":
         _listing(shown, rest, _BRANCH, "creates, renames or deletes a branch")
