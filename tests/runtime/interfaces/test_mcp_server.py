@@ -251,7 +251,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
-    assert choices(human.asked[0]) == ["once", "session", "project", "deny"]
+    assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
     assert "always this project is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
