@@ -317,9 +317,14 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             raise _Compound(form.compound)
     except _Compound as compound:
         protected = protected or _runs_runtime_cli(textual_words(command))
-        line = _command_line_key(command, search_path, protected, str(compound))
-        if line is not None:
-            return line
+        read = _read_line(command)
+        if read is not None:
+            line, argvs = read
+            keyed = _command_line_key(command, search_path, protected, str(compound), line, argvs)
+            if keyed is not None:
+                return keyed
+        else:
+            argvs = _parsed_commands(command)
         return CommandKey(
             command=command,
             compound=True,
@@ -327,7 +332,7 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             program=None,
             reason=str(compound),
             protected=protected,
-            needs_host=_needs_host(_parsed_commands(command)),
+            needs_host=_needs_host(argvs),
         )
     # Quote removal can reveal a name the raw text hides (`.g'i't/hooks`).
     protected = (
@@ -351,26 +356,37 @@ def _key_command(command: str, search_path: str) -> CommandKey:
     )
 
 
+def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]]] | None:
+    """A command line of several parts (or one with redirections) and each part's words, as our
+    own lexer reads them; None when it is not one (bashlex is not asked here: it is slow, and
+    `_command_line_key` asks it only for a line that could be read-only or filtered)."""
+    line = split_command_line(command)
+    if line is None or (len(line.parts) == 1 and not line.parts[0].redirects):
+        return None
+    try:
+        return line, [_lex(part.words) for part in line.parts]
+    except _Compound:
+        return None
+
+
 def _command_line_key(
-    command: str, search_path: str, protected: bool, reason: str
+    command: str,
+    search_path: str,
+    protected: bool,
+    reason: str,
+    line: CommandLine,
+    argvs: list[tuple[str, ...]],
 ) -> CommandKey | None:
     """The key of a command line of simple commands (see the module docstring), when it is
     read-only as a whole (still compound, for `reason`) or an output-filter pipeline; None
     otherwise (it stays compound)."""
-    line = split_command_line(command)
-    if line is None or (len(line.parts) == 1 and not line.parts[0].redirects):
+    read_only = all(why_not_read_only(argv) is None for argv in argvs)
+    filtered = (
+        not read_only and line.pipeline and all(why_not_filter(argv) is None for argv in argvs[1:])
+    )
+    if not (read_only or filtered) or not _parser_agrees_on(command, line, argvs):
         return None
-    argvs: list[tuple[str, ...]] = []
-    try:
-        for part in line.parts:
-            argv = _lex(part.words)
-            _check_parser_agrees(part.words, argv)
-            argvs.append(argv)
-    except _Compound:
-        return None
-    if not parser_agrees(command, line, argvs, _BASHLEX_LOCK):
-        return None
-    if all(why_not_read_only(argv) is None for argv in argvs):
+    if read_only:
         return CommandKey(
             command=command,
             compound=True,
@@ -381,8 +397,6 @@ def _command_line_key(
             read_only=", ".join(dict.fromkeys(argv[0] for argv in argvs)),
             needs_host=_needs_host(argvs),
         )
-    if not line.pipeline or any(why_not_filter(argv) is not None for argv in argvs[1:]):
-        return None
     head = _key_command(line.parts[0].words, search_path)
     if head.compound or head.levels is None or head.argv is None:
         return None  # the first command names no grant of its own to stand under
@@ -400,6 +414,16 @@ def _command_line_key(
         filters=_filters(line, argvs),
         needs_host=head.needs_host,
     )
+
+
+def _parser_agrees_on(command: str, line: CommandLine, argvs: list[tuple[str, ...]]) -> bool:
+    """bashlex reads every part as our lexer did, and the whole line as the same parts."""
+    try:
+        for part, argv in zip(line.parts, argvs, strict=True):
+            _check_parser_agrees(part.words, argv)
+    except _Compound:
+        return False
+    return parser_agrees(command, line, argvs, _BASHLEX_LOCK)
 
 
 def _filters(line: CommandLine, argvs: Sequence[tuple[str, ...]]) -> str:

@@ -6,8 +6,9 @@ ls-tree, cat-file, show-ref, merge-base, for-each-ref, count-objects, grep, bran
 they only list, remote with nothing or `-v`, config when it only reads, `stash list|show`,
 `worktree list`, `reflog [show]`, `version`. Left out on purpose: `--output` (writes a file),
 `--ext-diff`, `--textconv` and `cat-file --filters` (run the programs a config names),
-`--show-signature` and the signature placeholders of `--format` (`%G?`: run gpg), `grep -O` (runs a pager), `--recurse-submodules` and `--submodule`
-(read nested repositories' configuration), and every global option but `--no-pager`, `-P`,
+`--show-signature` and the signature placeholders of `--format` (`%G?`: they run gpg),
+`grep -O` (runs a pager), `--recurse-submodules` and `--submodule` (read nested
+repositories' configuration), and every global option but `--no-pager`, `-P`,
 `--no-optional-locks` and `--no-advice` (`-c`, `-C`, `--git-dir` … change which repository or
 configuration git uses). A form that names a new branch or tag, deletes, renames or sets
 upstreams, or writes config, is not a read.

@@ -639,7 +639,7 @@ def test_answer_takes_every_choice_the_prompt_can_offer() -> None:
     from codecoder.runtime.interfaces.cli.grammar import ANSWERS
     from codecoder.runtime.kernel.decision import Answer
 
-    assert ANSWERS == tuple(answer.value for answer in Answer)
+    assert tuple(answer.value for answer in Answer) == ANSWERS
 
 
 def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_command_holds(
