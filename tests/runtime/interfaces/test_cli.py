@@ -675,3 +675,20 @@ def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_com
         "host-session",
         "deny",
     ]
+
+
+def test_replay_takes_the_sandbox_choices_too(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    lines = [
+        {"tool": "run_command", "args": {"command": "git status"}},
+        {"tool": "run_command", "args": {"command": "cargo build"}, "answer": "project-any"},
+    ]
+    done = codecoder(
+        "replay", "-", "--json", project=project, stdin="\n".join(map(json.dumps, lines))
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["decision"]["source"] for row in rows] == ["read-only", "project"]
+    assert rows[1]["decision"]["matched"] == "run_command:*"
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }
