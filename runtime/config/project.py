@@ -18,6 +18,14 @@ roots, a web policy, defaults) lies under the project's codecoder.json:
 
 `ProjectConfig.rules` says which file each rule came from; `codecoder check` prints it.
 
+Failing closed. A file that exists but cannot be read, parsed or validated (bad JSON, a wrong
+type such as `"deny": "..."`, a top-level `[]`, a duplicated section), and a deny rule that
+cannot be read as a rule for a known tool, leave the rules unknown: any of them could have
+refused a call. `ProjectConfig.unreadable` lists those errors; while there is one, the
+allowlist is `unreadable` and every call that needs permission is refused with the first of
+them (file, line and column), before any grant, deny rule or question. Calls that need no
+permission still run.
+
 Trust. A repository can arrive with a codecoder.json in it, so the project file is obeyed only
 for what cannot widen access until the human trusts it (`runtime.config.trust`, `codecoder trust`);
 what that is, setting by setting, is `runtime.config.untrusted`'s. An untrusted file's widenings
@@ -44,7 +52,7 @@ from codecoder.runtime.config.entrychecks import (
     checked_pattern,
     only_protected,
 )
-from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile
+from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile, format_diagnostic
 from codecoder.runtime.config.reading import load_project_file, load_user_file, user_file_path
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.runtime.config.trust import TrustState
@@ -54,7 +62,7 @@ from codecoder.runtime.kernel.state import state_directory
 from codecoder.runtime.permissions.allowlist import NEVER, Grant, ProjectAllowlist
 from codecoder.runtime.permissions.keys import KeyStyle
 
-__all__ = ["PROJECT_FILE", "ProjectConfig", "Rule", "load_project"]
+__all__ = ["PROJECT_FILE", "ProjectConfig", "Rule", "load_project", "unreadable_reason"]
 
 PROJECT_FILE = "codecoder.json"
 
@@ -88,10 +96,32 @@ class ProjectConfig:
     trust: Trust = field(default_factory=lambda: Trust(TrustState.NOTHING_TO_TRUST))
     user_file: ProjectFile | None = None
     rules: tuple[Rule, ...] = ()
+    # The errors that leave the rules unknown (see the module docstring): it fails closed.
+    unreadable: tuple[Diagnostic, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not any(d.severity == "error" for d in self.diagnostics)
+
+    @property
+    def unreadable_reason(self) -> str | None:
+        """Why every call that needs permission is refused, or None when the rules are known."""
+        return unreadable_reason(self.root / PROJECT_FILE, self.unreadable)
+
+
+def unreadable_reason(path: Path, unreadable: tuple[Diagnostic, ...]) -> str | None:
+    """The refusal of a call while `unreadable` holds errors: the first, where it is, and what
+    to do."""
+    if not unreadable:
+        return None
+    first = format_diagnostic(path, unreadable[0])
+    more = len(unreadable) - 1
+    others = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return (
+        f"the rules cannot be read: {first}{others}. While a rules file is broken, nothing "
+        "that needs permission runs: fix it (`codecoder check` lists every problem), then "
+        "retry or `/reload`"
+    )
 
 
 def load_project(
@@ -260,12 +290,20 @@ def _layered(
         rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
 
     denies: list[Grant] = []
+    unreadable = [
+        next(d for d in layer.diagnostics if d.severity == "error")
+        for layer, _ in layers
+        if not layer.usable
+    ]
     for layer, origin in layers:
         for deny in layer.deny:
             where = {"line": deny.line, "column": deny.column}
             if layer is user:
                 where["file"] = origin
+            before = len(diagnostics)
             pattern = checked_pattern(deny.pattern, tools, diagnostics, where, deny=True)
+            # A deny rule that cannot be read as one (or can never match) is a rule lost.
+            unreadable += [d for d in diagnostics[before:] if d.severity == "error"]
             if pattern is not None:
                 denies.append(Grant(pattern, deny.line, deny.column))
                 rules.append(Rule("deny", deny.pattern, origin, deny.line))
@@ -291,7 +329,12 @@ def _layered(
     return ProjectConfig(
         root=root,
         file=pf,
-        allowlist=ProjectAllowlist.build(grants if pf.usable else [], denies, style_of),
+        allowlist=ProjectAllowlist.build(
+            grants if pf.usable else [],
+            denies,
+            style_of,
+            unreadable_reason(root / PROJECT_FILE, tuple(unreadable)),
+        ),
         bindings=bindings,
         limits=limits,
         session_ttl=top("session_ttl", NEVER),
@@ -303,6 +346,7 @@ def _layered(
             sorted(diagnostics, key=lambda d: (d.file or "", d.line or 0, d.column or 0))
         ),
         rules=tuple(rules),
+        unreadable=tuple(unreadable),
     )
 
 

@@ -480,8 +480,11 @@ def _pre_tool(
 
     with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
         session = runtime.session()
-        for key in options.allow:
-            session.grant(key)
+        # While a rules file cannot be read, no key is granted: every call that needs
+        # permission is refused with the file's error (calls that need none still run).
+        if runtime.config.unreadable_reason is None:
+            for key in options.allow:
+                session.grant(key)
         sessions.load_into(session, session_id)
         try:
             verdict = evaluate(session, mapped.tool, mapped.args)

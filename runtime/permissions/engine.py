@@ -1,6 +1,7 @@
 """The permission lookup chain (SPEC §4), in one function.
 
     None                    → allow                      (source none)
+    a file is unreadable    → refuse, never ask          (source deny: its rules are unknown)
     deny rule matches       → refuse, never ask          (source deny)
     project entry matches   → ceiling ok → allow         (source project)
                               ceiling too low → report CeilingViolation, fall through
@@ -39,6 +40,7 @@ from codecoder.runtime.kernel.errors import (
     ConfigError,
     DeniedByRule,
     DeniedByUser,
+    RulesUnreadable,
 )
 from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
 from codecoder.runtime.permissions.keys import Permission
@@ -98,6 +100,18 @@ class PermissionEngine:
         if key is None:
             return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
         project = self._project()
+        if project.unreadable is not None:
+            # Fail closed: any rule of the broken file could have refused this call.
+            decision = Decision(
+                False,
+                Source.DENY,
+                tool,
+                environment,
+                key.raw,
+                None,
+                reason=project.unreadable,
+            )
+            raise RulesUnreadable(f"{key.raw} is refused: {project.unreadable}", decision)
         deny = project.denied_by(key)
         if deny is not None:
             decision = Decision(
