@@ -75,6 +75,7 @@ __all__ = [
     "HookSessions",
     "Mapped",
     "handle",
+    "hook_project",
     "map_call",
 ]
 
@@ -385,7 +386,9 @@ class HookAnswer:
 
 @dataclass(frozen=True, slots=True)
 class HookOptions:
-    project: Path
+    # None: found from the `cwd` the host sends, as git finds its repository
+    # (`runtime.config.discovery`); a project given here overrides it.
+    project: Path | None
     allow: Sequence[str] = ()
     sandbox: Sandbox | None = None
     mcp_server: str = "codecoder"
@@ -406,7 +409,8 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
     session_id = event.get("session_id")
     if not isinstance(name, str) or not isinstance(session_id, str) or not session_id:
         raise UsageError("the hook input has no hook_event_name or session_id")
-    project = options.project.resolve()
+    project = hook_project(event, options.project)
+    options = dataclasses.replace(options, project=project)
     sessions = HookSessions(project, host)
     sessions.sweep()
     if name == "SessionEnd":
@@ -426,6 +430,21 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
         return {}
     answer = _pre_tool(host, session_id, call_id, tool_name, tool_input, options, sessions)
     return answer.render(host, tool_input)
+
+
+def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
+    """The project a hook event is about: `given` (`--project`), else the one found from the
+    `cwd` the host sends (the agent may have `cd`-ed into a subdirectory), else from the
+    hook's own working directory."""
+    from codecoder.runtime.config.discovery import find_project
+
+    if given is not None:
+        return given.resolve()
+    cwd = event.get("cwd")
+    start = Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+    if start is not None and not start.is_dir():
+        start = None
+    return find_project(start).directory.resolve()
 
 
 def _call_id(event: Mapping[str, Any], tool_name: str, tool_input: Mapping[str, Any]) -> str:
@@ -463,7 +482,8 @@ def _pre_tool(
     options: HookOptions,
     sessions: HookSessions,
 ) -> HookAnswer:
-    project = options.project.resolve()
+    project = options.project
+    assert project is not None  # placed by `handle`
     mapped = map_call(
         tool_name, tool_input, project, sandbox=options.sandbox, mcp_server=options.mcp_server
     )
@@ -545,7 +565,7 @@ def _answer(
             options.exec_program,
             "exec",
             "--project",
-            str(options.project.resolve()),
+            str(options.project),
             "--hook",
             f"{host}:{session_id}",
         ]

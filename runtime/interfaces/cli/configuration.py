@@ -36,10 +36,14 @@ def check(args: argparse.Namespace) -> int:
             )
         )
     ok = not any(d.severity == "error" for d in diagnostics)
+    place = args.place
     if args.json:
         print_json(
             {
                 "ok": ok,
+                "project": str(runtime.project_dir),
+                "found_by": place.found_by.value,
+                "exists": config.file.exists,
                 "file": str(runtime.project_file),
                 "user_file": str(config.user_file.path) if config.user_file else None,
                 "trust": config.trust.to_json(),
@@ -57,7 +61,19 @@ def check(args: argparse.Namespace) -> int:
             where = f"{rule.file}:{rule.line}" if rule.line else rule.file
             print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
     print(visible(docker.describe()))
-    print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
+    if config.unreadable:
+        print(
+            "while the rules cannot be read, every call that needs permission is refused "
+            "(calls that need none still run)"
+        )
+    if not config.file.exists:
+        # Never "ok" for a file that is not there: say which project this is, and how found.
+        print(
+            f"no codecoder.json in {visible(place.describe())}"
+            + ("" if ok else "; errors found")
+        )
+    else:
+        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
     return EXIT_OK if ok else EXIT_FAILED
 
 

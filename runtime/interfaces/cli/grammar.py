@@ -51,7 +51,13 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--project", type=Path, default=Path("."), help="project directory")
+        p.add_argument(
+            "--project",
+            type=Path,
+            default=None,
+            help="project directory (default: the nearest directory upward holding "
+            "codecoder.json, else the git repository's top level, else the current directory)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
