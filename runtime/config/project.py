@@ -37,8 +37,9 @@ directory or a directory above it, nor hold the runtime's state or the user's co
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile, format
 from codecoder.runtime.config.reading import load_project_file, load_user_file, user_file_path
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.config.untrusted import LayerBelow, Trust, untrusted_view
+from codecoder.runtime.config.untrusted import LayerBelow, Trust, Widening, untrusted_view
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.state import state_directory
 from codecoder.runtime.permissions.allowlist import NEVER, Grant, ProjectAllowlist
@@ -143,11 +144,15 @@ def load_project(
     view, found = untrusted_view(pf, root, base, record.approved)
     if not found:
         state = TrustState.NOTHING_TO_TRUST
-    elif trusted if trusted is not None else record.trusts(pf.digest):
+    elif trusted if trusted is not None else _trusted(record, pf, found):
         state = TrustState.TRUSTED
     else:
         state = TrustState.UNTRUSTED
     diagnostics = list(user.diagnostics) + list(pf.diagnostics)
+    if capabilities is None:
+        capabilities = (
+            load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
+        )
     if state is TrustState.UNTRUSTED:
         pf_in_effect = view
         for widening in found:
@@ -167,25 +172,58 @@ def load_project(
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
     config.file = pf
     config.user_file = user if user.exists else None
+    if state is TrustState.UNTRUSTED:
+        # What the file would do if trusted: a widening that could never take effect (a
+        # grant above its tool's ceiling, a tool that does not exist) is marked before the
+        # human trusts it.
+        as_trusted = _layered(root, tools, capabilities, user, pf, [])
+        found = [_marked(w, as_trusted.diagnostics) for w in found]
+    else:
+        found = [_marked(w, config.diagnostics) for w in found]
     config.trust = Trust(
         state, pf.digest, tuple(sorted(found, key=lambda w: (w.line or 0, w.column or 0)))
     )
     return config
 
 
+def _trusted(record: trust.TrustRecord, pf: ProjectFile, found: list[Widening]) -> bool:
+    """The human trusted these bytes, or every widening the file holds now (trust follows
+    meaning: an edit that widens nothing new keeps it)."""
+    return record.trusts(pf.digest) or record.covers(w.setting for w in found)
+
+
+# Diagnostics that mean an entry of the project file grants, binds or opens nothing.
+_NEVER: dict[str, frozenset[str]] = {
+    "allowlist": frozenset(
+        {
+            *("ceiling_violation", "unknown_tool", "invalid_pattern", "never_matches"),
+            *("matches_nothing", "protected_path", "digest_not_approved"),
+            *("capability_not_pinned", "capability_wildcard", "unknown_capability"),
+        }
+    ),
+    "environments": frozenset({"unknown_tool", "invalid_binding"}),
+    "read_roots": frozenset({"read_root_forbidden", "read_root_missing"}),
+    "docker": frozenset({"invalid_docker_settings"}),
+}
+
+
+def _marked(widening: Widening, diagnostics: Sequence[Diagnostic]) -> Widening:
+    codes = _NEVER.get(widening.section, frozenset())
+    for d in diagnostics:
+        if d.file is None and d.code in codes and d.key in (widening.key, widening.section):
+            return dataclasses.replace(widening, never=f"{d.code}: {d.message}")
+    return widening
+
+
 def _layered(
     root: Path,
     tools: Mapping[str, ToolInfo],
-    capabilities: CapabilitySet | None,
+    capabilities: CapabilitySet,
     user: ProjectFile,
     pf: ProjectFile,
     diagnostics: list[Diagnostic],
 ) -> ProjectConfig:
     """`pf` (as far as it is obeyed) over the user's file, checked against the tools."""
-    if capabilities is None:
-        capabilities = (
-            load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
-        )
     for problem in capabilities.problems:
         diagnostics.append(
             Diagnostic(

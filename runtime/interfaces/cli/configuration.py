@@ -69,8 +69,7 @@ def check(args: argparse.Namespace) -> int:
     if not config.file.exists:
         # Never "ok" for a file that is not there: say which project this is, and how found.
         print(
-            f"no codecoder.json in {visible(place.describe())}"
-            + ("" if ok else "; errors found")
+            f"no codecoder.json in {visible(place.describe())}" + ("" if ok else "; errors found")
         )
     else:
         print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
@@ -78,7 +77,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def trust(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.trust import digest_of, forget, record_trust
+    from codecoder.runtime.config.trust import digest_of, forget, read_record, record_trust
     from codecoder.runtime.config.writing import exclusive_lock_of
     from codecoder.runtime.kernel.display import visible
 
@@ -99,9 +98,14 @@ def trust(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.json:
         print(f"{runtime.project_file} ({config.trust.state.value}):")
+        record = read_record(project)
         for w in widenings:
             where = f"line {w.line}: " if w.line else ""
-            print(f"  {where}{visible(w.what)}")
+            # What the human trusted before is said as such, so what is new stands out.
+            seen = " (trusted before)" if record.covers([w.setting]) else ""
+            print(f"  {where}{visible(w.what)}{seen}")
+            if w.never:
+                print(f"      never takes effect, trusted or not: {visible(w.never)}")
         if not widenings:
             print("  it widens nothing: there is nothing to trust")
     if args.show or not widenings:
@@ -129,7 +133,7 @@ def trust(args: argparse.Namespace) -> int:
             if current != data:
                 print("codecoder: codecoder.json changed while it was shown; run trust again")
                 return EXIT_FAILED
-            record_trust(project, data, [w.what for w in widenings])
+            record_trust(project, data, [w.what for w in widenings], [w.setting for w in widenings])
     except (OSError, ConfigError) as exc:
         print(f"codecoder: cannot record trust: {exc}", file=sys.stderr)
         return EXIT_FAILED
