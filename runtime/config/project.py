@@ -314,7 +314,8 @@ def _layered(
                     "warning",
                     "protected_path",
                     f"{entry.pattern} covers only protected paths (codecoder.json, .codecoder/, "
-                    ".git/), which are never granted beyond Once: the entry grants nothing",
+                    ".git/, the agents' settings), which are never granted beyond Once: the "
+                    "entry grants nothing",
                     key=entry.pattern,
                     **where,
                 )

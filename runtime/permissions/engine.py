@@ -56,8 +56,9 @@ class GrantRecorder(Protocol):
 
 
 PROTECTED_NOTE = (
-    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the runtime's state "
-    "and the user's configuration, the codecoder command itself) can be allowed only once"
+    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' own "
+    "settings: .claude/, .gemini/, .codex/, .mcp.json, .vscode/; the runtime's state and the "
+    "user's configuration, the codecoder command itself) can be allowed only once"
 )
 
 
