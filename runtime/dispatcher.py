@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from codecoder.environments.base import Environment
+from codecoder.environments.host.gitseen import GitGuard, refusal
 from codecoder.environments.workspaceguard import unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.project import ProjectConfig
@@ -48,6 +49,8 @@ class DispatchingRuntime(Protocol):
     def project_dir(self) -> Path: ...
     @property
     def config(self) -> ProjectConfig: ...
+    @property
+    def git_guard(self) -> GitGuard: ...
     def environment_of(self, tool: str) -> EnvironmentTag: ...
     def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]: ...
 
@@ -104,6 +107,15 @@ def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
         raise ExecutionFailed(why)
 
 
+def _with_git_changes(result: ToolResult, changes: list[str]) -> ToolResult:
+    """A host command's result, saying at once what it changed of what git runs (the next
+    host command is refused until the human accepts it)."""
+    if not changes:
+        return result
+    note = f"\n[codecoder: {refusal(changes, by_this_command=True)}]"
+    return ToolResult(result.output + note, result.is_error, {**result.data, "git_unseen": changes})
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -145,6 +157,9 @@ class Dispatcher:
                     clock.waited_since(asking, decision)
             if tag is EnvironmentTag.SHELL:
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
+                # Host processes may run git: never while its hooks or configuration hold
+                # what the human has not seen (environments.host.gitseen).
+                runtime.git_guard.before()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
@@ -164,6 +179,8 @@ class Dispatcher:
                 else None,
             )
             result = tool.execute(params, ctx)
+            if tag is EnvironmentTag.SHELL:
+                result = _with_git_changes(result, runtime.git_guard.unseen())
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from codecoder.environments.base import Environment
+from codecoder.environments.host.gitseen import GitGuard
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.capabilities import (
     RUN_CAPABILITY,
@@ -125,11 +126,21 @@ class Runtime:
         assert audit_log is None or isinstance(audit_log, Path)
         self.audit = AuditLog(audit_log)
         self.clock = clock
+        self._git_guard: GitGuard | None = None
         self.config: ProjectConfig = self._load()
 
     @property
     def project_file(self) -> Path:
         return self.project_dir / PROJECT_FILE
+
+    @property
+    def git_guard(self) -> GitGuard:
+        """What host git would run of the workspace, checked around every host command
+        (`environments.host.gitseen`); made at the first one."""
+        guard = self._git_guard
+        if guard is None:
+            guard = self._git_guard = GitGuard(self.project_dir)
+        return guard
 
     def record_grant(self, entry: str, digest: str | None) -> None:
         """Write an AlwaysThisProject answer to codecoder.json (the engine's `GrantRecorder`)."""

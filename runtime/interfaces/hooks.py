@@ -392,6 +392,10 @@ def _pre_tool(
             )
             return HookAnswer("ask" if options.interactive else "deny", problem)
         refused = _fetch_refusal(runtime, mapped)
+        if refused is None and mapped.shell and options.sandbox is None:
+            # The host runs the command on the host: never while git would run what the
+            # human has not seen (environments.host.gitseen).
+            refused = _git_refusal(runtime)
         if refused is not None:
             return HookAnswer("deny", f"codecoder: {visible(refused)}")
         session = runtime.session()
@@ -422,6 +426,16 @@ def _fetch_refusal(runtime: Runtime, mapped: Mapped) -> str | None:
             http.checked(url)
         except ExecutionFailed as exc:
             return str(exc)
+    return None
+
+
+def _git_refusal(runtime: Runtime) -> str | None:
+    from codecoder.runtime.kernel.errors import ExecutionFailed
+
+    try:
+        runtime.git_guard.before()
+    except (ExecutionFailed, CodecoderError) as exc:
+        return str(exc)
     return None
 
 

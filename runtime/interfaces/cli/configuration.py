@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.runtime.interfaces.cli.inputs import usage
@@ -83,6 +84,8 @@ def trust(args: argparse.Namespace) -> int:
 
     runtime = project_runtime(args)
     project = runtime.project_dir
+    if args.git:
+        return _trust_git(args, runtime.project_dir)
     if args.revoke:
         removed = forget(project)
         if args.json:
@@ -144,6 +147,40 @@ def trust(args: argparse.Namespace) -> int:
             f"trusted {runtime.project_file} ({digest_of(data)[:16]}…); running servers apply "
             "it at `codecoder reload`"
         )
+    return EXIT_OK
+
+
+def _trust_git(args: argparse.Namespace, workspace: Path) -> int:
+    """`trust --git`: what the workspace's git would run that the human has not seen, shown,
+    then (unless --show) recorded as seen."""
+    from codecoder.environments.host.gitseen import GitGuard
+    from codecoder.runtime.kernel.display import visible
+
+    guard = GitGuard(workspace)
+    changes = guard.unseen()
+    if args.json and (args.show or not changes):
+        print_json({"workspace": str(workspace), "unseen": changes, "recorded": False})
+        return EXIT_OK
+    if not args.json:
+        print(f"what git would run in {workspace} that you have not seen:")
+        for change in changes:
+            print(f"  {visible(change)}")
+        if not changes:
+            print("  nothing: host commands run")
+    if args.show or not changes:
+        return EXIT_OK
+    if not args.yes:
+        if not sys.stdin.isatty():
+            usage("trust --git asks for confirmation on a terminal; pass --yes to accept")
+        answer = input("accept these, so that host commands run again? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing accepted")
+            return EXIT_FAILED
+    accepted = guard.accept()
+    if args.json:
+        print_json({"workspace": str(workspace), "unseen": accepted, "recorded": True})
+    else:
+        print(f"accepted {len(accepted)} change(s); host commands run again")
     return EXIT_OK
 
 

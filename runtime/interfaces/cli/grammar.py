@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--show", action="store_true", help="only show what it widens; trust nothing")
     p.add_argument("--revoke", action="store_true", help="withdraw the trust given before")
+    p.add_argument(
+        "--git",
+        action="store_true",
+        help="instead: show what the workspace's git would run (hooks, configuration) that "
+        "you have not seen, and accept it (host commands are refused until then)",
+    )
     p.set_defaults(handler=configuration.trust)
 
     p = command("call", "run one tool call through the whole permission chain")
