@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from codecoder.environments.base import Environment
 from codecoder.environments.host.gitseen import GitGuard, refusal
-from codecoder.environments.workspaceguard import unresolved_quarantine
+from codecoder.environments.workspaceguard import quarantine, unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.project import ProjectConfig
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
@@ -107,6 +107,19 @@ def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
         raise ExecutionFailed(why)
 
 
+def _quarantine_planted(workspace: Path, planted: list[str], tool: str) -> None:
+    """What a host command created among the runtime's trust files and the agents' settings
+    goes where a sandbox's plants go: out of the workspace, and the call fails."""
+    if not planted:
+        return
+    why = (
+        f"a host command ({tool}) created {', '.join(planted)} in the workspace: the runtime's "
+        "trust files and the agents' settings are written only by the runtime, or by a write "
+        "allowed once"
+    )
+    raise ExecutionFailed(f"{why}. Quarantined: {quarantine(workspace, planted, why)}")
+
+
 def _with_git_changes(result: ToolResult, changes: list[str]) -> ToolResult:
     """A host command's result, saying at once what it changed of what git runs (the next
     host command is refused until the human accepts it)."""
@@ -180,6 +193,11 @@ class Dispatcher:
             )
             result = tool.execute(params, ctx)
             if tag is EnvironmentTag.SHELL:
+                planted = runtime.git_guard.planted()
+                # A command that names a protected path, shown to the human and allowed once,
+                # may create it; any other leaves it quarantined.
+                if not (permission.key and permission.key.protected and decision.answer):
+                    _quarantine_planted(runtime.project_dir, planted, name)
                 result = _with_git_changes(result, runtime.git_guard.unseen())
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:

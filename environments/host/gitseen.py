@@ -19,6 +19,10 @@ repository it names, wherever that is):
               branch.*.merge, core.filemode …); an `include`/`includeIf` entry also by the
               content of the file it includes. A line that cannot be parsed counts as an entry.
 
+The same look finds the other protected entries a host command created (`GitGuard.planted`:
+`codecoder.json`, `.codecoder/`, an agent's settings at the top of the workspace), which the
+dispatcher quarantines as it does what a sandbox leaves behind.
+
 `RepositoryState` is that, and `GitSeen` the record of what was seen, in the project's state
 directory (out of every tool's reach): the first look records what is there (before it,
 nothing codecoder ran could have changed it); `codecoder trust --git` shows what changed and
@@ -42,6 +46,7 @@ from typing import Any, Final
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.atomicfile import replace_atomically
 from codecoder.runtime.kernel.errors import ConfigError, ExecutionFailed
+from codecoder.runtime.kernel.protected import is_git_name
 from codecoder.runtime.kernel.state import project_state_directory
 
 __all__ = [
@@ -201,6 +206,7 @@ class GitGuard:
         self.workspace = workspace
         self.seen = GitSeen(workspace)
         self._scan: ProtectedScan | None = None
+        self._planted: set[str] = set()
         self._lock = threading.Lock()  # calls of a server may run at once
 
     def repositories(self) -> list[str]:
@@ -208,8 +214,17 @@ class GitGuard:
             if self._scan is None:
                 self._scan = ProtectedScan(self.workspace)
             else:
-                self._scan.changes()
+                appeared = self._scan.changes().appeared
+                self._planted.update(e for e in appeared if not _is_git(e))
             return sorted(e for e in self._scan.entries if _is_repository(e))
+
+    def planted(self) -> list[str]:
+        """The protected entries other than git's (codecoder.json, `.codecoder/`, an agent's
+        settings at the top) that appeared since the last `before()`: what a host command
+        created there. Repositories and `.gitmodules` are judged by what git would run."""
+        self.repositories()
+        with self._lock:
+            return sorted(self._planted)
 
     def current(self) -> dict[str, RepositoryState]:
         return {rel: repository_state(self.workspace, rel) for rel in self.repositories()}
@@ -231,6 +246,8 @@ class GitGuard:
     def before(self) -> None:
         """Refuse a host command while git would run something the human has not seen."""
         changes = self.unseen()
+        with self._lock:
+            self._planted.clear()  # made before this command, by someone else (the runtime)
         if changes:
             raise ExecutionFailed(refusal(changes))
 
@@ -260,6 +277,10 @@ def refusal(changes: Iterable[str], *, by_this_command: bool = False) -> str:
         f"{what}: {listed}. Host commands (which may run git) are refused until you look at "
         f"it and accept it with `{ACCEPT_COMMAND}`"
     )
+
+
+def _is_git(entry: str) -> bool:
+    return is_git_name(entry.rsplit("/", 1)[-1])
 
 
 def _is_repository(entry: str) -> bool:

@@ -286,3 +286,36 @@ def test_the_config_reader_fails_closed_on_what_it_cannot_read() -> None:
         ("unparsed", "broken line"),
         ("unparsed", '\tk = "unterminated'),
     ]
+
+
+@pytest.mark.parametrize(
+    "planted", [".claude/settings.json", ".mcp.json", ".vscode/tasks.json", "codecoder.json"]
+)
+def test_a_granted_host_command_that_creates_an_agents_settings_is_quarantined(
+    project: Path, planted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixture = project / "fixture"
+    (fixture / planted).parent.mkdir(parents=True, exist_ok=True)
+    (fixture / planted).write_text('{"hooks": {}}\n')
+    # A grant for `cp` (the human never saw what the fixture holds).
+    runtime = Runtime(project, asker=fixed(Answer.DENY), audit_log=None)
+    try:
+        session = runtime.session()
+        session.grant("run_command:cp")
+        assert session.call("run_command", {"command": "ls"}).error is not None  # not granted
+        copied = session.call("run_command", {"command": "cp -rT fixture ."})
+    finally:
+        runtime.close()
+    assert isinstance(copied.error, ExecutionFailed)
+    assert "Quarantined" in str(copied.error)
+    assert not (project / planted.split("/")[0]).exists()
+
+
+def test_a_command_naming_an_agents_settings_allowed_once_may_create_them(project: Path) -> None:
+    runner = Runner(project)  # answers once
+    try:
+        made = runner.run("mkdir .claude")
+    finally:
+        runner.close()
+    assert made.ok, made.error
+    assert (project / ".claude").is_dir()
