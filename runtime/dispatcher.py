@@ -193,12 +193,12 @@ class Dispatcher:
             )
             result = tool.execute(params, ctx)
             if tag is EnvironmentTag.SHELL:
-                planted = runtime.git_guard.planted()
+                planted, unseen = runtime.git_guard.after()
                 # A command that names a protected path, shown to the human and allowed once,
                 # may create it; any other leaves it quarantined.
                 if not (permission.key and permission.key.protected and decision.answer):
                     _quarantine_planted(runtime.project_dir, planted, name)
-                result = _with_git_changes(result, runtime.git_guard.unseen())
+                result = _with_git_changes(result, unseen)
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision

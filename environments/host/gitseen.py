@@ -19,7 +19,7 @@ repository it names, wherever that is):
               branch.*.merge, core.filemode …); an `include`/`includeIf` entry also by the
               content of the file it includes. A line that cannot be parsed counts as an entry.
 
-The same look finds the other protected entries a host command created (`GitGuard.planted`:
+The same look finds the other protected entries a host command created (`GitGuard.after`:
 `codecoder.json`, `.codecoder/`, an agent's settings at the top of the workspace), which the
 dispatcher quarantines as it does what a sandbox leaves behind.
 
@@ -218,13 +218,14 @@ class GitGuard:
                 self._planted.update(e for e in appeared if not _is_git(e))
             return sorted(e for e in self._scan.entries if _is_repository(e))
 
-    def planted(self) -> list[str]:
-        """The protected entries other than git's (codecoder.json, `.codecoder/`, an agent's
-        settings at the top) that appeared since the last `before()`: what a host command
-        created there. Repositories and `.gitmodules` are judged by what git would run."""
-        self.repositories()
+    def after(self) -> tuple[list[str], list[str]]:
+        """After a host command, one look: the protected entries other than git's
+        (codecoder.json, `.codecoder/`, an agent's settings at the top) that appeared since
+        `before()`, which the command created; and what git would now run that the human has
+        not seen (repositories and `.gitmodules` are judged by that)."""
+        changes = self.unseen()
         with self._lock:
-            return sorted(self._planted)
+            return sorted(self._planted), changes
 
     def current(self) -> dict[str, RepositoryState]:
         return {rel: repository_state(self.workspace, rel) for rel in self.repositories()}
