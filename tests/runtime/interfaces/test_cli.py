@@ -135,25 +135,23 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
     file = str(project / "codecoder.json")
     assert checked == {
         "ok": True,
+        "project": str(project),
+        "found_by": "the nearest codecoder.json",
+        "exists": True,
         "file": file,
         "user_file": None,
         "trust": {
             "state": "trusted",
             "digest": checked["trust"]["digest"],
+            # The binding to @docker narrows: obeyed whatever the trust, not a widening.
             "widenings": [
-                {
-                    "section": "environments",
-                    "key": "run_command",
-                    "what": "runs run_command in @docker",
-                    "line": 3,
-                    "column": 5,
-                },
                 {
                     "section": "allowlist",
                     "key": "run_command:git",
                     "what": "grants run_command:git for the project",
                     "line": 6,
                     "column": 5,
+                    "never": None,
                 },
             ],
         },
