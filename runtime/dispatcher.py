@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from codecoder.environments.base import Environment
-from codecoder.environments.workspaceguard import unresolved_quarantine
+from codecoder.environments.host.gitseen import GitGuard, refusal
+from codecoder.environments.workspaceguard import quarantine, unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.project import ProjectConfig
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
@@ -48,6 +49,8 @@ class DispatchingRuntime(Protocol):
     def project_dir(self) -> Path: ...
     @property
     def config(self) -> ProjectConfig: ...
+    @property
+    def git_guard(self) -> GitGuard: ...
     def environment_of(self, tool: str) -> EnvironmentTag: ...
     def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]: ...
 
@@ -104,6 +107,28 @@ def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
         raise ExecutionFailed(why)
 
 
+def _quarantine_planted(workspace: Path, planted: list[str], tool: str) -> None:
+    """What a host command created among the runtime's trust files and the agents' settings
+    goes where a sandbox's plants go: out of the workspace, and the call fails."""
+    if not planted:
+        return
+    why = (
+        f"a host command ({tool}) created {', '.join(planted)} in the workspace: the runtime's "
+        "trust files and the agents' settings are written only by the runtime, or by a write "
+        "allowed once"
+    )
+    raise ExecutionFailed(f"{why}. Quarantined: {quarantine(workspace, planted, why)}")
+
+
+def _with_git_changes(result: ToolResult, changes: list[str]) -> ToolResult:
+    """A host command's result, saying at once what it changed of what git runs (the next
+    host command is refused until the human accepts it)."""
+    if not changes:
+        return result
+    note = f"\n[codecoder: {refusal(changes, by_this_command=True)}]"
+    return ToolResult(result.output + note, result.is_error, {**result.data, "git_unseen": changes})
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -150,6 +175,9 @@ class Dispatcher:
                 tag, key = EnvironmentTag.SHELL, permission.host
             if tag is EnvironmentTag.SHELL:
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
+                # Host processes may run git: never while its hooks or configuration hold
+                # what the human has not seen (environments.host.gitseen).
+                runtime.git_guard.before()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
@@ -170,6 +198,13 @@ class Dispatcher:
                 else None,
             )
             result = tool.execute(params, ctx)
+            if tag is EnvironmentTag.SHELL:
+                planted, unseen = runtime.git_guard.after()
+                # A command that names a protected path, shown to the human and allowed once,
+                # may create it; any other leaves it quarantined.
+                if not (permission.key and permission.key.protected and decision.answer):
+                    _quarantine_planted(runtime.project_dir, planted, name)
+                result = _with_git_changes(result, unseen)
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision

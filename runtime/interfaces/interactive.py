@@ -257,8 +257,8 @@ class InteractiveSession:
             self._say(f"  {visible(entry.pattern)}  {visible(entry.scope)}  [{state}]")
         if not config.file.allowlist:
             self._say("  (none)")
-        if not config.file.usable:
-            self._say("  (codecoder.json is not usable: no grants are taken from it)")
+        if config.unreadable:
+            self._say("  (the rules cannot be read: every call that needs permission is refused)")
         self._say("deny rules:")
         for deny in config.file.deny:
             self._say(f"  {visible(deny.pattern)}")
@@ -307,8 +307,10 @@ class InteractiveSession:
             self._say(format_diagnostic(self.runtime.project_file, d))
         errors = sum(d.severity == "error" for d in diagnostics)
         state = f"{errors} error(s)" if errors else "ok"
-        if not self.runtime.config.file.usable:
-            state += "; not usable: no grants are taken from it"
+        if self.runtime.config.unreadable:
+            state += "; the rules cannot be read: every call that needs permission is refused"
+        elif any(d.code == "kept_last_good" for d in diagnostics):
+            state += "; the last good rules stay in effect"
         trust = self.runtime.config.trust
         if trust.state is TrustState.UNTRUSTED:
             state += (

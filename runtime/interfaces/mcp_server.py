@@ -612,8 +612,10 @@ def _log_config(runtime: Runtime, diagnostics: list[Diagnostic], log: TextIO, wh
     for d in diagnostics:
         log.write(f"codecoder serve: {format_diagnostic(runtime.project_file, d)}\n")
     state = "ok" if not any(d.severity == "error" for d in diagnostics) else "errors found"
-    if not runtime.config.file.usable:
-        state += ", not usable: no grants are taken from it"
+    if runtime.config.unreadable:
+        state += ", the rules cannot be read: every call that needs permission is refused"
+    elif any(d.code == "kept_last_good" for d in diagnostics):
+        state += ", the last good rules stay in effect"
     log.write(f"codecoder serve: {what} {runtime.project_file}: {state}\n")
     log.flush()
 

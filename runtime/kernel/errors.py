@@ -10,6 +10,7 @@ leak.
     │   └── InvalidArguments        arguments do not fit the tool's parameter model
     ├── PermissionDenied            the call was refused; no tool code ran
     │   ├── DeniedByRule            a deny rule of codecoder.json matched
+    │   │   └── RulesUnreadable     codecoder.json or the user's file is broken: it fails closed
     │   ├── DeniedByUser            the human answered Deny, or nobody could be asked
     │   └── CeilingViolation        a grant above the environment's ceiling was refused
     ├── ConfigError                 codecoder.json cannot be used (carries file, line, column)
@@ -68,6 +69,11 @@ class PermissionDenied(CodecoderError):
 
 class DeniedByRule(PermissionDenied):
     """A deny rule of the project matched the call's key."""
+
+
+class RulesUnreadable(DeniedByRule):
+    """A project or user file cannot be read or parsed: until it is fixed, nothing that needs
+    permission runs (its rules are unknown, so any of them could have refused the call)."""
 
 
 class DeniedByUser(PermissionDenied):

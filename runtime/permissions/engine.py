@@ -1,6 +1,7 @@
 """The permission lookup chain (SPEC §4), in one function.
 
     None                    → allow                      (source none)
+    a file is unreadable    → refuse, never ask          (source deny: its rules are unknown)
     deny rule matches       → refuse, never ask          (source deny)
     read-only command, confined read-only → allow        (source read-only)
     would fail contained, host granted for the session → run on the host (session, escalated)
@@ -53,6 +54,7 @@ from codecoder.runtime.kernel.errors import (
     ConfigError,
     DeniedByRule,
     DeniedByUser,
+    RulesUnreadable,
 )
 from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
 from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
@@ -68,8 +70,9 @@ class GrantRecorder(Protocol):
 
 
 PROTECTED_NOTE = (
-    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the runtime's state "
-    "and the user's configuration, the codecoder command itself) can be allowed only once"
+    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' own "
+    "settings: .claude/, .gemini/, .codex/, .mcp.json, .vscode/; the runtime's state and the "
+    "user's configuration, the codecoder command itself) can be allowed only once"
 )
 
 
@@ -112,6 +115,18 @@ class PermissionEngine:
         if key is None:
             return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
         project = self._project()
+        if project.unreadable is not None:
+            # Fail closed: any rule of the broken file could have refused this call.
+            decision = Decision(
+                False,
+                Source.DENY,
+                tool,
+                environment,
+                key.raw,
+                None,
+                reason=project.unreadable,
+            )
+            raise RulesUnreadable(f"{key.raw} is refused: {project.unreadable}", decision)
         host = permission.host
         _refuse_denied(project, tool, environment, key)
         if host is not None:

@@ -23,9 +23,19 @@ from codecoder.runtime.kernel.errors import (
 __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
-Layer: TypeAlias = Literal["keying", "contained", "permission-files", "wasm", "docker"]
+Layer: TypeAlias = Literal[
+    "keying", "contained", "permission-files", "rules", "hooks", "wasm", "docker"
+]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
-LAYERS: Final[tuple[Layer, ...]] = ("keying", "contained", "permission-files", "wasm", "docker")
+LAYERS: Final[tuple[Layer, ...]] = (
+    "keying",
+    "contained",
+    "permission-files",
+    "rules",
+    "hooks",
+    "wasm",
+    "docker",
+)
 
 ErrorName = Literal[
     "ExecutionTimeout", "OutOfMemory", "OutOfFuel", "ExecutionFailed", "SandboxUnavailable"
@@ -111,6 +121,45 @@ class PermissionFileEntry(_Entry):
     links: dict[str, str] = Field(default_factory=dict)
 
 
+class RulesEntry(_Entry):
+    """An attempt of the rules layer (rules.json: its `about` says how each field is used)."""
+
+    kind: Literal[
+        "broken-rules",
+        "reload-broken",
+        "from-subdirectory",
+        "untrusted-binding",
+        "trusted-edit",
+        "host-git-plant",
+        "host-plant",
+        "borrowed-objects",
+    ]
+    text: str | None = None
+    edited: str | None = None
+    command: str | None = None
+    allow: tuple[str, ...] = ()
+    plant: dict[str, str] = Field(default_factory=dict)
+    copy_command: str | None = None
+    then: str | None = None
+    call: ToolCall | None = None
+
+
+class HooksEntry(_Entry):
+    """An attempt of the hooks layer (hooks.json): another agent's call, as its host sends it."""
+
+    host: Literal["claude-code", "gemini"]
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    text: str | None = None
+    allow: tuple[str, ...] = ()
+    mcp_context: dict[str, Any] | None = None
+    cwd: str = "."
+    files: dict[str, str] = Field(default_factory=dict)
+    links: dict[str, str] = Field(default_factory=dict)
+    plant_hook: bool = False
+
+
 DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
 
 
@@ -182,11 +231,21 @@ class WasmEntry(_Entry):
     branches: int = Field(default=60_000, gt=0)
 
 
-AnyEntry: TypeAlias = KeyingEntry | ContainedEntry | PermissionFileEntry | DockerEntry | WasmEntry
+AnyEntry: TypeAlias = (
+    KeyingEntry
+    | ContainedEntry
+    | PermissionFileEntry
+    | RulesEntry
+    | HooksEntry
+    | DockerEntry
+    | WasmEntry
+)
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
     "contained": ContainedEntry,
     "permission-files": PermissionFileEntry,
+    "rules": RulesEntry,
+    "hooks": HooksEntry,
     "wasm": WasmEntry,
     "docker": DockerEntry,
 }

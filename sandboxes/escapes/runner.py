@@ -41,12 +41,14 @@ from codecoder.sandboxes.escapes.canary import _Canary
 from codecoder.sandboxes.escapes.contained import _ContainedLayer
 from codecoder.sandboxes.escapes.corpus import LAYERS, Attempt, Layer, ToolCall, load_corpus
 from codecoder.sandboxes.escapes.docker import _DockerLayer
+from codecoder.sandboxes.escapes.hooks import _HooksLayer
 from codecoder.sandboxes.escapes.keying import _KeyingLayer
 from codecoder.sandboxes.escapes.layer import _LayerRunner
 from codecoder.sandboxes.escapes.options import AuditOptions
 from codecoder.sandboxes.escapes.outcomes import Status, _NotApplicable, _NotRun, _Outcome
 from codecoder.sandboxes.escapes.permission_files import _PermissionFilesLayer
 from codecoder.sandboxes.escapes.report import AttemptResult, AuditReport
+from codecoder.sandboxes.escapes.rules import _RulesLayer
 from codecoder.sandboxes.escapes.wasm import _WasmLayer
 from codecoder.sandboxes.escapes.workspace import _Workspace
 
@@ -278,6 +280,8 @@ class _Audit:
             "keying": _KeyingLayer,
             "contained": _ContainedLayer,
             "permission-files": _PermissionFilesLayer,
+            "rules": _RulesLayer,
+            "hooks": _HooksLayer,
             "wasm": _WasmLayer,
             "docker": _DockerLayer,
         }

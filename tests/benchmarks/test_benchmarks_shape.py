@@ -33,6 +33,7 @@ FIGURE_NAMES = [
     "allowlists.decide.session",
     "shell.call",
     "shell.environment",
+    "shell.git_guard",
     "wasm.read_file.landlock",
     "wasm.read_file.warm",
     "wasm.read_file.environment",

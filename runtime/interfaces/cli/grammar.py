@@ -56,7 +56,13 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--project", type=Path, default=Path("."), help="project directory")
+        p.add_argument(
+            "--project",
+            type=Path,
+            default=None,
+            help="project directory (default: the nearest directory upward holding "
+            "codecoder.json, else the git repository's top level, else the current directory)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
@@ -93,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--show", action="store_true", help="only show what it widens; trust nothing")
     p.add_argument("--revoke", action="store_true", help="withdraw the trust given before")
+    p.add_argument(
+        "--git",
+        action="store_true",
+        help="instead: show what the workspace's git would run (hooks, configuration) that "
+        "you have not seen, and accept it (host commands are refused until then)",
+    )
     p.set_defaults(handler=configuration.trust)
 
     p = command("call", "run one tool call through the whole permission chain")
@@ -209,7 +221,8 @@ def _parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         metavar="LAYER",
-        help="only these layers: keying, permission-files, wasm, docker (default: all)",
+        help="only these layers: keying, permission-files, rules, hooks, wasm, docker "
+        "(default: all)",
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=audit.audit)

@@ -135,25 +135,23 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
     file = str(project / "codecoder.json")
     assert checked == {
         "ok": True,
+        "project": str(project),
+        "found_by": "the nearest codecoder.json",
+        "exists": True,
         "file": file,
         "user_file": None,
         "trust": {
             "state": "trusted",
             "digest": checked["trust"]["digest"],
+            # The binding to @docker narrows: obeyed whatever the trust, not a widening.
             "widenings": [
-                {
-                    "section": "environments",
-                    "key": "run_command",
-                    "what": "runs run_command in @docker",
-                    "line": 3,
-                    "column": 5,
-                },
                 {
                     "section": "allowlist",
                     "key": "run_command:git",
                     "what": "grants run_command:git for the project",
                     "line": 6,
                     "column": 5,
+                    "never": None,
                 },
             ],
         },
@@ -348,7 +346,7 @@ def test_check_flags_every_entry_that_can_never_match_and_says_how_to_spell_it(
     assert "read_file needs no permission (Permission::None)" in text
 
 
-def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) -> None:
+def test_check_flags_a_second_deny_section_and_the_file_fails_closed(project: Path) -> None:
     (project / "codecoder.json").write_text(
         '{"deny": ["run_command:rm"],\n "deny": ["run_command:git:push"]}\n'
     )
@@ -362,7 +360,9 @@ def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) ->
     refused = codecoder(
         "call", "run_command", '{"command": "rm x"}', "--non-interactive", project=project
     )
-    assert refused.returncode == 3 and "deny rule 'run_command:rm'" in refused.stderr
+    assert refused.returncode == 3
+    assert "[duplicate_section]" in refused.stderr
+    assert "nothing that needs permission runs" in refused.stderr
 
 
 # --- interrupts ----------------------------------------------------------------------------

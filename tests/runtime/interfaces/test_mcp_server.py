@@ -400,12 +400,14 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     assert len(human.asked) == 1
 
 
-async def test_sighup_reloads_and_logs_a_syntax_error_with_its_line_and_column(
+async def test_sighup_with_a_broken_file_logs_where_and_keeps_the_last_good_rules(
     project: Path, tmp_path: Path
 ) -> None:
+    write_config(project, {"deny": ["run_command:echo"]})
     log_path = tmp_path / "serve.log"
+    human = Human("once")
     with log_path.open("w") as log:
-        async with connected(project, Human("once"), log) as session:
+        async with connected(project, human, log) as session:
             (pid,) = live_servers(project)
             write_config(project, '{\n  "deny": ["run_command:echo",]\n}\n')
             os.kill(pid, signal.SIGHUP)
@@ -413,12 +415,32 @@ async def test_sighup_reloads_and_logs_a_syntax_error_with_its_line_and_column(
             result = await session.call_tool("run_command", {"command": "echo hi"})
     file = project / "codecoder.json"
     assert f"codecoder serve: {file}:2:31: error: [syntax]" in content
+    assert f"codecoder serve: {file}:2:31: error: [kept_last_good]" in content
     assert (
-        f"codecoder serve: reloaded {file}: errors found, not usable: no grants are taken from it"
+        f"codecoder serve: reloaded {file}: errors found, the last good rules stay in effect"
         in content
     )
-    # A file that is not JSON yields no grant and no deny rule: the call is asked, and runs.
-    assert (text_of(result), decision_of(result)["source"]) == ("hi\n[exit code 0]", "once")
+    # The deny rule of the last good file still refuses, without a question.
+    assert result.is_error and decision_of(result)["source"] == "deny"
+    assert "deny rule 'run_command:echo'" in text_of(result)
+    assert human.asked == []
+
+
+async def test_a_server_started_on_a_broken_file_refuses_what_needs_permission(
+    project: Path, tmp_path: Path
+) -> None:
+    write_config(project, '{"deny": "run_command:echo"}\n')
+    (project / "notes.txt").write_text("readable\n")
+    human = Human("once")
+    async with connected(project, human) as session:
+        refused = await session.call_tool("run_command", {"command": "echo hi"})
+        read = await session.call_tool("read_file", {"path": "notes.txt"})
+    file = project / "codecoder.json"
+    assert refused.is_error and decision_of(refused)["source"] == "deny"
+    assert f"{file}:1:10: error: [schema]" in text_of(refused)
+    assert "nothing that needs permission runs" in text_of(refused)
+    assert human.asked == []
+    assert not read.is_error and "readable" in text_of(read)
 
 
 async def test_the_pid_file_lives_as_long_as_the_server(project: Path) -> None:
