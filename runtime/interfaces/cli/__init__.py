@@ -74,9 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _place_project(args: argparse.Namespace) -> None:
     """Fill in the project a command works on (`runtime.config.discovery`): `--project` as
     given, or found from the working directory. A hook finds it from the `cwd` its host sends,
-    so it is left unset there."""
+    so it is left unset there; `bench` works on no project."""
     from codecoder.runtime.config.discovery import FoundBy, ProjectPlace, find_project
 
+    if not hasattr(args, "project"):
+        return
     if args.project is not None:
         args.place = ProjectPlace(args.project.absolute(), FoundBy.OPTION)
     elif args.command != "hook":
