@@ -49,9 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every command takes only its own options, but `bench`, whose options are the
         # benchmarks' (their own parser reads them, --help included).
         args, extra = _parser().parse_known_args(argv)
-        if extra and args.command != "bench":
+        if args.command == "bench":
+            args.arguments = extra
+        elif extra:
             _parser().error(f"unrecognized arguments: {' '.join(extra)}")
-        args.arguments = extra
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
