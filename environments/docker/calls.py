@@ -140,9 +140,12 @@ def call_result(
             '"docker": {"disk_budget": ...} in codecoder.json'
         )
     if response.get("timed_out"):
+        stdout, stderr = str(response.get("stdout", "")), str(response.get("stderr", ""))
+        between = "\n" if stdout and stderr and not stdout.endswith("\n") else ""
         raise ExecutionTimeout(
             f"`{call.summary}` did not finish within {request.timeout:g}s and was killed "
-            f"with all its processes{pids_note}"
+            f"with all its processes{pids_note}",
+            output=stdout + between + stderr,
         )
     signal_number = response.get("signal")
     return CommandResult(
