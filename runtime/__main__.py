@@ -2,7 +2,7 @@
 one can (`runtime.interfaces.decisiond`), everything else (and every fallback) by
 `runtime.interfaces.cli` in this process. Only the standard library is imported before that
 choice. A shell completing a command line (argcomplete sets `_ARGCOMPLETE`) is answered from the
-grammar alone (`cli.starting.complete`)."""
+grammar alone (`cli.grammar.complete`)."""
 
 import os
 import sys
@@ -10,7 +10,7 @@ import sys
 
 def main() -> int:
     if "_ARGCOMPLETE" in os.environ:
-        from codecoder.runtime.interfaces.cli.starting import complete
+        from codecoder.runtime.interfaces.cli.grammar import complete
 
         return complete()
     argv = sys.argv[1:]

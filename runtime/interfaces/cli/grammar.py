@@ -249,6 +249,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def complete() -> int:
+    """Answer a completing shell (`_ARGCOMPLETE` is set: `codecoder completion`) from the
+    grammar, and exit."""
+    import argcomplete
+
+    argcomplete.autocomplete(_parser(), always_complete_options=False)
+    return 2  # autocomplete exits when it answered; reaching here means it did not
+
+
 def _tool_names(argument: argparse.Action) -> None:
     """Complete a tool argument with the built-in tools' names (argcomplete reads
     `completer`)."""

@@ -9,7 +9,7 @@ file (the user's grants are never lost), and trusts the file it wrote (a file th
 creates is trusted). `--print` only prints it.
 
 Completion is argcomplete's: the shell runs `codecoder` with `_ARGCOMPLETE` set, and
-runtime/__main__.py hands such a run to `complete()` before anything else is imported.
+runtime/__main__.py hands such a run to `grammar.complete()` before anything else is imported.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK, EXIT_USAGE
+from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK
 from codecoder.runtime.interfaces.cli.inputs import usage
 from codecoder.runtime.interfaces.cli.output import print_json
 
@@ -153,16 +153,6 @@ def completion(args: argparse.Namespace) -> int:
 
     sys.stdout.write(argcomplete.shellcode(["codecoder"], shell=args.shell))
     return EXIT_OK
-
-
-def complete() -> int:
-    """Answer a completing shell (`_ARGCOMPLETE` is set) from the grammar, and exit."""
-    import argcomplete
-
-    from codecoder.runtime.interfaces.cli.grammar import _parser
-
-    argcomplete.autocomplete(_parser(), always_complete_options=False)
-    return EXIT_USAGE  # autocomplete exits when it answered; reaching here means it did not
 
 
 def completion_epilog() -> str:
