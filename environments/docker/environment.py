@@ -187,6 +187,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             )
             if synced is not None:
                 result.extra["synced"] = synced
+            said = str(response.get("stderr", ""))
+            if request.output is not None and result.stderr.startswith(said):
+                added = result.stderr[len(said) :]  # what to do about a missing program
+                if added:
+                    request.output("stderr", added.encode())
             return result
 
     def close(self) -> None:

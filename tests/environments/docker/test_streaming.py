@@ -4,6 +4,7 @@ what it printed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -89,3 +90,25 @@ def test_a_command_killed_at_its_deadline_keeps_what_it_printed(
         sandbox.run(request)
     assert raised.value.output == "before\n"
     assert watcher.text("stdout") == "before\n"
+
+
+def test_a_program_missing_from_the_image_says_how_to_build_one_that_has_it(
+    sandbox: DockerEnvironment,
+) -> None:
+    hint = (
+        f"codecoder: the sandbox image {SANDBOX_IMAGE} has no npm. `codecoder image build "
+        "--from node:20` makes a sandbox image of an image that has it (one on this engine), "
+        'then set "docker": {"image": ...} in codecoder.json to use it (`codecoder check` '
+        "confirms it)\n"
+    )
+    for request in (
+        CommandRequest(cwd=sandbox.workspace, argv=("npm", "test")),
+        CommandRequest(cwd=sandbox.workspace, script="npm test && echo passed"),
+    ):
+        watcher = Watcher()
+        result = sandbox.run(dataclasses.replace(request, output=watcher))
+        assert result.exit_code == 127
+        assert result.stderr.endswith("npm: command not found\n" + hint)
+        assert watcher.text("stderr") == result.stderr  # shown live too
+    quiet = sandbox.run(CommandRequest(cwd=sandbox.workspace, script="exit 127"))
+    assert (quiet.exit_code, quiet.stderr) == (127, "")
