@@ -400,7 +400,8 @@ def test_the_users_own_claude_settings_grant_where_codecoder_would_ask(
     notes = claude("Write", {"file_path": "notes.md", "content": "x"})
     assert decision(answer("claude-code", notes, project, env=env))[0] == "allow"
     # What the user's rule allowed is not remembered as codecoder's grant.
-    assert not list((state / "codecoder").rglob("hooks/*.json"))
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    assert json.loads(kept.read_text())["grants"] == []
 
 
 def test_the_users_own_gemini_settings_and_policies_grant_where_codecoder_would_ask(
