@@ -51,28 +51,40 @@ def responses(run: AgentRun) -> list[dict[str, Any]]:
     return [result["response"] for result in run.tool_results()]
 
 
+def mcp_recipe(project: Path) -> None:
+    """README's recipe: the settings and the Policy Engine rules they name."""
+    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
+    (project / ".gemini" / "codecoder.toml").write_text(recipe("gemini-mcp-policy"))
+
+
+@pytest.mark.parametrize("mode", ["default", "yolo"])
 def test_as_its_mcp_server_codecoder_decides_and_geminis_own_tools_are_off(
-    project: Path, tmp_path: Path
+    project: Path, tmp_path: Path, mode: str
 ) -> None:
+    """Headless in either approval mode: codecoder's tools offered (its namesakes of Gemini's
+    write_file and web_fetch too), Gemini's shell and replace never offered, its write_file
+    refused when called; no deprecation warning (the Policy Engine, not tools.exclude)."""
     env = gemini_env(tmp_path, project)
     trusted_config(project, env, {"allowlist": {"write_file:notes/**": "AlwaysThisProject"}})
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
+    mcp_recipe(project)
     run = run_agent(
-        [str(cli("gemini")), "-p", "Work.", "--output-format", "json", "--approval-mode", "yolo"],
+        [str(cli("gemini")), "-p", "Work.", "--output-format", "json", "--approval-mode", mode],
         cwd=project,
         env=env,
         script=[
             Call("mcp_codecoder_read_file", {"path": "README.md"}),
             Call("mcp_codecoder_write_file", {"path": "notes/a.md", "content": "noted\n"}),
             Call("mcp_codecoder_run_command", {"command": "touch made"}),
+            Call("write_file", {"file_path": "own.md", "content": "x\n"}),
         ],
     )
     assert run.exit_code == 0, run.stderr
     assert json.loads(run.stdout)["response"] == "All done."
+    assert "deprecated" not in run.stderr.lower() and "policy file error" not in run.stderr.lower()
     offered = run.offered()
     assert {"mcp_codecoder_write_file", "mcp_codecoder_web_fetch", "read_file"} <= offered
-    assert not offered & {"run_shell_command", "write_file", "replace", "web_fetch"}
-    read, wrote, touched = responses(run)
+    assert not offered & {"run_shell_command", "replace"}
+    read, wrote, touched, own = responses(run)
     assert read == {"output": "<untrusted_context>\n     1\thello\n\n</untrusted_context>"}
     assert "created notes/a.md (6 bytes)" in wrote["output"]
     # No elicitation in Gemini CLI: refused, with the key and how it could be granted.
@@ -81,33 +93,17 @@ def test_as_its_mcp_server_codecoder_decides_and_geminis_own_tools_are_off(
         in (touched["error"])
     )
     assert "codecoder serve --allow run_command:touch" in touched["error"]
+    assert own == {
+        "error": "Tool execution denied by policy. codecoder does this here: use "
+        "mcp_codecoder_write_file or mcp_codecoder_web_fetch"
+    }
     assert (project / "notes" / "a.md").read_text() == "noted\n"
-    assert not (project / "made").exists()
+    assert not (project / "made").exists() and not (project / "own.md").exists()
     assert audit(project, env) == [
         ("read_file", "ok"),
         ("write_file", "ok"),
         ("run_command", "denied"),
     ]
-
-
-def test_headless_gemini_hides_what_it_would_ask_for_and_codecoders_namesakes_with_it(
-    project: Path, tmp_path: Path
-) -> None:
-    """Without --approval-mode yolo, `gemini -p` drops the tools it would have to ask about,
-    by bare name, so codecoder's write_file and web_fetch go too (Gemini CLI 0.61): the reason
-    README's recipe runs headless Gemini in yolo mode."""
-    env = gemini_env(tmp_path, project)
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
-    run = run_agent(
-        [str(cli("gemini")), "-p", "Work.", "--output-format", "json"],
-        cwd=project,
-        env=env,
-        script=[Call("mcp_codecoder_read_file", {"path": "README.md"})],
-    )
-    assert run.exit_code == 0, run.stderr
-    offered = run.offered()
-    assert {"mcp_codecoder_read_file", "mcp_codecoder_run_command"} <= offered
-    assert not offered & {"mcp_codecoder_write_file", "mcp_codecoder_web_fetch"}
 
 
 def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_path: Path) -> None:
