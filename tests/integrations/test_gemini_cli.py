@@ -151,3 +151,57 @@ def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_
     assert json.loads((project / ".gemini" / "settings.json").read_text())["hooks"]
     assert read == {"output": "hello\n"}
     assert not (project / "made").exists()
+
+
+def test_in_a_terminal_allow_once_at_geminis_prompt_is_once_and_the_users_own_rule_holds(
+    project: Path, tmp_path: Path
+) -> None:
+    """Gemini CLI run by a person (a pseudo-terminal), codecoder as its hook: the hook asks,
+    Gemini shows its prompt with codecoder's reason, "Allow once" runs that call only (the same
+    key is asked again), a rule of the user's own ~/.gemini/policies allows `ls` without a
+    question, and a refused call's reason is shown to the person."""
+    env = gemini_env(tmp_path, project)
+    env["TERM"] = "xterm-256color"
+    trusted_config(project, env, {"deny": ["run_command:git:push"]})
+    policies = Path(env["HOME"]) / ".gemini" / "policies"
+    policies.mkdir(parents=True)
+    (policies / "mine.toml").write_text(
+        '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "ls"\n'
+        'decision = "allow"\npriority = 100\n'
+    )
+    (project / ".gemini" / "settings.json").write_text(recipe("gemini-hooks"))
+    run = run_agent(
+        [str(cli("gemini")), "-i", "Make two files."],
+        cwd=project,
+        env=env,
+        script=[
+            Call("run_shell_command", {"command": "touch one"}),
+            Call("run_shell_command", {"command": "touch two"}),
+            Call("run_shell_command", {"command": "ls"}),
+            Call("run_shell_command", {"command": "git push origin main"}),
+        ],
+        terminal=[
+            ("Allow once", "\r"),  # `touch one`
+            ("? Shell touch two", ""),  # the same key, asked again
+            ("Allow once", "\r"),
+            ("All done", ""),
+        ],
+    )
+    assert run.exit_code == 0, run.screen[-3000:]
+    screen = run.screen
+    assert (project / "one").exists() and (project / "two").exists()
+    assert (
+        "codecoder: run_command:touch on @shell needs your approval; approving allows this "
+        "call only: codecoder asks again next time" in screen
+    )
+    assert "? Shell ls" not in screen  # the user's own policy allowed it: no question
+    assert (
+        "codecoder: run_command:git:push is refused: deny rule 'run_command:git:push' of "
+        "codecoder.json" in screen
+    )
+    ls, push = responses(run)[2:]
+    assert "README.md" in ls["output"]
+    assert push["error"].startswith("Tool execution blocked: codecoder: run_command:git:push")
+    # Nothing was recorded for the session, and SessionEnd removed the host session's file.
+    state = Path(env["XDG_STATE_HOME"]) / "codecoder" / "projects"
+    assert not list(state.rglob("hooks/*.json"))
