@@ -109,7 +109,7 @@ def _claude_rules(home: Path, environ: Mapping[str, str]) -> list[_Rule]:
             continue  # a wildcard inside a word: not read here
         else:
             exact = _split(spec)
-            words = (*exact, _EXACT) if exact else None
+            words = (*exact, _EXACT) if exact else ()
         if words:
             rules.append((rule, file, "Bash", words))
     return rules

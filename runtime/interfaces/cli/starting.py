@@ -135,23 +135,24 @@ def _placement(runtime: Runtime, project: Project) -> Placement:
 def _image_runs(runtime: Runtime, probe: str) -> bool:
     """Whether `probe` succeeds in the sandbox (a read-only container of the project's image):
     whether what the tests need is there."""
-    from codecoder.environments.base import CommandRequest
+    from codecoder.environments.base import CommandRequest, CommandResult
     from codecoder.runtime.kernel.ceiling import EnvironmentTag
     from codecoder.runtime.kernel.errors import ToolError
 
     environment = runtime.environment(EnvironmentTag.DOCKER)
     request = CommandRequest(cwd=runtime.project_dir, script=probe, timeout=30)
     try:
-        return environment.run(request).exit_code == 0
+        result: CommandResult = environment.run(request)
     except ToolError:
         return False
+    return result.exit_code == 0
 
 
 def completion(args: argparse.Namespace) -> int:
     """Print the shell code that completes `codecoder` (argcomplete's, for this shell)."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    sys.stdout.write(argcomplete.shellcode(["codecoder"], shell=args.shell))
+    sys.stdout.write(shellcode(["codecoder"], shell=args.shell))
     return EXIT_OK
 
 
