@@ -61,12 +61,18 @@ def user_grant(
     host: Host,
     host_tool: str,
     tool_input: Mapping[str, Any],
+    workspace: Path,
     environ: Mapping[str, str] | None = None,
 ) -> UserGrant | None:
-    """The rule of the user's home settings of `host` that allows this call, if one does."""
+    """The rule of the user's home settings of `host` that allows this call, if one does.
+
+    A settings file that is, or leads, into the workspace is not the user's own: whatever
+    may write the workspace (a sandboxed tool) could write it, so it grants nothing."""
     environ = os.environ if environ is None else environ
     home = Path(environ.get("HOME") or Path.home())
     rules = _claude_rules(home, environ) if host == "claude-code" else _gemini_rules(home)
+    inside = workspace.resolve()
+    rules = [r for r in rules if not _within(r[1], inside)]
     command = tool_input.get("command") if host_tool in _SHELL_TOOLS[host] else None
     words = _simple_words(command) if isinstance(command, str) else None
     for rule, file, tool, prefix in rules:
@@ -166,6 +172,13 @@ def _policy_rules(path: Path) -> list[_Rule]:
                 if words and name in _SHELL_TOOLS["gemini"]:
                     rules.append((f"{shown} {prefix!r}", path, name, words))
     return rules
+
+
+def _within(path: Path, directory: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(directory)
+    except (OSError, RuntimeError):  # a loop of links: not the user's file either
+        return True
 
 
 def _simple_words(command: str) -> tuple[str, ...] | None:

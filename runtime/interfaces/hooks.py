@@ -506,7 +506,7 @@ def _pre_tool(
     if verdict.decision == "ask" and not verdict.protected:
         from codecoder.runtime.interfaces.agentsettings import user_grant
 
-        mine = user_grant(host, tool_name, tool_input)
+        mine = user_grant(host, tool_name, tool_input, project)
     return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
 
 

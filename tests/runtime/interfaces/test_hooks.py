@@ -456,3 +456,48 @@ def test_with_sandbox_docker_a_users_rule_lets_codecoder_exec_run_it_once(
     (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
     (question,) = json.loads(kept.read_text())["pending"].values()
     assert question["scope"] == "once"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls; rm -rf src",
+        "ls\nrm -rf src",
+        "ls | sh",
+        "ls `rm -rf src`",
+        "ls > .git/config",
+        "ls & rm -rf src",
+        "LS_COLORS=x ls",
+        "env ls",
+        "command ls",
+    ],
+)
+def test_a_users_rule_for_a_program_never_covers_what_else_a_command_line_runs(
+    project: Path, state: Path, tmp_path: Path, command: str
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(ls:*)"]}}')
+    out = answer(
+        "claude-code", claude("Bash", {"command": command}), project, env={"HOME": str(home)}
+    )
+    assert decision(out)[0] == "ask", command
+
+
+def test_settings_that_lie_in_the_workspace_are_not_the_users_own(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    """A home inside the workspace, or a settings file linked into it: a sandboxed tool could
+    have written it, so it grants nothing."""
+    inside = project / "home"
+    (inside / ".claude").mkdir(parents=True)
+    (inside / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash"]}}')
+    event = claude("Bash", {"command": "touch x"})
+    assert decision(answer("claude-code", event, project, env={"HOME": str(inside)}))[0] == "ask"
+    home = tmp_path / "home"
+    (home / ".gemini" / "policies").mkdir(parents=True)
+    planted = project / "planted.toml"
+    planted.write_text('[[rule]]\ntoolName = "run_shell_command"\ndecision = "allow"\n')
+    (home / ".gemini" / "policies" / "linked.toml").symlink_to(planted)
+    shell = gemini("run_shell_command", {"command": "touch x"})
+    assert answer("gemini", shell, project, env={"HOME": str(home)})["decision"] == "ask"
