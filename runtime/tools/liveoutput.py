@@ -30,6 +30,7 @@ REPORT_EVERY = 0.5  # at most this often
 HEARTBEAT = 3.0  # and at least this often while the command runs, even without new output
 LATEST_LINES = 5
 LINE_WIDTH = 200
+_Decoder = codecs.getincrementaldecoder("utf-8")
 
 
 class LiveOutput:
@@ -47,22 +48,23 @@ class LiveOutput:
         self._progress = progress
         self._limit = limit
         self._lock = threading.Lock()
-        self._decoders = {
-            "stdout": codecs.getincrementaldecoder("utf-8")(errors="replace"),
-            "stderr": codecs.getincrementaldecoder("utf-8")(errors="replace"),
-        }
+        # Made when needed: most calls run no command, and each call makes one of these.
+        self._decoders: dict[Stream, codecs.IncrementalDecoder] = {}
         self._text = ""
         self._dropped = 0  # characters fallen off the front of what is kept
         self.received = 0  # bytes, both streams
         self._label = ""
         self._started: float | None = None
-        self._stop = threading.Event()
+        self._stop: threading.Event | None = None
         self._ticker: threading.Thread | None = None
 
     def __call__(self, stream: Stream, data: bytes) -> None:
         with self._lock:
             self.received += len(data)
-            self._keep(self._decoders[stream].decode(data))
+            decoder = self._decoders.get(stream)
+            if decoder is None:
+                decoder = self._decoders[stream] = _Decoder(errors="replace")
+            self._keep(decoder.decode(data))
         if self._listener is not None:
             self._listener(stream, data)
 
@@ -72,6 +74,7 @@ class LiveOutput:
         self._label = label
         self._started = time.monotonic()
         if self._progress is not None and self._ticker is None:
+            self._stop = threading.Event()
             self._ticker = threading.Thread(
                 target=self._report_until_closed, name="codecoder-progress", daemon=True
             )
@@ -79,7 +82,8 @@ class LiveOutput:
 
     def close(self) -> None:
         """The call is over: no more progress reports."""
-        self._stop.set()
+        if self._stop is not None:
+            self._stop.set()
         ticker, self._ticker = self._ticker, None
         if ticker is not None and ticker is not threading.current_thread():
             ticker.join(timeout=1.0)
@@ -113,16 +117,17 @@ class LiveOutput:
             self._dropped += excess
 
     def _report_until_closed(self) -> None:
-        assert self._progress is not None and self._started is not None
-        if self._stop.wait(FIRST_REPORT):
+        stop = self._stop
+        assert self._progress is not None and self._started is not None and stop is not None
+        if stop.wait(FIRST_REPORT):
             return
         reported_at, reported_bytes = 0.0, -1
-        while not self._stop.is_set():
+        while not stop.is_set():
             now = time.monotonic()
             if self.received != reported_bytes or now - reported_at >= HEARTBEAT:
                 reported_at, reported_bytes = now, self.received
                 self._report(now - self._started)
-            if self._stop.wait(REPORT_EVERY):
+            if stop.wait(REPORT_EVERY):
                 return
 
     def _report(self, elapsed: float) -> None:
@@ -136,4 +141,5 @@ class LiveOutput:
         try:
             self._progress(round(elapsed, 1), None, message)
         except Exception:  # progress is advice: it never fails the call
-            self._stop.set()
+            if self._stop is not None:
+                self._stop.set()
