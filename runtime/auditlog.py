@@ -16,6 +16,9 @@ carries `escalated_from` (the sandbox it was bound to). Outcomes:
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
     cancelled       the MCP client cancelled the call (notifications/cancelled)
 
+A call that ended before its command did (interrupted, cancelled, killed at its deadline) keeps
+the tail of what the command had printed by then, as `output`.
+
 A sandbox's connections through its egress proxy are recorded too, one line each, as tool
 `network` with the key `network:<host>`, outcome ok or denied, and a `network` object (host, port,
 address, bytes each way).
@@ -54,6 +57,7 @@ class AuditLog:
         error: str | None = None,
         agent: dict[str, Any] | None = None,
         network: dict[str, Any] | None = None,
+        output: str | None = None,
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "ts": round(time.time(), 6),
@@ -76,6 +80,8 @@ class AuditLog:
             entry["agent"] = agent
         if network:
             entry["network"] = network  # a connection of a sandbox (runtime.tools.network)
+        if output:
+            entry["output"] = output  # the tail of what an unfinished command had printed
         if self.path is not None:
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT

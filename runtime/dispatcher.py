@@ -3,7 +3,10 @@
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
 `Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
 refused or not, leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM
-(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A call's
+(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A command's
+output is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput) and what it
+printed before it was interrupted, cancelled or killed at its deadline is kept: in the error
+(`ToolError.output`) and in the audit record (its tail). A call's
 duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
 measures the call, not the person.
 """
@@ -20,7 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from codecoder.environments.base import Environment
+from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard, refusal
 from codecoder.environments.workspaceguard import quarantine, unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
@@ -39,7 +42,11 @@ from codecoder.runtime.kernel.errors import (
 from codecoder.runtime.permissions.engine import PermissionEngine
 from codecoder.runtime.permissions.keys import CallSite
 from codecoder.runtime.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.liveoutput import LiveOutput
 from codecoder.runtime.tools.network import SessionNetwork
+
+# How much of an unfinished command's output its audit record keeps (its last characters).
+AUDITED_OUTPUT = 2000
 
 
 class DispatchingRuntime(Protocol):
@@ -85,9 +92,11 @@ class CallOutcome:
         return self.result
 
     def to_json(self) -> dict[str, Any]:
-        error = None
+        error: dict[str, Any] | None = None
         if self.error is not None:
             error = {"type": type(self.error).__name__, "message": str(self.error)}
+            if isinstance(self.error, ToolError) and self.error.output:
+                error["output"] = self.error.output  # what it printed before it failed
         decision = self.decision.to_json() if self.decision else None
         return {
             "tool": self.tool,
@@ -149,13 +158,16 @@ class Dispatcher:
         *,
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
     ) -> CallOutcome:
         """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
-        receives the tool's progress reports."""
+        receives the tool's progress reports (a command's: its latest lines); `output` a
+        command's output as it comes."""
         started = time.monotonic()
         decision: Decision | None = None
         clock = _Clock(started)
         asking = started
+        live = LiveOutput(output, progress, limit=self._runtime.config.limits.max_output)
         try:
             tool = self._tool(name)
             params = validate_arguments(tool, args)
@@ -192,6 +204,7 @@ class Dispatcher:
                 grant=decision.grant,
                 read_only=decision.source is Source.READ_ONLY,
                 progress=progress,
+                output=live,
                 cancel=cancel,
                 network=SessionNetwork(self._engine, self._audit, self._session.id)
                 if tag is EnvironmentTag.DOCKER
@@ -209,16 +222,24 @@ class Dispatcher:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
                 clock.waited_since(asking, decision)
+            if isinstance(exc, ToolError) and not exc.output and live.received:
+                exc.output = live.text()
             return self._finish(name, None, exc, decision, clock)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
-            error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
+            error = ExecutionFailed(
+                f"{name} failed unexpectedly: {type(exc).__name__}: {exc}", output=live.text()
+            )
             error.__cause__ = exc
             return self._finish(name, None, error, decision, clock)
         except (
             KeyboardInterrupt
         ) as exc:  # Ctrl-C, or SIGTERM (runtime.interfaces.cli): audit, go on
-            self._finish(name, None, None, decision, clock, interrupted=type(exc).__name__)
+            self._finish(
+                name, None, None, decision, clock, interrupted=type(exc).__name__, live=live
+            )
             raise
+        finally:
+            live.close()
         return self._finish(name, result, None, decision, clock)
 
     def _tool(self, name: str) -> Tool[Any]:
@@ -236,6 +257,7 @@ class Dispatcher:
         decision: Decision | None,
         clock: _Clock,
         interrupted: str | None = None,
+        live: LiveOutput | None = None,
     ) -> CallOutcome:
         duration = max(time.monotonic() - clock.started - clock.waited, 0.0)
         if interrupted is not None:
@@ -251,6 +273,10 @@ class Dispatcher:
         else:
             outcome = "ok" if result is not None and not result.is_error else "failed"
         session = self._session
+        # What an unfinished command printed is otherwise lost: its tail goes on the record.
+        so_far = error.output if isinstance(error, ToolError) else ""
+        if not so_far and live is not None:
+            so_far = live.text()
         self._audit.record(
             session=session.id,
             tool=name,
@@ -259,6 +285,7 @@ class Dispatcher:
             duration=duration,
             error=str(error) if error else interrupted,
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
+            output=so_far[-AUDITED_OUTPUT:] if so_far else None,
         )
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 

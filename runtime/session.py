@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from codecoder.environments.base import Environment
+from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.capabilities import (
@@ -321,11 +321,13 @@ class Session:
         *,
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
     ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
-        the call; `progress` receives the tool's progress reports."""
-        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress)
+        the call; `progress` receives the tool's progress reports (a command's latest lines);
+        `output` a command's output as it comes (`environments.base.OutputListener`)."""
+        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress, output=output)
         self._record_capability_approval(tool, outcome)
         return outcome
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,11 +281,25 @@ def _layered(
         return bindings.get(tool) or tools[tool].environment
 
     grants: list[Grant] = []
+    granted = {entry.pattern for entry in pf.allowlist if entry.grants}
     for entry in pf.allowlist:
         where = {"line": entry.line, "column": entry.column}
         pattern = checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
         if pattern is None or not entry.grants:
             continue
+        sibling = _sibling_grant(entry.pattern, environment_of)
+        if sibling is not None and sibling not in granted:
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    "other_tool",
+                    f"{entry.pattern} grants the run_container tool only; commands the agent "
+                    f"runs with run_command, bound to @docker here, are keyed {sibling}, which "
+                    "nothing grants: add that entry for them to run without asking",
+                    key=entry.pattern,
+                    **where,
+                )
+            )
         environment = environment_of(pattern.tool)
         if pattern.tool == RUN_CAPABILITY:
             capability = capabilities.get(pattern.action)
@@ -502,3 +516,15 @@ def _docker_settings(
             )
         )
     return settings
+
+
+def _sibling_grant(pattern: str, environment_of: Callable[[str], EnvironmentTag]) -> str | None:
+    """The run_command entry a run_container grant was likely meant as: where run_command is
+    bound to @docker, both run the same commands in the same sandbox, but each tool's grants
+    are its own (`run_container:npm:test` never lets `run_command:npm:test` run)."""
+    tool, _, rest = pattern.partition(":")
+    if tool != "run_container" or not rest:
+        return None
+    if environment_of("run_command") is not EnvironmentTag.DOCKER:
+        return None
+    return f"run_command:{rest}"

@@ -33,11 +33,21 @@ be another server's is not taken for one of them.
 
 Session grants. The host's prompt is the one the human answers. When the hook answered `ask`
 and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
-approved it, and the question said that approving allows the key for the rest of the host's
-session: the key is recorded as a session grant for that host session, in the runtime's state
-directory (outside the workspace, `runtime.kernel.state.project_state_directory`). It is dropped at
-the host's SessionEnd, expires with the project's `session_ttl`, and a session file untouched
-for a day is removed. A protected path is never recorded: it is asked every time.
+approved it, and the question said what approving allows. Claude Code: the key for the rest of
+the host's session, recorded as a session grant for that host session in the runtime's state
+directory (outside the workspace, `runtime.kernel.state.project_state_directory`), dropped at
+the host's SessionEnd, expired with the project's `session_ttl`, and removed with a session file
+untouched for a day. Gemini CLI: this call only, since its prompt offers "Allow once" beside
+longer choices and tells the hook nothing of which was chosen. A protected path is never
+recorded: it is asked every time.
+
+The user's own rules. Where codecoder would ask, a rule of the user's own home settings of the
+host that allows the call (`Bash(ls:*)` in ~/.claude/settings.json; never a project's settings)
+allows it (`runtime.interfaces.agentsettings`). Deny rules, protected paths and compound
+commands are codecoder's alone to decide.
+
+Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
+person, in the host's transcript (`systemMessage`).
 
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
@@ -82,6 +92,7 @@ from codecoder.runtime.kernel.state import project_state_directory
 
 if TYPE_CHECKING:
     from codecoder.runtime.evaluation import Evaluation
+    from codecoder.runtime.interfaces.agentsettings import UserGrant
     from codecoder.runtime.session import Runtime, Session
 
 __all__ = [
@@ -191,7 +202,7 @@ class HookSessions:
             if not isinstance(question, dict):
                 return None
             escalation = bool(question.get("host_key"))
-            if not question.get("protected"):
+            if not question.get("protected") and question.get("scope", "session") == "session":
                 ttl = float(question.get("ttl", -1))
                 expiry = -1.0 if ttl < 0 else self._clock() + ttl
                 key = question["host_key"] if escalation else question["key"]
@@ -273,9 +284,12 @@ class HookAnswer:
             }
             if self.rewritten is not None:
                 specific["updatedInput"] = {**tool_input, **self.rewritten}
-            return {"hookSpecificOutput": specific}
+            answer: dict[str, Any] = {"hookSpecificOutput": specific}
+            if self.verdict == "deny":
+                answer["systemMessage"] = self.reason  # the person sees it too
+            return answer
         out: dict[str, Any] = {"decision": self.verdict, "reason": self.reason}
-        if self.verdict == "ask":
+        if self.verdict in ("ask", "deny"):
             out["systemMessage"] = self.reason
         if self.rewritten is not None:
             out["hookSpecificOutput"] = {"tool_input": self.rewritten}
@@ -430,7 +444,12 @@ def _pre_tool(
         except CodecoderError as exc:
             return HookAnswer("ask", f"codecoder cannot evaluate this call: {visible(str(exc))}")
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
-    return _answer(host, session_id, call_id, mapped, verdict, options, sessions)
+    mine = None
+    if verdict.decision == "ask" and not verdict.protected:
+        from codecoder.runtime.interfaces.agentsettings import user_grant
+
+        mine = user_grant(host, tool_name, tool_input, project)
+    return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
 
 
 def _fetch_refusal(runtime: Runtime, mapped: Mapped) -> str | None:
@@ -467,12 +486,26 @@ def _answer(
     verdict: Evaluation,
     options: HookOptions,
     sessions: HookSessions,
+    mine: UserGrant | None = None,
 ) -> HookAnswer:
     key = visible(verdict.key or verdict.tool)
     where = verdict.environment.value
     if verdict.decision == "deny":
         return HookAnswer("deny", f"codecoder: {key} is refused: {visible(verdict.reason)}")
     token: str | None = None
+    question = {
+        "tool": verdict.tool,
+        "key": verdict.key,
+        "environment": where,
+        "protected": verdict.protected,
+        "ttl": options.session_ttl,
+    }
+    if verdict.decision == "ask" and mine is not None:
+        reason = f"codecoder: {key} ({where}) is allowed by {visible(mine.describe())}"
+        answer = HookAnswer("allow", reason)
+        if mapped.shell and options.sandbox is not None:  # `codecoder exec` takes it once
+            token = sessions.ask(session_id, call_id, {**question, "scope": "once"})
+        return _rewritten(host, session_id, mapped, answer, token, options)
     if verdict.decision == "ask" and not options.interactive:
         reason = f"codecoder: {key} on {where} needs approval, and nobody can answer here"
         if verdict.protected or verdict.question is None:
@@ -487,7 +520,9 @@ def _answer(
         answer = HookAnswer("allow", reason)
     elif host_key:
         # An escalation: the host's question is the only one, so approving it means the host.
-        scope = "this call only" if verdict.protected else "the rest of this session"
+        # Gemini's prompt does not tell the hook which of its choices was made: once there.
+        once = verdict.protected or host == "gemini"
+        scope = "this call only" if once else "the rest of this session"
         reason = (
             f"codecoder: {key} would run contained in {where} and would likely fail "
             f"({visible(verdict.question.note if verdict.question else '')}); approving runs "
@@ -503,30 +538,38 @@ def _answer(
                 "environment": where,
                 "protected": verdict.protected,
                 "ttl": options.session_ttl,
+                "scope": "once" if once else "session",
             },
         )
         answer = HookAnswer("ask", reason)
     else:
-        scope = (
-            "this call only (a protected path is never granted for longer)"
-            if verdict.protected
-            else f"{key} for the rest of this session"
-        )
+        once = verdict.protected or host == "gemini"
+        if verdict.protected:
+            scope = "this call only (a protected path is never granted for longer)"
+        elif host == "gemini":
+            # Gemini's prompt does not tell the hook which of its choices was made.
+            scope = "this call only: codecoder asks again next time"
+        else:
+            scope = f"{key} for the rest of this session"
         reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
         if verdict.reason and verdict.question is not None and verdict.question.note:
             reason += f" ({visible(verdict.question.note)})"
-        token = sessions.ask(
-            session_id,
-            call_id,
-            {
-                "tool": verdict.tool,
-                "key": verdict.key,
-                "environment": where,
-                "protected": verdict.protected,
-                "ttl": options.session_ttl,
-            },
-        )
+        scoped = {**question, "scope": "once" if once else "session"}
+        token = sessions.ask(session_id, call_id, scoped)
         answer = HookAnswer("ask", reason)
+    return _rewritten(host, session_id, mapped, answer, token, options)
+
+
+def _rewritten(
+    host: Host,
+    session_id: str,
+    mapped: Mapped,
+    answer: HookAnswer,
+    token: str | None,
+    options: HookOptions,
+) -> HookAnswer:
+    """With `--sandbox docker|bwrap`, a shell command rewritten to run in the sandbox through
+    `codecoder exec` (with the one-time token of the question asked for it, if any)."""
     if mapped.shell and options.sandbox is not None:
         command = [
             options.exec_program,
@@ -538,7 +581,7 @@ def _answer(
         ]
         if options.sandbox == "bwrap":
             command += ["--sandbox", "bwrap"]
-        if token is not None and verdict.decision == "ask":
+        if token is not None:
             command += ["--approved", token]
         for key_allowed in options.allow:
             command += ["--allow", key_allowed]

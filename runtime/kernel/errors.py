@@ -117,7 +117,12 @@ class ConfigError(CodecoderError):
 
 
 class ToolError(CodecoderError):
-    """The tool ran, or tried to run, and failed."""
+    """The tool ran, or tried to run, and failed. `output` is what it had printed by then (a
+    command killed at its deadline or cancelled: its output so far, capped), or ""."""
+
+    def __init__(self, message: str = "", *, output: str = "") -> None:
+        self.output = output
+        super().__init__(message)
 
 
 class ExecutionFailed(ToolError):

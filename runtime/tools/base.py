@@ -37,6 +37,7 @@ from codecoder.runtime.kernel.decision import Decision
 from codecoder.runtime.kernel.errors import CodecoderError
 from codecoder.runtime.permissions.allowlist import SessionAllowlist
 from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
+from codecoder.runtime.tools.liveoutput import LiveOutput
 
 if TYPE_CHECKING:
     from codecoder.environments.base import Environment, NetworkGate
@@ -136,6 +137,9 @@ class ToolContext:
     # The call was allowed because it only reads (Source.READ_ONLY): it must run confined
     # read-only (`CommandRequest.writable=False`).
     read_only: bool = False
+    # The call's output as it comes (runtime.tools.liveoutput): a tool that runs a command calls
+    # `output.running(name)` and hands it to the environment as `CommandRequest.output`.
+    output: LiveOutput | None = None
 
     @property
     def site(self) -> CallSite:

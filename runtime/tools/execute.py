@@ -85,16 +85,18 @@ COMMAND_OUTPUT_SCHEMA: dict[str, Any] = {
 """What a command's result carries beyond its text (`result_of`'s data has these and more)."""
 
 
+def command_status(exit_code: int, killed_by: str | None) -> str:
+    """The line that ends a command's result: `[exit code 2]`, `[exit code 137, killed by
+    SIGKILL]` (a terminal that showed the output as it came shows this line after it)."""
+    return f"[exit code {exit_code}" + (f", killed by {killed_by}" if killed_by else "") + "]"
+
+
 def result_of(res: CommandResult) -> ToolResult:
     parts = [res.stdout]
     if res.stderr:
         parts.append(("\n" if res.stdout and not res.stdout.endswith("\n") else "") + res.stderr)
     text = "".join(parts)
-    status = (
-        f"[exit code {res.exit_code}"
-        + (f", killed by {res.killed_by}" if res.killed_by else "")
-        + "]"
-    )
+    status = command_status(res.exit_code, res.killed_by)
     data: dict[str, Any] = {
         "exit_code": res.exit_code,
         "stdout": res.stdout,
@@ -225,7 +227,10 @@ class RunCommand(Tool[RunCommandParameters]):
             grant=ctx.grant,
             cancel=ctx.cancel,
             network=ctx.network,
+            output=ctx.output,
         )
+        if ctx.output is not None:
+            ctx.output.running(self.name)
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)
 
@@ -289,7 +294,10 @@ class Commit(Tool[CommitParameters]):
             timeout=ctx.limits.timeout,
             max_output=ctx.limits.max_output,
             cancel=ctx.cancel,
+            output=ctx.output,
         )
+        if ctx.output is not None:
+            ctx.output.running(self.name)
         if args.paths:
             staged = git("add", "--", *args.paths)
             if staged.exit_code != 0:

@@ -15,9 +15,14 @@ replayed.
         {"id": int, "argv": [str, ...], "cwd": str, "env": {str: str}, "stdin": base64 str,
          "timeout": float, "max_output": int, "fresh": bool, "disk_budget": int | null,
          "capability": {"digest": str, "files": {path: base64} | null} | null,
-         "sync": bool, "unchanged": bool (nothing entered the volume since the last call)}
+         "sync": bool, "unchanged": bool (nothing entered the volume since the last call),
+         "stream": bool (optional: send the output as it comes)}
       or, to remove paths of the workspace volume (what the host deleted since it last synced):
         {"id": int, "delete": [relative path, ...]}
+    agent -> host, while a call with "stream" runs (none in its first 0.1 s; then at most every
+    0.1 s; once any was sent, all of the output is, before the answer; command.py):
+        {"id": int, "output": {"stream": "stdout" | "stderr", "data": base64 str,
+                               "skipped": int (bytes left out before this piece)}}
     agent -> host, one per call:
         {"id": int, "exit_code": int, "signal": int | null, "stdout": str, "stderr": str,
          "stdout_bytes": int, "stderr_bytes": int, "truncated": bool, "timed_out": bool,

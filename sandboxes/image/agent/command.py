@@ -8,6 +8,9 @@ docker-init (both root), nor reach their stdin and stdout. Where runas cannot ru
 
 The call ends when its main process exits, its deadline passes, its disk budget is spent or the
 host hangs up; then every other process is killed (processes.py) before the answer is made.
+
+A request with `"stream": true` has its output sent as it comes, in `output` lines before the
+answer (`OutputStream`), so the host can show it and keep it should the call be interrupted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,71 @@ from procfs import proc_status
 # that is already in flight.
 DRAIN_SECONDS = 0.5
 DISK_CHECK_SECONDS = 0.1
+# Output is streamed once the call has run this long, then at most this often: a short call
+# (most calls) sends nothing but its answer.
+STREAM_EVERY = 0.1
+# At most this much of each stream per `output` line; what came on top is counted, not sent.
+STREAM_CHUNK = 64 * 1024
+
+
+class OutputStream:
+    """A call's output sent to the host as it comes (channel.py: the `output` lines).
+
+    Nothing is sent in the call's first `STREAM_EVERY` seconds, then what arrived is sent at
+    most every `STREAM_EVERY` seconds, each stream's piece capped at `STREAM_CHUNK` bytes (its
+    last bytes; what was left out is counted in `skipped`). Once anything was sent, everything
+    left is sent before the answer (`finish`), so the host has the whole stream or none of it.
+    """
+
+    def __init__(self, channel: Channel, request_id: int, fds: dict[int, str], now: float):
+        self.channel = channel
+        self.request_id = request_id
+        self.names = fds
+        self.pending = {fd: bytearray() for fd in fds}
+        self.skipped = dict.fromkeys(fds, 0)
+        self.due = now + STREAM_EVERY
+        self.started = False
+
+    def feed(self, fd: int, data: bytes) -> None:
+        pending = self.pending[fd]
+        pending += data
+        excess = len(pending) - STREAM_CHUNK
+        if excess > 0:
+            del pending[:excess]
+            self.skipped[fd] += excess
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until something is due to be sent; None when nothing waits."""
+        if not any(self.pending.values()):
+            return None
+        return max(self.due - now, 0.0)
+
+    def send_due(self, now: float) -> None:
+        if now >= self.due and any(self.pending.values()):
+            self.flush()
+            self.due = now + STREAM_EVERY
+
+    def finish(self) -> None:
+        if self.started:
+            self.flush()
+
+    def flush(self) -> None:
+        for fd, pending in self.pending.items():
+            if not pending and not self.skipped[fd]:
+                continue
+            self.channel.send(
+                {
+                    "id": self.request_id,
+                    "output": {
+                        "stream": self.names[fd],
+                        "data": base64.b64encode(bytes(pending)).decode(),
+                        "skipped": self.skipped[fd],
+                    },
+                }
+            )
+            pending.clear()
+            self.skipped[fd] = 0
+            self.started = True
 
 
 def runas_works(uid: int, gid: int) -> bool:
@@ -124,6 +192,10 @@ def run_command(
     assert proc.stdout is not None and proc.stderr is not None  # both are PIPE above
     out, err = Capture(cap), Capture(cap)
     captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    streaming = None
+    if request.get("stream") and isinstance(request.get("id"), int):
+        names = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        streaming = OutputStream(channel, request["id"], names, started)
     selector = selectors.DefaultSelector()
     for fd in captures:
         selector.register(fd, selectors.EVENT_READ)
@@ -161,9 +233,14 @@ def run_command(
                     stop(now)
             if drain_until is not None and now >= drain_until:
                 break
+            if streaming is not None:
+                streaming.send_due(now)
             limit = (deadline if drain_until is None else drain_until) - now
             if budget is not None:
                 limit = min(limit, next_disk_check - now)
+            due = streaming.wait(now) if streaming is not None else None
+            if due is not None:
+                limit = min(limit, due)
             for key, _ in selector.select(timeout=max(limit, 0)):
                 fd = key.fd
                 if fd == exit_fd:
@@ -179,6 +256,8 @@ def run_command(
                     data = os.read(fd, READ_CHUNK)
                     if data:
                         captures[fd].feed(data)
+                        if streaming is not None:
+                            streaming.feed(fd, data)
                     else:
                         selector.unregister(fd)
                 else:
@@ -199,6 +278,8 @@ def run_command(
             if stream is not None and not stream.closed:
                 stream.close()
     survivors = end_everything()
+    if streaming is not None:
+        streaming.finish()
 
     code = proc.returncode
     sig = -code if code < 0 else None

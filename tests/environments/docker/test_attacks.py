@@ -500,4 +500,7 @@ def test_without_runas_commands_are_just_as_confined(
         f"{name}: {zero}\n" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
     )
     assert WORKED not in stop.stdout
-    assert (missing.exit_code, missing.stderr) == (127, "no-such-tool: command not found\n")
+    assert (missing.exit_code, missing.stderr.splitlines()[0]) == (
+        127,
+        "no-such-tool: command not found",
+    )

@@ -220,18 +220,24 @@ def test_bad_input_blocks_the_call_with_a_reason(project: Path, state: Path) -> 
     assert hook("claude-code", no_input, project).returncode == 2
 
 
-def test_gemini_answers_in_its_own_format_and_learns_from_after_tool(
+def test_gemini_answers_in_its_own_format_and_an_approval_there_is_once(
     project: Path, state: Path
 ) -> None:
     event = gemini("run_shell_command", {"command": "git status", "description": "status"})
     first = answer("gemini", event, project)
-    assert first["decision"] == "ask" and first["systemMessage"] == first["reason"]
+    assert first == {
+        "decision": "ask",
+        "reason": "codecoder: run_command:git:status on @shell needs your approval; approving "
+        "allows this call only: codecoder asks again next time",
+        "systemMessage": first["reason"],
+    }
+    # Gemini ran it: the human approved, with "Allow once" or a longer choice it does not tell.
     answer("gemini", {**event, "hook_event_name": "AfterTool", "tool_response": {}}, project)
     again = answer("gemini", gemini("run_shell_command", {"command": "git status -s"}), project)
-    assert again["decision"] == "allow"
-    # The grant is as narrow as the question: another git subcommand is asked again.
-    other = answer("gemini", gemini("run_shell_command", {"command": "git diff"}), project)
-    assert other["decision"] == "ask"
+    assert again["decision"] == "ask"
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    assert json.loads(kept.read_text())["grants"] == []
+    write_config(project, {"deny": ["web_fetch"]})
     # web tools need no permission; a URL in the prompt is what Gemini's web_fetch fetches
     # (a public address: this machine resolves no public names, and a name that cannot be
     # resolved is refused, since it could resolve to anything for the host)
@@ -262,6 +268,7 @@ def test_non_interactive_denies_what_it_would_ask_and_says_how_to_allow_it(
         "reason": "codecoder: run_command:npm:run:test[:]unit on @shell needs approval, and nobody "
         "can answer here; to allow it for a run: codecoder hook --allow "
         "run_command:npm:run:test[:]unit",
+        "systemMessage": out["reason"],  # the person sees why, in Gemini's transcript
     }
     allowed = answer(
         "gemini",
@@ -399,7 +406,7 @@ def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_
     assert asked["decision"] == "ask"
     assert asked["reason"] == (
         "codecoder: run_command:npm:test on @bwrap needs your approval; approving allows "
-        "run_command:npm:test for the rest of this session"
+        "this call only: codecoder asks again next time"
     )
     assert " --sandbox bwrap --approved " in asked["hookSpecificOutput"]["tool_input"]["command"]
     write_config(project, {"allowlist": {"run_command:*": "AlwaysThisProject"}})
@@ -495,3 +502,150 @@ def test_sandbox_bwrap_without_anyone_to_answer_denies_the_escalation(
     verdict, reason = decision(out)
     assert verdict == "deny"
     assert reason.startswith("codecoder: run_command:git:push on @bwrap needs approval")
+
+
+def test_the_users_own_claude_settings_grant_where_codecoder_would_ask(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {
+                    "allow": ["Bash(ls:*)", "Bash(npm test)", "Bash(git:*)", "Read", "Write"]
+                }
+            }
+        )
+    )
+    # A project's own settings are not the user's word: its rule grants nothing.
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(touch:*)"]}})
+    )
+    write_config(project, {"deny": ["run_command:git:push"]})
+    env = {"HOME": str(home)}
+
+    def verdict(command: str) -> tuple[str, str]:
+        return decision(
+            answer("claude-code", claude("Bash", {"command": command}), project, env=env)
+        )
+
+    assert verdict("ls -la src") == (
+        "allow",
+        "codecoder: run_command:ls (@shell) is allowed by your own ~/.claude/settings.json "
+        "(Bash(ls:*))",
+    )
+    assert verdict("npm test")[0] == "allow"
+    for asked in ("npm test --watch", "ls && rm -rf src", "ls $(rm -rf src)", "touch x"):
+        assert verdict(asked)[0] == "ask", asked
+    assert verdict("git push origin main")[0] == "deny"  # codecoder's deny rule still holds
+    # `git -c` runs what it names (it could be a push): refused, whatever Bash(git:*) says.
+    assert verdict("git -c core.pager=sh log")[0] == "deny"
+    assert verdict("find . -exec rm {} +")[0] == "ask"  # not simple, and not the user's rule
+    planted = claude("Write", {"file_path": ".git/hooks/pre-commit", "content": "x"})
+    assert decision(answer("claude-code", planted, project, env=env))[0] == "ask"
+    notes = claude("Write", {"file_path": "notes.md", "content": "x"})
+    assert decision(answer("claude-code", notes, project, env=env))[0] == "allow"
+    # What the user's rule allowed is not remembered as codecoder's grant.
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    assert json.loads(kept.read_text())["grants"] == []
+
+
+def test_the_users_own_gemini_settings_and_policies_grant_where_codecoder_would_ask(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".gemini" / "policies").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"tools": {"allowed": ["run_shell_command(git log)"]}})
+    )
+    (home / ".gemini" / "policies" / "auto-saved.toml").write_text(
+        '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "touch"\n'
+        'decision = "allow"\npriority = 100\n\n'
+        '[[rule]]\ntoolName = "run_shell_command"\nargsPattern = "rm"\ndecision = "allow"\n'
+    )
+    env = {"HOME": str(home)}
+
+    def verdict(command: str) -> dict[str, Any]:
+        return answer("gemini", gemini("run_shell_command", {"command": command}), project, env=env)
+
+    assert verdict("git log -3") == {
+        "decision": "allow",
+        "reason": "codecoder: run_command:git:log (@shell) is allowed by your own "
+        "~/.gemini/settings.json (run_shell_command(git log))",
+    }
+    assert verdict("touch made")["reason"].endswith(
+        "allowed by your own ~/.gemini/policies/auto-saved.toml (auto-saved.toml: "
+        "run_shell_command 'touch')"
+    )
+    for asked in ("git status", "rm -rf src", "touch a; rm -rf src"):
+        assert verdict(asked)["decision"] == "ask", asked
+
+
+def test_with_sandbox_docker_a_users_rule_lets_codecoder_exec_run_it_once(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(ls:*)"]}}')
+    out = answer(
+        "claude-code",
+        claude("Bash", {"command": "ls -la"}),
+        project,
+        "--sandbox",
+        "docker",
+        env={"HOME": str(home)},
+    )
+    specific = out["hookSpecificOutput"]
+    assert specific["permissionDecision"] == "allow"
+    words = specific["updatedInput"]["command"].split()
+    assert words[1:3] == ["exec", "--project"] and "--approved" in words
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    (question,) = json.loads(kept.read_text())["pending"].values()
+    assert question["scope"] == "once"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls; rm -rf src",
+        "ls\nrm -rf src",
+        "ls | sh",
+        "ls `rm -rf src`",
+        "ls > .git/config",
+        "ls & rm -rf src",
+        "LS_COLORS=x ls",
+        "env ls",
+        "command ls",
+    ],
+)
+def test_a_users_rule_for_a_program_never_covers_what_else_a_command_line_runs(
+    project: Path, state: Path, tmp_path: Path, command: str
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(ls:*)"]}}')
+    out = answer(
+        "claude-code", claude("Bash", {"command": command}), project, env={"HOME": str(home)}
+    )
+    assert decision(out)[0] == "ask", command
+
+
+def test_settings_that_lie_in_the_workspace_are_not_the_users_own(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    """A home inside the workspace, or a settings file linked into it: a sandboxed tool could
+    have written it, so it grants nothing."""
+    inside = project / "home"
+    (inside / ".claude").mkdir(parents=True)
+    (inside / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash"]}}')
+    event = claude("Bash", {"command": "touch x"})
+    assert decision(answer("claude-code", event, project, env={"HOME": str(inside)}))[0] == "ask"
+    home = tmp_path / "home"
+    (home / ".gemini" / "policies").mkdir(parents=True)
+    planted = project / "planted.toml"
+    planted.write_text('[[rule]]\ntoolName = "run_shell_command"\ndecision = "allow"\n')
+    (home / ".gemini" / "policies" / "linked.toml").symlink_to(planted)
+    shell = gemini("run_shell_command", {"command": "touch x"})
+    assert answer("gemini", shell, project, env={"HOME": str(home)})["decision"] == "ask"

@@ -313,6 +313,46 @@ async def test_a_failing_command_is_a_tool_error_with_its_output(project: Path) 
     assert meta == {"exit_code": 2, "truncated": False, "killed_by": None}
 
 
+async def test_a_long_command_sends_its_latest_lines_as_progress_to_a_client_that_asked(
+    project: Path,
+) -> None:
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        reports.append((done, total, message))
+
+    command = "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.4; done"
+    async with connected(project, Human("once")) as session:
+        result = await session.call_tool(
+            "run_command", {"command": command}, progress_callback=progress
+        )
+    assert text_of(result) == "".join(f"line {i}\n" for i in range(1, 7)) + "[exit code 0]"
+    # From its first second on, at most twice a second: the time so far and the latest lines.
+    assert 2 <= len(reports) <= 5
+    done = [report[0] for report in reports]
+    assert done == sorted(set(done)) and done[0] >= 1.0
+    first_done, first_total, first_message = reports[0]
+    assert first_total is None and first_message is not None
+    head, *lines = first_message.split("\n")
+    assert head == f"run_command: {first_done:.1f} s, latest output:"
+    assert lines == [f"line {i}" for i in range(1, len(lines) + 1)] and len(lines) >= 2
+
+
+async def test_a_command_killed_at_its_deadline_reports_the_output_it_printed_before(
+    project: Path,
+) -> None:
+    command = "echo started; echo halfway >&2; sleep 30"
+    async with connected(project, Human("once")) as session:
+        result = await session.call_tool("run_command", {"command": command, "timeout": 1})
+    assert result.is_error
+    assert text_of(result) == (
+        "tool error: command killed after 1s (its whole process group)\n"
+        "output so far:\nstarted\nhalfway\n"
+    )
+    record = audit(project)[-1]
+    assert (record["outcome"], record["output"]) == ("error", "started\nhalfway\n")
+
+
 async def test_a_question_the_client_fails_to_answer_is_a_denial(project: Path) -> None:
     async def broken(
         context: ClientRequestContext, params: types.ElicitRequestParams
