@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Final, Literal
 
-from codecoder.environments.docker.egress import EgressProxy
+from codecoder.environments.egress import EgressProxy
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.display import visible
 from codecoder.runtime.kernel.errors import Cancelled

@@ -1,7 +1,7 @@
 """Egress from the @docker sandbox as a permission: every host a key `network:<host>`.
 
 A project whose `docker.network` is `{"allow": [...]}` lets the sandbox reach those hosts through
-the runtime's egress proxy (`environments.docker.egress`), and only as far as the permission chain
+the runtime's egress proxy (`environments.egress`), and only as far as the permission chain
 admits each host: `network:pypi.org` is asked like any other key, refused by a deny rule
 (`"deny": ["network:*"]`), granted for the session or, because the sandbox contains whatever
 comes back, for the project (`"network:pypi.org": "AlwaysThisProject"`).
