@@ -155,6 +155,17 @@ class _Docker(BaseModel):
     disk_budget: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
 
 
+class _Bwrap(BaseModel):
+    """What a trusted file adds to the @bwrap sandbox (environments.bwrap.settings)."""
+
+    model_config = _STRICT
+
+    home: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_*][A-Za-z0-9_*]*$")]] = Field(
+        default_factory=list
+    )
+
+
 class ProjectFileModel(BaseModel):
     model_config = _STRICT
 
@@ -170,6 +181,7 @@ class ProjectFileModel(BaseModel):
     # Extra directories the read tools may read (never write), addressed as `@name/path`.
     read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
     docker: _Docker = Field(default_factory=_Docker)
+    bwrap: _Bwrap = Field(default_factory=_Bwrap)
 
     @field_validator("session_ttl")
     @classmethod

@@ -14,7 +14,8 @@ classified counts as a widening:
     widens    every grant; every environment binding; web allow_hosts, search_url,
               github_api_url and github_token_env (where queries and a token are sent); agent
               base_url, api_key_env and model; every other docker setting (image, network and
-              its egress allowlist, user, read_only_rootfs, extra_writable_paths)
+              its egress allowlist, user, read_only_rootfs, extra_writable_paths); every bwrap
+              entry (home directories shown, environment variables passed)
 
 The layer below is the user's file over the defaults (`LayerBelow`): the user's file is the
 human's own and is trusted. `untrusted_view` gives the file as obeyed and every widening it holds
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.config.projectfile import AllowEntry, ProjectFile
+from codecoder.runtime.config.projectfile import AllowEntry, BwrapSection, ProjectFile
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.permissions.allowlist import NEVER
@@ -93,6 +94,7 @@ SECTIONS: Final[dict[str, Literal["inert", "narrows", "compared", "widens"]]] = 
     "agent": "compared",
     "read_roots": "compared",
     "docker": "compared",
+    "bwrap": "widens",
 }
 # docker settings where a smaller value is a tighter sandbox; for the others see
 # `_docker_narrows`.
@@ -312,6 +314,21 @@ def untrusted_view(
             "docker", f"docker.{name}", f"sets the sandbox's {name} to {value!r}", f"/docker/{name}"
         )
 
+    for i, shown in enumerate(pf.bwrap.home):
+        widen(
+            "bwrap",
+            f"bwrap.home[{i}]",
+            f"shows {shown} (read-only) to commands in the @bwrap sandbox",
+            f"/bwrap/home/{i}",
+        )
+    for i, name in enumerate(pf.bwrap.env):
+        widen(
+            "bwrap",
+            f"bwrap.env[{i}]",
+            f"passes the environment variable {name} into the @bwrap sandbox, secret or not",
+            f"/bwrap/env/{i}",
+        )
+
     view = dataclasses.replace(
         pf,
         allowlist=tuple(kept),
@@ -323,5 +340,6 @@ def untrusted_view(
         agent=agent,
         read_roots=tuple(read_roots),
         docker=tuple(docker),
+        bwrap=BwrapSection(),
     )
     return view, found
