@@ -143,7 +143,7 @@ class Dispatcher:
             finally:
                 if permission.key is not None:
                     clock.waited_since(asking, decision)
-            if tag is EnvironmentTag.SHELL:
+            if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
@@ -160,7 +160,7 @@ class Dispatcher:
                 progress=progress,
                 cancel=cancel,
                 network=SessionNetwork(self._engine, self._audit, self._session.id)
-                if tag is EnvironmentTag.DOCKER
+                if tag in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP)
                 else None,
             )
             result = tool.execute(params, ctx)
