@@ -23,9 +23,9 @@ from codecoder.runtime.kernel.errors import (
 __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
-Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "docker"]
+Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "bwrap", "docker"]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
-LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "docker")
+LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "bwrap", "docker")
 
 ErrorName = Literal[
     "ExecutionTimeout", "OutOfMemory", "OutOfFuel", "ExecutionFailed", "SandboxUnavailable"
@@ -150,6 +150,21 @@ class DockerEntry(_Entry):
         return self.model_copy(update=changes)
 
 
+BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home"]
+
+
+class BwrapEntry(_Entry):
+    script: str | tuple[str, ...]
+    writable: bool = False
+    timeout: float = Field(default=30.0, gt=0)
+    escaped_if: tuple[BwrapCheck, ...] = ("token",)
+    blocked_by: tuple[ErrorName, ...] = ()
+    watch: tuple[str, ...] = ()
+    expect_output: str | None = None
+    stage: tuple[Literal["setuid-binary"], ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 WasmCheck = Literal["secret", "succeeded", "completed", "overran", "uncapped"]
 
 
@@ -171,11 +186,12 @@ class WasmEntry(_Entry):
     branches: int = Field(default=60_000, gt=0)
 
 
-AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry
+AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry | BwrapEntry
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
     "permission-files": PermissionFileEntry,
     "wasm": WasmEntry,
+    "bwrap": BwrapEntry,
     "docker": DockerEntry,
 }
 

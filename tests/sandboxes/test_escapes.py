@@ -118,8 +118,14 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 126, "permission-files": 36, "wasm": 43, "docker": 44}
-    assert len({a.id for a in corpus}) == len(corpus) == 249
+    assert per_layer == {
+        "keying": 126,
+        "permission-files": 36,
+        "wasm": 43,
+        "bwrap": 29,
+        "docker": 44,
+    }
+    assert len({a.id for a in corpus}) == len(corpus) == 278
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -375,7 +381,8 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
     assert code == 2
     assert capsys.readouterr().err == (
-        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, docker\n"
+        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, "
+        "bwrap, docker\n"
     )
 
 
