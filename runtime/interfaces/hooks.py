@@ -35,6 +35,10 @@ directory (outside the workspace, `runtime.kernel.state.project_state_directory`
 the host's SessionEnd, expires with the project's `session_ttl`, and a session file untouched
 for a day is removed. A protected path is never recorded: it is asked every time.
 
+Without `--sandbox`, the host's shell commands run on the host, unconfined, whatever contains
+codecoder's own run_command: they are judged as run_command bound to @shell (a project grant
+for a contained command never lets the host run it).
+
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
 being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
@@ -60,6 +64,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import visible
 from codecoder.runtime.kernel.errors import CodecoderError, UsageError
@@ -478,7 +483,10 @@ def _pre_tool(
     from codecoder.runtime.permissions.prompt import non_interactive
     from codecoder.runtime.session import Runtime
 
-    with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
+    # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
+    on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
+    bindings = {"run_command": EnvironmentTag.SHELL} if on_host else None
+    with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
         session = runtime.session()
         for key in options.allow:
             session.grant(key)
