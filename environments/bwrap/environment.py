@@ -155,18 +155,19 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             for extra in self.settings.home_paths(home):
                 if extra.exists() and extra not in needed:
                     needed.append(extra)
-        masked = masked_files()
+        covered: list[Path] = []
         for toolchain in needed:
             if toolchain.is_dir():
-                masked += masked_in_toolchain(toolchain)
+                covered += masked_in_toolchain(toolchain, homes)
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
             writable=request.writable,
             homes=homes,
             hidden=hidden_paths(environ, homes),
-            masked=masked,
+            masked=masked_files(),
             toolchains=tuple(needed),
+            covered=covered,
             read_only=list(call.read_only) if call is not None else [],
             writable_extra=list(call.writable) if call is not None else [],
             tmp_size=self._tmp_size,
@@ -175,6 +176,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     def _contain(
         self, request: CommandRequest, call: CallProtection | None, snapshot: Path | None
     ) -> CommandResult:
+        if not Path(request.cwd).is_dir():
+            raise ExecutionFailed(f"working directory {request.cwd} does not exist")
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
@@ -213,7 +216,9 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *command,
             ]
             fds = [fd for fd in (ready_w, gitconfig, listen_fd) if fd is not None]
-            result = self._shell.run_process(argv, request, env, pass_fds=fds)
+            # bubblewrap itself starts in the workspace; the command in its --chdir.
+            outer = dataclasses.replace(request, cwd=self.workspace)
+            result = self._shell.run_process(argv, outer, env, pass_fds=fds)
             if not _was_ready(ready_r):
                 raise self._unbuilt(result)
             result.extra["sandbox"] = {

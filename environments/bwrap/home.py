@@ -13,9 +13,9 @@ codecoder.json adds (`"bwrap": {"home": [...]}`):
   (`~/.cargo` needs `~/.rustup`; `~/.local/bin` needs `~/.local/lib`);
 * never the user's credentials (`CREDENTIALS`: `~/.ssh`, `~/.aws`, `~/.gnupg`, `~/.netrc`,
   `~/.git-credentials`, `~/.config/gh`, `~/.docker`, `~/.kube`, ...): a toolchain or an entry
-  that is, holds or lies in one is left out; and inside a bound toolchain the credential files
-  tools keep there (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`) are masked by an
-  empty file.
+  that is one or lies in one is left out, and one that holds one has it covered (an empty file
+  or directory over it), as are the credential files tools keep inside their own directories
+  (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`).
 
 Outside the home, `hidden_paths` lists what is replaced by an empty tmpfs (the other homes,
 `/run` with every service's socket, the runtime's state and configuration directories wherever
@@ -38,6 +38,7 @@ from codecoder.runtime.kernel.state import config_directory, state_directory
 __all__ = [
     "CREDENTIALS",
     "credential_in",
+    "credentials_within",
     "hidden_paths",
     "home_directories",
     "masked_files",
@@ -126,7 +127,8 @@ def home_directories(environ: Mapping[str, str]) -> tuple[Path, ...]:
 
 
 def credential_in(path: Path, home: Path) -> str | None:
-    """The credential path `path` is, holds or lies in (relative to `home`), or None."""
+    """The credential path `path` is or lies in (relative to `home`), or None; the home itself
+    counts (it holds them all)."""
     try:
         relative = path.relative_to(home)
     except ValueError:
@@ -135,9 +137,19 @@ def credential_in(path: Path, home: Path) -> str | None:
         return "the home directory itself"
     for credential in CREDENTIALS:
         inner = Path(credential)
-        if relative == inner or inner in relative.parents or relative in inner.parents:
+        if relative == inner or inner in relative.parents:
             return f"~/{credential}"
     return None
+
+
+def credentials_within(path: Path, home: Path) -> list[Path]:
+    """The credential paths that exist strictly inside `path`, to be covered when it is shown."""
+    found = []
+    for credential in CREDENTIALS:
+        inner = home / credential
+        if path in inner.parents and os.path.lexists(inner):
+            found.append(inner)
+    return found
 
 
 def _toolchain_root(path: Path, home: Path) -> Path | None:
@@ -215,13 +227,18 @@ def toolchains(
     return tuple(roots)
 
 
-def masked_in_toolchain(root: Path) -> list[Path]:
-    """The credential files inside a bound toolchain directory, to be covered."""
-    found: list[Path] = []
+def masked_in_toolchain(root: Path, homes: tuple[Path, ...] = ()) -> list[Path]:
+    """The credential files and directories inside a directory shown to the sandbox, to be
+    covered: the home's credential paths within it, and the files tools keep there."""
+    candidates: list[Path] = [p for home in homes for p in credentials_within(root, home)]
     for pattern in _TOOLCHAIN_CREDENTIALS:
-        for match in glob.glob(glob.escape(str(root)) + "/" + pattern):
-            if os.path.isfile(match):
-                found.append(Path(match))
+        candidates += [Path(m) for m in glob.glob(glob.escape(str(root)) + "/" + pattern)]
+    found: list[Path] = []
+    for candidate in candidates:
+        # A mount lands where a link leads: cover the file itself, where it is shown.
+        real = Path(os.path.realpath(candidate))
+        if (real == root or root in real.parents) and real.exists() and real not in found:
+            found.append(real)
     return found
 
 

@@ -86,19 +86,15 @@ class LandlockCommandEnvironment(Environment[CommandRequest, CommandResult]):
         with self._writing:
             if self._scan is None:
                 self._scan = ProtectedScan(self.workspace)
-            self._scan.changes()
+            scan = self._scan
+            scan.changes()  # what the host changed is the host's business
             try:
-                return self._confined(request)
-            finally:
-                changes = self._scan.changes()
-                if changes:
-                    why = (
-                        f"a writable @confined call {changes.describe()} in the workspace; "
-                        "sandboxed tools may never create or move protected paths"
-                    )
-                    moved = changes.appeared + changes.unreadable
-                    where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
-                    raise ExecutionFailed(f"{why}. Quarantined: {where}")
+                result = self._confined(request)
+            except BaseException:
+                _guard(self.workspace, scan)
+                raise
+            _guard(self.workspace, scan)
+            return result
 
     def _confined(self, request: CommandRequest) -> CommandResult:
         environ = self._environ if request.env is None else request.env
@@ -137,6 +133,20 @@ class LandlockCommandEnvironment(Environment[CommandRequest, CommandResult]):
         if result.exit_code == CONFINE_FAILED and said.startswith(CONFINE_PREFIX):
             raise ExecutionFailed(f"@confined could not restrict the command: {said}")
         return result
+
+
+def _guard(workspace: Path, scan: ProtectedScan) -> None:
+    """After a writable call: quarantine the protected paths it created or moved, and fail."""
+    changes = scan.changes()
+    if not changes:
+        return
+    why = (
+        f"a writable @confined call {changes.describe()} in the workspace; sandboxed tools may "
+        "never create or move protected paths"
+    )
+    moved = changes.appeared + changes.unreadable
+    where = quarantine(workspace, moved, why) if moved else "nothing to move"
+    raise ExecutionFailed(f"{why}. Quarantined: {where}")
 
 
 @contextlib.contextmanager

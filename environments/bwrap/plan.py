@@ -9,8 +9,8 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
                                    every service's socket), the runtime's state and configuration
                                    directories wherever XDG puts them; a private /tmp and /var/tmp
     --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
-    --ro-bind TOOLCHAIN            what the command needs of the home, read-only, its credential
-                                   files covered (`environments.bwrap.home`)
+    --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
+                                   in it covered (`environments.bwrap.home`)
     --file FD ~/.gitconfig         a generated git identity and `safe.directory`
     --bind WORKSPACE               writable, or --ro-bind for a read-only call; git directories
                                    outside it that a linked worktree writes
@@ -61,8 +61,9 @@ class SandboxPlan:
     writable: bool
     homes: tuple[Path, ...] = ()
     hidden: list[Path] = field(default_factory=list)
-    masked: list[Path] = field(default_factory=list)
+    masked: list[Path] = field(default_factory=list)  # the host's secret files
     toolchains: tuple[Path, ...] = ()
+    covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
     read_only: list[Path] = field(default_factory=list)  # protected paths inside
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
     snapshot: Path | None = None
@@ -89,6 +90,11 @@ class SandboxPlan:
             args += ["--ro-bind", "/dev/null", str(secret)]
         for toolchain in self.toolchains:
             args += ["--ro-bind", str(toolchain), str(toolchain)]
+        for secret in self.covered:
+            if secret.is_dir():
+                args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(secret)]
+            else:
+                args += ["--ro-bind", "/dev/null", str(secret)]
         if gitconfig_fd is not None and self.homes:
             args += ["--perms", "0600", "--file", str(gitconfig_fd), f"{self.homes[0]}/.gitconfig"]
         args += [
