@@ -102,8 +102,6 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self._shell = ShellEnvironment(BASH)
         self._protection = Protection(self.workspace)
         self._writing = threading.Lock()
-        self._proxy: EgressProxy | None = None
-        self._proxy_lock = threading.Lock()
         self._gitconfig: bytes | None = None
         self._closed = False
 
@@ -135,10 +133,6 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
     def close(self) -> None:
         self._closed = True
-        with self._proxy_lock:
-            proxy, self._proxy = self._proxy, None
-        if proxy is not None:
-            proxy.close()
 
     # -- one call ---------------------------------------------------------------------------
 
@@ -181,9 +175,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
-        proxy = self._egress_proxy()
         extra = {}
-        if proxy is not None:
+        if self.egress is not None:
             url = f"http://127.0.0.1:{PROXY_PORT}"
             extra = dict.fromkeys(_PROXY_VARIABLES, url)
             extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
@@ -200,7 +193,11 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_w)
             gitconfig = self._gitconfig_fd(stack)
             listen_fd = None
-            if proxy is not None:
+            if self.egress is not None:
+                # A proxy of the call's own: the connections it admits are decided through
+                # this call's gate, whatever runs beside it.
+                proxy = EgressProxy(self.egress, resolver=self._resolver)
+                stack.callback(proxy.close)
                 host_end, child_end = socket.socketpair()
                 stack.callback(child_end.close)
                 stack.enter_context(_serving(proxy, host_end, request))
@@ -250,14 +247,6 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         return ExecutionFailed(f"{why}. Quarantined: {where}")
 
     # -- what calls share -------------------------------------------------------------------
-
-    def _egress_proxy(self) -> EgressProxy | None:
-        if self.egress is None:
-            return None
-        with self._proxy_lock:
-            if self._proxy is None:
-                self._proxy = EgressProxy(self.egress, resolver=self._resolver)
-            return self._proxy
 
     def _gitconfig_fd(self, stack: contextlib.ExitStack) -> int:
         """A pipe holding the sandbox's ~/.gitconfig: the user's name and email (read from the

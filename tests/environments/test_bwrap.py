@@ -517,3 +517,56 @@ def test_the_call_reports_the_toolchains_it_showed(repo: Path) -> None:
 
 def test_the_confine_helper_is_installed_executable(bwrap: BwrapEnvironment) -> None:
     assert stat.S_IMODE(bwrap.helper.stat().st_mode) & 0o111
+
+
+def test_run_command_reaches_a_granted_host_through_the_egress_proxy_and_it_is_audited(
+    repo: Path, tmp_path: Path
+) -> None:
+    import socket
+
+    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.session import Runtime
+    from tests.conftest import RecordingAsker, write_config
+
+    need_bwrap()
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(4)
+    port = upstream.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = upstream.accept()
+        with conn:
+            conn.sendall(b"hello from upstream\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    write_config(
+        repo,
+        {
+            "docker": {"network": {"allow": [f"127.0.0.1:{port}"]}},
+            "allowlist": {"network:127.0.0.1": "AlwaysThisProject"},
+        },
+    )
+    client = (
+        "import socket; s = socket.create_connection(('127.0.0.1', 3128), timeout=5); "
+        f"s.sendall(b'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n'); "
+        "data = b''.join(iter(lambda: s.recv(100), b'')).decode(); "
+        "print(data.replace(chr(13), '').replace(chr(10) * 2, chr(10)), end='')"
+    )
+    audit = tmp_path / "audit.jsonl"
+    try:
+        asker = RecordingAsker(Answer.SESSION)
+        with Runtime(repo, asker=asker, audit_log=audit) as runtime:
+            session = runtime.session()
+            outcome = session.call("run_command", {"command": f"/usr/bin/python3 -c \"{client}\""})
+    finally:
+        upstream.close()
+    assert outcome.error is None, outcome.to_json()
+    assert outcome.unwrap().data["stdout"] == (
+        "HTTP/1.1 200 Connection established\nhello from upstream\n"
+    )
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    network = [r for r in records if r["tool"] == "network"]
+    assert [(r["outcome"], r["network"]["host"], r["network"]["port"]) for r in network] == [
+        ("ok", "127.0.0.1", port)
+    ]
