@@ -31,8 +31,8 @@
  *      new namespaces (unshare, setns, clone with CLONE_NEW*; clone3 answers ENOSYS so that
  *      the C library falls back to clone), io_uring (its operations bypass seccomp), bpf,
  *      perf_event_open, userfaultfd, TIOCSTI and TIOCLINUX (typing into a terminal), module,
- *      kexec, swap, reboot, acct and syslog calls; any other architecture's system calls (the
- *      32-bit ABIs) kill the process;
+ *      kexec, swap, reboot, acct and syslog calls; the x32 ABI's numbers answer ENOSYS, and
+ *      any other architecture's system calls (the 32-bit ABIs) kill the process;
  *   4. the byte to --ready's FD, then every descriptor above 2 closed;
  *   5. PROGRAM executed, searched in PATH as execvp does (no /bin/sh fallback).
  *
@@ -315,8 +315,8 @@ static void seccomp(void) {
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS);
     emit(BPF_LD_W_ABS, 0, 0, DATA_NR);
 #if defined(__x86_64__)
-    emit(BPF_JGE_K, 0, 1, 0x40000000U); /* the x32 ABI */
-    emit(BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS);
+    emit(BPF_JGE_K, 0, 1, 0x40000000U); /* the x32 ABI, and numbers no system call has */
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
 #endif
     for (unsigned i = 0; i < COUNT(refused_calls); i++) {
         emit(BPF_JEQ_K, 0, 1, refused_calls[i]);
