@@ -58,6 +58,7 @@ __all__ = ["BwrapEnvironment"]
 log = logging.getLogger(__name__)
 
 BASH: Final = "/bin/bash"
+BUILD_ATTEMPTS: Final = 3
 _PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 
 
@@ -187,6 +188,27 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             if request.argv is not None
             else [BASH, "--noprofile", "--norc", "-c", request.script or ""]
         )
+        for attempt in range(1, BUILD_ATTEMPTS + 1):
+            result, ready = self._attempt(plan, request, env, command)
+            if ready:
+                result.extra["sandbox"] = {
+                    "toolchains": [str(t) for t in plan.toolchains],
+                    "writable": request.writable,
+                }
+                return result
+            if result.exit_code == CONFINE_FAILED or attempt == BUILD_ATTEMPTS:
+                raise self._unbuilt(result)
+            # Nothing ran. bubblewrap fails now and then while it remounts the file system
+            # read-only, when a mount of the host (a container's) comes or goes meanwhile
+            # (containers/bubblewrap#650): the next try builds the sandbox from scratch.
+            log.info("the @bwrap sandbox could not be built, trying again: %s", result.stderr)
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self, plan: SandboxPlan, request: CommandRequest, env: dict[str, str], command: list[str]
+    ) -> tuple[CommandResult, bool]:
+        """Run bubblewrap once: its result, and whether the sandbox was built (the helper said
+        it was ready: what ran after that was the command)."""
         with contextlib.ExitStack() as stack:
             ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
             stack.callback(_close, ready_r)
@@ -216,13 +238,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             # bubblewrap itself starts in the workspace; the command in its --chdir.
             outer = dataclasses.replace(request, cwd=self.workspace)
             result = self._shell.run_process(argv, outer, env, pass_fds=fds)
-            if not _was_ready(ready_r):
-                raise self._unbuilt(result)
-            result.extra["sandbox"] = {
-                "toolchains": [str(t) for t in plan.toolchains],
-                "writable": request.writable,
-            }
-            return result
+            return result, _was_ready(ready_r)
 
     def _unbuilt(self, result: CommandResult) -> Exception:
         said = (result.stderr or result.stdout).strip()

@@ -20,6 +20,7 @@ from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.egress import Egress
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import (
     Cancelled,
     ExecutionFailed,
@@ -570,3 +571,45 @@ def test_run_command_reaches_a_granted_host_through_the_egress_proxy_and_it_is_a
     assert [(r["outcome"], r["network"]["host"], r["network"]["port"]) for r in network] == [
         ("ok", "127.0.0.1", port)
     ]
+
+
+def test_the_commit_tool_commits_contained_and_its_hook_runs_inside(repo: Path) -> None:
+    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.session import Runtime
+    from tests.conftest import RecordingAsker
+
+    need_bwrap()
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\ntouch /tmp/hook-ran-inside && echo hook-ran >&2\n")
+    (repo / "new.txt").write_text("contained\n")
+    with Runtime(repo, asker=RecordingAsker(Answer.ONCE)) as runtime, runtime.session() as s:
+        assert runtime.environment_of("commit") is EnvironmentTag.BWRAP
+        outcome = s.call("commit", {"message": "from the sandbox", "paths": ["new.txt"]})
+    assert outcome.ok, outcome.to_json()
+    assert "hook-ran" in outcome.unwrap().output
+    assert git(repo, "log", "-1", "--format=%s").strip() == "from the sandbox"
+    assert not Path("/tmp/hook-ran-inside").exists()  # the hook's /tmp was the sandbox's
+
+
+def test_a_sandbox_that_failed_to_build_once_is_built_again(repo: Path) -> None:
+    """bubblewrap fails now and then when a host mount comes or goes while it remounts the file
+    system (containers/bubblewrap#650): nothing ran, so the call builds a new sandbox."""
+    need_bwrap()
+    from codecoder.environments.bwrap.probe import bwrap_binary
+
+    tries = repo.parent / "tries"
+    flaky = repo.parent / "flaky-bwrap"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> {tries}\n"
+        f"if [ $(wc -l < {tries}) -lt 2 ]; then\n"
+        "  echo 'bwrap: Can'\"'\"'t bind mount /oldroot/ on /newroot/: Invalid argument' >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        f'exec {bwrap_binary()} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    env = BwrapEnvironment(repo, bwrap=str(flaky))
+    result = env.run(CommandRequest(cwd=repo, argv=("echo", "built"), writable=True))
+    assert (result.exit_code, result.stdout) == (0, "built\n")
+    assert tries.read_text().count("x") == 2
