@@ -104,7 +104,7 @@ def test_its_grants_ask_and_its_binding_does_not_apply(project: Path) -> None:
     outcome = runtime(project, asker).session().call("run_command", {"command": "curl x"})
 
     assert isinstance(outcome.error, DeniedByUser)
-    assert asker.requests[0].environment is EnvironmentTag.SHELL
+    assert asker.requests[0].environment is EnvironmentTag.BWRAP  # the default, not @docker
 
 
 def test_trusting_it_obeys_it_and_a_change_untrusts_it_again(project: Path) -> None:

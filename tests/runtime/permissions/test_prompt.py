@@ -14,6 +14,7 @@ from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible
 from codecoder.runtime.permissions.keys import GrantLevel
 from codecoder.runtime.permissions.prompt import AskRequest, render
+from tests.conftest import write_config
 
 
 def test_visible_makes_escapes_and_invisible_characters_visible() -> None:
@@ -53,6 +54,9 @@ def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missin
 
 
 def spawn(project: Path, command: str) -> pexpect.spawn:
+    """`codecoder call run_command` in a terminal, run_command bound to @shell: the prompt of a
+    tool on the host (a contained command's is tested in test_interactive.py)."""
+    write_config(project, {"environments": {"run_command": "@shell"}})
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = [
         "-m",
