@@ -481,6 +481,7 @@ def test_a_run_command_bound_to_docker_cannot_write_the_permission_files(
     legitimate = {  # project grants for a sandboxed run_command are what the ceiling allows
         "permission-files.shell-entry-run-command",
         "permission-files.shell-entry-wildcard",
+        "permission-files.shell-entry-commit",  # commit: contained in @bwrap by default
         # and a container has its own PATH, which the host's does not reach, and its own view
         # of the workspace, where .git is mounted read-only
         "permission-files.path-hijack-venv",
