@@ -10,7 +10,8 @@ host's own file system:
               other home, /tmp, /run and the runtime's own directories are unreadable
     writes    beneath the workspace (when the call may write), a private home and a private
               TMPDIR made for the call (removed after it), and /dev/null
-    network   no TCP bind or connect (Landlock ABI 4)
+    network   no IPv4 or IPv6 socket at all (seccomp: no UDP either), and no TCP bind or
+              connect (Landlock ABI 4)
     seccomp   the same filter as @bwrap's: no AF_UNIX sockets, ptrace, keyrings, mounts, new
               namespaces, io_uring, TIOCSTI ...
     scope     no abstract Unix sockets or signals outside the call's own processes (ABI 6)
@@ -19,7 +20,8 @@ What it cannot do, and why its ceiling is the session (runtime.kernel.ceiling): 
 rights down a tree and cannot take them away again below, so beneath the writable workspace its
 protected paths (`.git/hooks`, `codecoder.json`) stay writable (protected paths a call creates
 or moves are still quarantined afterwards, as for every writable sandbox); the command is a host
-process in the host's PID namespace, ended with its process group, which a process can leave;
+process in the host's PID namespace, ended with its process group, which a process can leave,
+and able to read what /proc shows of the user's other processes (their environment included);
 and an egress allowlist cannot be offered without a network namespace of its own.
 """
 
@@ -115,7 +117,7 @@ class LandlockCommandEnvironment(Environment[CommandRequest, CommandResult]):
                 reads.append(str(self.workspace))
             if not Path(request.cwd).is_relative_to(self.workspace):
                 reads.append(str(request.cwd))
-            options = ["--require-landlock", "--no-tcp", "--write-file", "/dev/null"]
+            options = ["--require-landlock", "--no-tcp", "--no-inet", "--write-file", "/dev/null"]
             for directory in writes:
                 options += ["--write", directory]
             for directory in dict.fromkeys(reads):

@@ -9,6 +9,8 @@
  *   --read DIR        reading restricted to beneath these DIRs and the --write ones (repeatable;
  *                     without any, reading is left to the mount namespace around this process)
  *   --no-tcp          TCP bind and connect refused (Landlock ABI 4 and later)
+ *   --no-inet         no IPv4 or IPv6 socket at all (seccomp): no UDP either, where there is no
+ *                     network namespace of its own
  *   --listen PORT FD  before restricting: listen on 127.0.0.1:PORT and hand the listening socket
  *                     to the runtime over the Unix socket FD (SCM_RIGHTS), then close FD
  *   --require-landlock  fail when the kernel has no Landlock (otherwise seccomp alone)
@@ -26,6 +28,7 @@
  *      always, from ABI 6, no connecting to abstract Unix sockets or signalling processes
  *      outside this Landlock domain;
  *   3. a seccomp filter for what namespaces and Landlock do not stop: creating AF_UNIX sockets
+ *      (and with --no-inet, IPv4 and IPv6 ones)
  *      (a read-only mount does not stop connect() on a socket file), ptrace and reading or
  *      writing other processes' memory, pidfd_getfd, the kernel keyrings, the mount family,
  *      new namespaces (unshare, setns, clone with CLONE_NEW*; clone3 answers ENOSYS so that
@@ -132,7 +135,7 @@ enum {
 enum { ENOENT = 2, EPERM = 1, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ENOSYS = 38 };
 enum { AT_FDCWD = -100, O_PATH = 010000000, O_CLOEXEC = 02000000 };
 enum { PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2 };
-enum { AF_UNIX = 1, AF_INET = 2, SOCK_STREAM = 1, SOCK_CLOEXEC = 02000000 };
+enum { AF_UNIX = 1, AF_INET = 2, AF_INET6 = 10, SOCK_STREAM = 1, SOCK_CLOEXEC = 02000000 };
 enum { SOL_SOCKET = 1, SO_REUSEADDR = 2, SCM_RIGHTS = 1 };
 enum { TIOCSTI = 0x5412, TIOCLINUX = 0x541c };
 /* CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (not NEWTIME: in clone()'s
@@ -308,7 +311,7 @@ static void emit(u16 code, u8 jt, u8 jf, u32 k) {
     program[emitted++] = op;
 }
 
-static void seccomp(void) {
+static void seccomp(int no_inet) {
     u32 eperm = SECCOMP_RET_ERRNO | EPERM;
     emit(BPF_LD_W_ABS, 0, 0, DATA_ARCH);
     emit(BPF_JEQ_K, 1, 0, AUDIT_ARCH_NATIVE);
@@ -325,11 +328,14 @@ static void seccomp(void) {
     emit(BPF_JEQ_K, 0, 1, SYS_clone3);
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
     /* Each block below ends in a return, so nothing after it needs the number again. */
-    emit(BPF_JEQ_K, 0, 4, SYS_socket);
+    /* socket(): the families refused, then allow, then refuse (each check jumps there). */
+    u32 families[3] = {AF_UNIX, AF_INET, AF_INET6};
+    u8 checks = no_inet ? 3 : 1;
+    emit(BPF_JEQ_K, 0, (u8)(checks + 3), SYS_socket);
     emit(BPF_LD_W_ABS, 0, 0, DATA_ARG0_LOW);
-    emit(BPF_JEQ_K, 0, 1, AF_UNIX);
-    emit(BPF_RET_K, 0, 0, eperm);
+    for (u8 c = 0; c < checks; c++) emit(BPF_JEQ_K, (u8)(checks - c), 0, families[c]);
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
+    emit(BPF_RET_K, 0, 0, eperm);
     emit(BPF_JEQ_K, 0, 5, SYS_ioctl);
     emit(BPF_LD_W_ABS, 0, 0, DATA_ARG1_LOW);
     emit(BPF_JEQ_K, 1, 0, TIOCSTI);
@@ -416,7 +422,7 @@ __attribute__((used)) void start(long *stack) {
     char **argv = (char **)(stack + 1);
     char **envp = argv + argc + 1;
     static char *writes[MAX_DIRS], *files[MAX_DIRS], *reads[MAX_DIRS];
-    int nwrites = 0, nfiles = 0, nreads = 0, no_tcp = 0, required = 0;
+    int nwrites = 0, nfiles = 0, nreads = 0, no_tcp = 0, no_inet = 0, required = 0;
     unsigned port = 0, channel = 0, ready = 0;
     int listen = 0;
     long i = 1;
@@ -429,6 +435,8 @@ __attribute__((used)) void start(long *stack) {
             reads[nreads++] = argv[++i];
         } else if (same(argv[i], "--no-tcp")) {
             no_tcp = 1;
+        } else if (same(argv[i], "--no-inet")) {
+            no_inet = 1;
         } else if (same(argv[i], "--ready") && i + 1 < argc && !number(argv[i + 1], &ready) &&
                    ready > 2) {
             i++;
@@ -446,7 +454,7 @@ __attribute__((used)) void start(long *stack) {
     if (sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) refuse("cannot set no_new_privs", "");
     if (listen) hand_over_listener(port, channel);
     landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
-    seccomp();
+    seccomp(no_inet);
     if (ready && sys3(SYS_write, ready, "r", 1) != 1) refuse("cannot say it is ready", "");
     if (sys3(SYS_close_range, 3, ~0U, 0)) refuse("cannot close inherited descriptors", "");
     run(argv + i + 1, envp);
