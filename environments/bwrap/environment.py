@@ -145,7 +145,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         if request.script is not None:
             words = program_words(request.script)
         path = environ.get("PATH", os.defpath)
-        needed = list(toolchains(words, homes, path, Path(request.cwd)))
+        needed = list(toolchains(words, homes, path, Path(request.cwd), self.workspace))
         for home in homes:
             for extra in self.settings.home_paths(home):
                 if extra.exists() and extra not in needed:

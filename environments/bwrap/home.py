@@ -196,14 +196,22 @@ def _interpreter(program: Path, path: str, cwd: Path) -> Path | None:
 
 
 def toolchains(
-    programs: Iterable[str], homes: tuple[Path, ...], path: str, cwd: Path
+    programs: Iterable[str],
+    homes: tuple[Path, ...],
+    path: str,
+    cwd: Path,
+    workspace: Path | None = None,
 ) -> tuple[Path, ...]:
     """The toolchain directories (see the module docstring) that `programs` need, given the
-    PATH and working directory they run with; none that is or holds a credential."""
+    PATH and working directory they run with; none that is or holds a credential, and none that
+    holds the workspace (a program in the workspace is visible already; the directory above it
+    would show every project beside it)."""
     roots: list[Path] = []
 
     def add(root: Path, home: Path) -> None:
         if root in roots or credential_in(root, home) is not None or not root.is_dir():
+            return
+        if workspace is not None and (workspace == root or root in workspace.parents):
             return
         roots.append(root)
         relative = str(root.relative_to(home))

@@ -107,7 +107,8 @@ class LandlockCommandEnvironment(Environment[CommandRequest, CommandResult]):
                 words = program_words(request.script)
             path = environ.get("PATH", os.defpath)
             reads = [p for p in SYSTEM_READS if os.path.isdir(p)]
-            reads += [str(t) for t in toolchains(words, homes, path, Path(request.cwd))]
+            found = toolchains(words, homes, path, Path(request.cwd), self.workspace)
+            reads += [str(t) for t in found]
             for user_home in homes:
                 reads += [str(p) for p in self.settings.home_paths(user_home) if p.exists()]
             writes = [str(home), str(tmp)]

@@ -614,3 +614,20 @@ def test_a_sandbox_that_failed_to_build_once_is_built_again(repo: Path) -> None:
     result = env.run(CommandRequest(cwd=repo, argv=("echo", "built"), writable=True))
     assert (result.exit_code, result.stdout) == (0, "built\n")
     assert tries.read_text().count("x") == 2
+
+
+def test_a_program_in_a_workspace_under_the_home_shows_no_other_project(tmp_path: Path) -> None:
+    need_bwrap()
+    home = tmp_path / "home"
+    workspace = home / "projects" / "mine"
+    (workspace / "node_modules" / ".bin").mkdir(parents=True)
+    (home / "projects" / "other").mkdir()
+    (home / "projects" / "other" / ".env").write_text("SECRET=1\n")
+    tool = workspace / "node_modules" / ".bin" / "tool"
+    tool.write_text("#!/bin/sh\nls -A ~/projects\n")
+    tool.chmod(0o755)
+    environ = {"HOME": str(home), "PATH": f"{tool.parent}:/usr/bin:/bin"}
+    env = BwrapEnvironment(workspace, environ=environ)
+    result = env.run(CommandRequest(cwd=workspace, argv=("tool",)))
+    assert result.stdout == "mine\n"
+    assert result.extra["sandbox"]["toolchains"] == []
