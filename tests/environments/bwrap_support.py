@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,18 @@ def processes_with(marker: str) -> list[str]:
         if marker in cmdline:
             found.append(f"{entry.name}: {cmdline}")
     return found
+
+
+def survivors(marker: str, within: float = 10.0) -> list[str]:
+    """The host processes with `marker` in their arguments that are still there after
+    `within` seconds (ending a sandbox's processes takes the kernel a moment on a busy machine:
+    nothing here is a timing assertion)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = processes_with(marker)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def tree(root: Path) -> dict[str, bytes]:

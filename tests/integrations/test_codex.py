@@ -212,7 +212,11 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
     screen = run.screen
     assert run.exit_code == 0, screen[-3000:]
     assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
-    assert "› 1. Allow once 2. Always allow for this session 3. Deny" in screen
+    # Contained (@bwrap, the default), the project choice is offered too.
+    assert (
+        "› 1. Allow once 2. Always allow for this session 3. Always allow for this project "
+        "(writes codecoder.json) 4. Deny" in screen
+    ), screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()
     one, two, log = texts(run)
     assert one == two == "[exit code 0]"
