@@ -271,9 +271,12 @@ def _split_operators(token: str) -> list[str]:
 def hidden_paths(environ: Mapping[str, str], homes: tuple[Path, ...]) -> list[Path]:
     """The directories replaced by an empty tmpfs, outermost first: every home, `/run` (and
     what links there), the runtime's state and configuration directories, the runtime
-    directory of the session; those that exist."""
+    directory of the session, the host's TLS keys where the account can read them; those that
+    exist."""
     candidates: list[Path] = [*homes, Path("/root"), Path("/home"), Path("/run"), Path("/var/run")]
     candidates += [state_directory(environ), config_directory(environ)]
+    if os.access("/etc/ssl/private", os.R_OK | os.X_OK):
+        candidates.append(Path("/etc/ssl/private"))  # the host's TLS keys, where readable
     for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME"):
         value = environ.get(name, "")
         if value and os.path.isabs(value):
