@@ -200,13 +200,24 @@ class Runtime:
 
     def environment_of(self, tool: str) -> EnvironmentTag:
         """Where `tool` runs: its binding in codecoder.json, else its own environment; @landlock
-        falls back to @wasm where this machine cannot run it (said once, on stderr)."""
+        falls back to @wasm where this machine cannot run it, and the default @bwrap of commands
+        to @confined or @shell (`environments.bwrap.probe`), each said once, on stderr."""
         pinned = self._bindings.get(tool)
         if pinned is not None:
             if pinned not in self.tools[tool].bindable | {self.tools[tool].environment}:
                 raise UsageError(f"{tool} cannot run in {pinned.value}")
             return pinned
-        tag = self.config.bindings.get(tool) or self.tools[tool].environment
+        bound = self.config.bindings.get(tool)
+        tag = bound or self.tools[tool].environment
+        if tag is EnvironmentTag.BWRAP and bound is None and tag not in self._environments:
+            # The default for commands: where bubblewrap cannot run, Landlock alone, else the
+            # host; an explicit binding to @bwrap is kept (and fails clearly where it cannot).
+            from codecoder.environments.bwrap.probe import command_sandbox
+
+            found = command_sandbox()
+            if found.tag is not EnvironmentTag.BWRAP:
+                _notice_command_fallback(found.tag, found.reason)
+                return found.tag
         if tag is EnvironmentTag.LANDLOCK and tag not in self._environments:
             from codecoder.environments.landlock import unavailable_reason
 
@@ -242,6 +253,16 @@ class Runtime:
             from codecoder.environments.wasm.environment import WasmEnvironment
 
             return WasmEnvironment()
+        if tag is EnvironmentTag.BWRAP:
+            from codecoder.environments.bwrap.environment import BwrapEnvironment
+
+            return BwrapEnvironment(
+                self.project_dir, self.config.bwrap, egress=self.config.docker.egress
+            )
+        if tag is EnvironmentTag.CONFINED:
+            from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment
+
+            return LandlockCommandEnvironment(self.project_dir, self.config.bwrap)
         if tag is EnvironmentTag.DOCKER:
             from codecoder.environments.docker.environment import DockerEnvironment
 
@@ -432,6 +453,11 @@ def _notice_fallback(reason: str) -> None:
         f"codecoder: the read tools run in @wasm instead of @landlock: {reason}",
         file=sys.stderr,
     )
+
+
+@functools.cache
+def _notice_command_fallback(tag: EnvironmentTag, reason: str) -> None:
+    print(f"codecoder: commands run in {tag.value} instead of @bwrap: {reason}", file=sys.stderr)
 
 
 def default_asker() -> Asker:

@@ -37,7 +37,6 @@ from docker.types import LogConfig, Mount
 
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
-from codecoder.environments.docker.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from codecoder.environments.docker.engine import (
     SETUP_HINT,
     _engine_address,
@@ -58,6 +57,7 @@ from codecoder.environments.docker.labels import (
 )
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings, parse_size
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
+from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.kernel.hosts import Resolver, system_resolver
@@ -80,7 +80,7 @@ AGENT_COMMAND: Final = (
     "-B",
     "/opt/codecoder/agent",
 )
-# Where the egress proxy's socket directory is mounted (environments.docker.egress).
+# Where the egress proxy's socket directory is mounted (environments.egress).
 EGRESS_MOUNT: Final = "/opt/codecoder/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.

@@ -49,6 +49,10 @@ commands are codecoder's alone to decide.
 Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
 person, in the host's transcript (`systemMessage`).
 
+Without `--sandbox`, the host's shell commands run on the host, unconfined, whatever contains
+codecoder's own run_command: they are judged as run_command bound to @shell (a project grant
+for a contained command never lets the host run it).
+
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
 being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
@@ -414,7 +418,13 @@ def _pre_tool(
     from codecoder.runtime.permissions.prompt import non_interactive
     from codecoder.runtime.session import Runtime
 
-    bindings = {"run_command": EnvironmentTag.BWRAP} if options.sandbox == "bwrap" else None
+    # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
+    on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
+    bindings: dict[str, EnvironmentTag] | None = None
+    if options.sandbox == "bwrap":
+        bindings = {"run_command": EnvironmentTag.BWRAP}
+    elif on_host:
+        bindings = {"run_command": EnvironmentTag.SHELL}
     with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
         if mapped.own_server:
             if mapped.tool in runtime.tools:

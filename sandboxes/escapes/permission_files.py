@@ -70,8 +70,9 @@ class _PermissionFilesLayer(_LayerRunner):
     def _recorded_session(
         self, directory: Path, text: str | None, asker: _Asker
     ) -> Iterator[tuple[Runtime, Session, MockEnvironment]]:
-        """A session on `directory` (with `text` as its codecoder.json, when given) whose
-        environments only record, trusted as far as the project's own file is."""
+        """A session on `directory` (with `text` as its codecoder.json, when given; else with
+        the project's own bindings) whose environments only record, trusted as far as the
+        project's own file is."""
         if text is not None:
             (directory / PROJECT_FILE).write_text(text)
         recorder, environments = _recorders()
@@ -83,10 +84,15 @@ class _PermissionFilesLayer(_LayerRunner):
                 audit_log=None,
                 tools=self.audit.tools,
                 trusted=self.audit.trusted,
+                bindings=None if text is not None else self._bindings(),
             ) as runtime,
             runtime.session() as session,
         ):
             yield runtime, session, recorder
+
+    def _bindings(self) -> dict[str, EnvironmentTag]:
+        """The environments the project's configuration binds its tools to."""
+        return dict(self.audit.config.bindings)
 
     def _not_allowed(self, outcome: CallOutcome, recorder: MockEnvironment, what: str) -> None:
         if _allowed(outcome) or recorder.requests:
@@ -426,8 +432,14 @@ class _PermissionFilesLayer(_LayerRunner):
         (directory / "top.txt").write_text("changed\n")
         environments = {EnvironmentTag.SHELL: audit.environment(EnvironmentTag.SHELL)}
         asker = _Asker(Answer.ONCE)
+        # The hardening of git on the host is what is attacked: commit bound there.
         with Runtime(
-            directory, asker=asker, environments=environments, audit_log=None, tools=audit.tools
+            directory,
+            asker=asker,
+            environments=environments,
+            audit_log=None,
+            tools=audit.tools,
+            bindings={call.tool: EnvironmentTag.SHELL},
         ) as runtime:
             outcome = runtime.session().call(call.tool, call.args)
         ran = sorted(os.listdir(markers))
@@ -527,6 +539,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 audit_log=None,
                 tools=audit.tools,
                 trusted=audit.trusted,
+                bindings=self._bindings(),
             ) as runtime,
             runtime.session() as session,
         ):

@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.runtime.interfaces.cli.inputs import usage
 from codecoder.runtime.interfaces.cli.output import print_json
 from codecoder.runtime.interfaces.cli.project import project_runtime, trust_note
 from codecoder.runtime.kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from codecoder.runtime.session import Runtime
 
 
 def check(args: argparse.Namespace) -> int:
@@ -38,6 +42,7 @@ def check(args: argparse.Namespace) -> int:
         )
     ok = not any(d.severity == "error" for d in diagnostics)
     place = args.place
+    commands = _commands(runtime)
     if args.json:
         print_json(
             {
@@ -51,6 +56,7 @@ def check(args: argparse.Namespace) -> int:
                 "rules": [rule.to_json() for rule in config.rules],
                 "diagnostics": [d.to_json() for d in diagnostics],
                 "docker": docker.to_json(),
+                "commands": commands,
             }
         )
         return EXIT_OK if ok else EXIT_FAILED
@@ -67,6 +73,8 @@ def check(args: argparse.Namespace) -> int:
             "while the rules cannot be read, every call that needs permission is refused "
             "(calls that need none still run)"
         )
+    if commands is not None:
+        print(f"commands: run_command runs in {commands['environment']}: {commands['why']}")
     if not config.file.exists:
         # Never "ok" for a file that is not there: say which project this is, and how found.
         print(
@@ -229,3 +237,26 @@ def allowlist(args: argparse.Namespace) -> int:
         if not entries and not denies:
             print("(no entries)")
     return EXIT_OK
+
+
+def _commands(runtime: Runtime) -> dict[str, object] | None:
+    """Where run_command runs for this project, and why: its binding, or what this machine
+    offers (`environments.bwrap.probe`)."""
+    from codecoder.environments.bwrap.probe import command_sandbox
+
+    if "run_command" not in runtime.tools:
+        return None
+    tag = runtime.environment_of("run_command")
+    bound = runtime.config.bindings.get("run_command")
+    found = command_sandbox()
+    why = (
+        f"bound to {bound.value} by the configuration ({tag.containment})"
+        if bound is not None
+        else found.reason
+    )
+    return {
+        "environment": tag.value,
+        "ceiling": tag.ceiling.label,
+        "why": why,
+        "machine": found.to_json(),
+    }

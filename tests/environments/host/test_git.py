@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from codecoder.environments.host.git import HostGit
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.permissions.prompt import fixed
@@ -123,7 +124,11 @@ def hostile(project: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def commit(project: Path, asker: Any = None, **args: Any) -> Any:
-    with Runtime(project, asker=asker or fixed(Answer.ONCE), audit_log=None) as runtime:
+    """The commit tool on the host (@shell): git's hardening there is what is tested."""
+    on_host = {"commit": EnvironmentTag.SHELL}
+    with Runtime(
+        project, asker=asker or fixed(Answer.ONCE), audit_log=None, bindings=on_host
+    ) as runtime:
         return runtime.session().call("commit", {"message": "by the tool", **args})
 
 

@@ -20,6 +20,9 @@ from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
 from tests.conftest import RecordingAsker
 
 REAL_GIT = shutil.which("git")
+ON_HOST = {
+    "run_command": EnvironmentTag.SHELL
+}  # these are host processes (not @bwrap, the default)
 pytestmark = pytest.mark.skipif(REAL_GIT is None, reason="git is not installed")
 
 
@@ -59,7 +62,10 @@ def test_a_session_grant_for_the_program_name_does_not_run_the_planted_one(
     project: Path, hijacked: Path
 ) -> None:
     asker = RecordingAsker()  # denies
-    with Runtime(project, asker=asker, audit_log=None) as runtime, runtime.session() as session:
+    with (
+        Runtime(project, asker=asker, audit_log=None, bindings=ON_HOST) as runtime,
+        runtime.session() as session,
+    ):
         git = key("git status", project)
         session.allowlist.grant(
             RunCommand().permission(RunCommandParameters(command="git status")).key,  # type: ignore[arg-type]
@@ -78,7 +84,10 @@ def test_decide_and_the_hooks_see_the_key_the_call_would_get(project: Path, hija
     # that runs `git status` through its own shell would find the planted git too.
     from codecoder.runtime.evaluation import evaluate
 
-    with Runtime(project, audit_log=None) as runtime, runtime.session() as session:
+    with (
+        Runtime(project, audit_log=None, bindings=ON_HOST) as runtime,
+        runtime.session() as session,
+    ):
         session.grant("run_command:git:status")
         verdict = evaluate(session, "run_command", {"command": "git status"})
     assert (verdict.decision, verdict.key) == ("ask", "run_command:./.venv/bin/git:status")
@@ -89,7 +98,9 @@ def test_decide_and_the_hooks_see_the_key_the_call_would_get(project: Path, hija
 def test_approved_with_its_path_shown_the_planted_program_is_what_runs(
     project: Path, hijacked: Path
 ) -> None:
-    with Runtime(project, asker=RecordingAsker(Answer.ONCE), audit_log=None) as runtime:
+    with Runtime(
+        project, asker=RecordingAsker(Answer.ONCE), audit_log=None, bindings=ON_HOST
+    ) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git status"})
 
     assert outcome.result is not None and "planted-git-ran" in outcome.result.output
@@ -108,7 +119,7 @@ def test_what_runs_is_what_was_found_at_key_time_not_a_second_lookup(
         plant(project / ".venv" / "bin" / "git", marker)
         return Answer.ONCE
 
-    with Runtime(project, asker=plant_while_asking, audit_log=None) as runtime:
+    with Runtime(project, asker=plant_while_asking, audit_log=None, bindings=ON_HOST) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git --version"})
 
     assert outcome.result is not None and outcome.result.output.startswith("git version")
@@ -161,7 +172,9 @@ def test_in_a_sandbox_the_host_path_means_nothing(project: Path, hijacked: Path)
 
 
 def test_compound_commands_find_no_program_a_sandbox_wrote(project: Path, hijacked: Path) -> None:
-    with Runtime(project, asker=RecordingAsker(Answer.ONCE), audit_log=None) as runtime:
+    with Runtime(
+        project, asker=RecordingAsker(Answer.ONCE), audit_log=None, bindings=ON_HOST
+    ) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git --version && echo ok"})
 
     assert outcome.result is not None

@@ -251,7 +251,7 @@ def test_a_capability_cannot_take_the_name_of_a_built_in_tool(project: Path) -> 
             key="run_command",
         ),
     )
-    assert runtime.tools["run_command"].environment is EnvironmentTag.SHELL
+    assert runtime.tools["run_command"].environment is EnvironmentTag.BWRAP
 
 
 def test_the_digest_covers_every_file_and_the_manifest_and_nothing_else(project: Path) -> None:

@@ -346,8 +346,11 @@ def test_a_session_grant_is_bound_to_the_environment_it_was_approved_in(
 ) -> None:
     answer("claude-code", claude("Bash", {"command": "make"}), project)
     answer("claude-code", claude("Bash", {"command": "make"}, event="PostToolUse"), project)
-    write_config(project, {"environments": {"run_command": "@docker"}})
-    out = answer("claude-code", claude("Bash", {"command": "make"}, call="t2"), project)
+    again = answer("claude-code", claude("Bash", {"command": "make"}, call="t2"), project)
+    assert decision(again)[0] == "allow"  # on the host, where it was approved
+    # The same command in the sandbox (run_container in @docker) was never approved.
+    boxed = claude("Bash", {"command": "make"}, call="t3")
+    out = answer("claude-code", boxed, project, "--sandbox", "docker")
     assert decision(out)[0] == "ask"
 
 

@@ -50,6 +50,8 @@ from tests.conftest import echo_handler, write_config
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
+# Where a test is about a tool on the host (its questions, the session ceiling).
+ON_SHELL = {"environments": {"run_command": "@shell"}}
 SHELL_REFUSAL = (
     "run_command:echo runs in @shell (host processes, not sandboxed), whose ceiling is "
     "AlwaysThisSession: permanent trust goes only to sandboxed tools"
@@ -164,6 +166,7 @@ async def test_a_none_tool_of_the_registry_runs_without_asking(project: Path) ->
 
 
 async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("once", "once")
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "echo hi"})
@@ -233,6 +236,7 @@ async def test_a_declined_question_is_a_denied_tool_error_and_nothing_runs(
 
 
 async def test_the_project_answer_is_refused_where_it_was_not_offered(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("project")
     async with connected(project, human) as session:
         result = await session.call_tool("run_command", {"command": "touch marker"})
@@ -240,7 +244,7 @@ async def test_the_project_answer_is_refused_where_it_was_not_offered(project: P
     assert result.is_error
     assert decision_of(result)["source"] == "denied"
     assert not (project / "marker").exists()
-    assert not (project / "codecoder.json").exists()
+    assert "allowlist" not in (project / "codecoder.json").read_text()
 
 
 async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_asked_again(
@@ -264,6 +268,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
 async def test_a_client_without_elicitation_gets_an_error_naming_the_key_and_how_to_grant(
     project: Path,
 ) -> None:
+    write_config(project, ON_SHELL)
     async with connected(project) as session:
         result = await session.call_tool("run_command", {"command": "touch marker"})
     assert result.is_error
@@ -535,11 +540,11 @@ def test_stale_pid_files_are_ignored_and_removed(project: Path) -> None:
 def test_reload_without_a_running_server_prints_the_diagnostics_of_the_file(
     project: Path,
 ) -> None:
-    write_config(project, {"allowlist": {"run_command:git": "AlwaysThisProject"}})
+    write_config(project, {**ON_SHELL, "allowlist": {"run_command:git": "AlwaysThisProject"}})
     proc = codecoder("reload", "--project", str(project))
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"{project / 'codecoder.json'}:3:5: error: [ceiling_violation]")
+    assert lines[0].startswith(f"{project / 'codecoder.json'}:6:5: error: [ceiling_violation]")
     assert lines[1:] == [
         f"no running server of {project} to reload",
         f"{project / 'codecoder.json'}: errors found",
@@ -553,6 +558,7 @@ def test_reload_without_a_running_server_prints_the_diagnostics_of_the_file(
 
 
 async def test_a_2026_client_is_asked_through_input_required(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("once", "session")
     async with Client(server_parameters(project), elicitation_callback=human) as client:
         assert client.protocol_version == "2026-07-28"

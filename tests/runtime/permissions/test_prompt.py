@@ -56,6 +56,9 @@ def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missin
 
 
 def spawn(project: Path, command: str) -> pexpect.spawn:
+    """`codecoder call run_command` in a terminal, run_command bound to @shell: the prompt of a
+    tool on the host (a contained command's is tested in test_interactive.py)."""
+    write_config(project, {"environments": {"run_command": "@shell"}})
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = [
         "-m",
