@@ -55,7 +55,7 @@ from codecoder.runtime.kernel.errors import (
 )
 from codecoder.runtime.kernel.protected import is_protected_path
 from codecoder.runtime.kernel.state import overlapping_directory, project_state_directory
-from codecoder.runtime.permissions.allowlist import ProjectAllowlist, SessionAllowlist
+from codecoder.runtime.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.runtime.permissions.engine import PROTECTED_NOTE, PermissionEngine
 from codecoder.runtime.permissions.keys import (
     KeyStyle,
@@ -217,8 +217,18 @@ class Runtime:
             return InProcessEnvironment()
         raise SandboxUnavailable(f"no environment {tag.value} is available to run tools in")
 
-    def session(self, *, asker: Asker | None = None, session_id: str | None = None) -> Session:
-        return Session(self, asker or self.asker, session_id or uuid.uuid4().hex[:12])
+    def session(
+        self,
+        *,
+        asker: Asker | None = None,
+        session_id: str | None = None,
+        lifetime: Lifetime | None = None,
+    ) -> Session:
+        """A new session. `lifetime` says, in the questions, what "this session" is where it
+        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        return Session(
+            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+        )
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -249,6 +259,7 @@ class Session:
         depth: int = 0,
         agent_id: str | None = None,
         engine: PermissionEngine | None = None,
+        lifetime: Lifetime | None = None,
     ) -> None:
         self.runtime = runtime
         self.id = session_id
@@ -258,9 +269,10 @@ class Session:
         if engine is None:
             engine = PermissionEngine(
                 project=self._project_allowlist,
-                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock),
+                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock, lifetime),
                 asker=asker,
                 record_grant=runtime.record_grant,
+                project_file=str(runtime.project_file),
             )
         self.engine = engine
         self.allowlist = engine.session

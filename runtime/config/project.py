@@ -267,7 +267,8 @@ def _layered(
                 where["file"] = origin
             pattern = checked_pattern(deny.pattern, tools, diagnostics, where, deny=True)
             if pattern is not None:
-                denies.append(Grant(pattern, deny.line, deny.column))
+                file = origin if layer is user else None  # None: the project's codecoder.json
+                denies.append(Grant(pattern, deny.line, deny.column, file=file))
                 rules.append(Rule("deny", deny.pattern, origin, deny.line))
 
     default = ShellSettings()

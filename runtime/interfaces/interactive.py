@@ -36,7 +36,7 @@ from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
-from codecoder.runtime.kernel.display import for_terminal, visible
+from codecoder.runtime.kernel.display import for_terminal, visible, visible_message
 from codecoder.runtime.kernel.errors import (
     PermissionDenied,
     ToolError,
@@ -44,13 +44,17 @@ from codecoder.runtime.kernel.errors import (
     UsageError,
 )
 from codecoder.runtime.kernel.state import state_directory
-from codecoder.runtime.permissions.allowlist import NEVER
+from codecoder.runtime.permissions.allowlist import NEVER, Lifetime
 from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, non_interactive
 from codecoder.runtime.session import Runtime, Session, default_asker
 
 __all__ = ["InteractiveSession", "run_session"]
 
 PROMPT = "codecoder> "
+SESSION_LIFETIME = Lifetime(
+    "until you leave this session (/quit)",
+    "kept in its memory; `codecoder allowlist list` shows it",
+)
 
 HELP = """\
   TOOL {JSON}        call a tool with its arguments as a JSON object (TOOL alone: no arguments)
@@ -73,7 +77,7 @@ class InteractiveSession:
         self.runtime = runtime
         self._in = stdin
         self._out = stdout
-        self.session: Session = runtime.session(asker=asker)
+        self.session: Session = runtime.session(asker=asker, lifetime=SESSION_LIFETIME)
         self._commands: dict[str, Callable[[str], bool]] = {
             "/help": self._help,
             "/tools": self._tools,
@@ -200,7 +204,7 @@ class InteractiveSession:
             self._say(_visible_block(outcome.result.output.rstrip("\n")))
         decision = outcome.decision
         for violation in decision.violations if decision else ():
-            self._say(f"codecoder: {visible(violation)}")
+            self._say(f"codecoder: {visible_message(violation)}")
         error = outcome.error
         if error is not None:
             kind = (
@@ -210,7 +214,7 @@ class InteractiveSession:
                 if isinstance(error, ToolError)
                 else "error"
             )
-            self._say(f"codecoder: {kind}: {visible(str(error))}")
+            self._say(f"codecoder: {kind}: {visible_message(str(error))}")
         status = "ok" if outcome.ok else "denied" if _denied(outcome) else "failed"
         parts = [status]
         if decision is not None:

@@ -100,11 +100,13 @@ from codecoder.runtime.kernel.errors import (
     UsageError,
 )
 from codecoder.runtime.kernel.state import workspace_directory
+from codecoder.runtime.permissions.allowlist import Lifetime
 from codecoder.runtime.permissions.prompt import (
+    GUTTER,
     AskRequest,
-    choice_detail,
     describe,
     non_interactive,
+    why_not_project,
 )
 from codecoder.runtime.session import Runtime, Session
 
@@ -129,22 +131,11 @@ ANSWER_FIELD: Final = "decision"
 _INPUT_KEY: Final = "permission"  # the key of the embedded elicitation in `input_required`
 _MAX_OPEN_QUESTIONS: Final = 64  # questions awaiting a client's retry; the oldest are dropped
 
-_LABELS: Final = {
-    Answer.ONCE: "Allow once",
-    Answer.SESSION: "Always allow for this session",
-    Answer.SESSION_PROGRAM: "Always allow for this session",
-    Answer.PROJECT: "Always allow for this project (writes codecoder.json)",
-    Answer.PROJECT_PROGRAM: "Always allow for this project (writes codecoder.json)",
-    Answer.DENY: "Deny",
-}
-
-
-def _title(request: AskRequest, answer: Answer) -> str:
-    """A choice's title: its label, and what its entry covers where the request offers both a
-    narrow and a program-wide entry (`runtime.permissions.prompt.choice_detail`)."""
-    detail = choice_detail(request, answer)
-    return f"{_LABELS[answer]}: {detail}" if detail else _LABELS[answer]
-
+SERVER_LIFETIME: Final = Lifetime(
+    "while this MCP server runs (until its client disconnects)",
+    "kept in the server's memory; `codecoder allowlist list` shows it",
+)
+"""What "this session" is for a grant made through the server."""
 
 _TITLED_ENUM_SINCE: Final = "2025-11-25"  # oneOf/const/title; earlier revisions used enumNames
 _META: Final = "codecoder"  # the prefix of this server's `_meta` keys
@@ -156,9 +147,13 @@ _META: Final = "codecoder"  # the prefix of this server's `_meta` keys
 def elicitation_message(request: AskRequest) -> str:
     """The question, with everything that comes from the call made visible."""
     lines = ["codecoder: permission required"]
-    lines += [f"{label}: {text}" for label, text in describe(request)]
+    for label, value in describe(request):
+        if len(value) == 1:
+            lines.append(f"{label}: {value[0]}")
+        else:
+            lines += [f"{label}:", *(f"  {GUTTER}{line}" for line in value)]
     if request.why_not_project:
-        lines.append(f"always this project is not offered: {visible(request.why_not_project)}")
+        lines.append(f"AlwaysThisProject is not offered: {why_not_project(request)}")
     return "\n".join(lines)
 
 
@@ -173,11 +168,12 @@ def elicitation_schema(request: AskRequest, protocol_version: str) -> dict[str, 
         "title": "Allow this call?",
         "description": f"{visible(request.key)} on {request.environment.value}",
     }
+    options = request.options()
     if _titled_enums(protocol_version):
-        field["oneOf"] = [{"const": a.value, "title": _title(request, a)} for a in request.choices]
+        field["oneOf"] = [{"const": c.answer.value, "title": c.title} for c in options]
     else:
-        field["enum"] = [a.value for a in request.choices]
-        field["enumNames"] = [_title(request, a) for a in request.choices]
+        field["enum"] = [c.answer.value for c in options]
+        field["enumNames"] = [c.title for c in options]
     return {"type": "object", "properties": {ANSWER_FIELD: field}, "required": [ANSWER_FIELD]}
 
 
@@ -199,7 +195,7 @@ def answer_of(result: types.ElicitResult, request: AskRequest) -> Answer:
     assert result.content is not None
     value = result.content[ANSWER_FIELD]
     assert isinstance(value, str)
-    return Answer(value)
+    return Answer.parse(value)
 
 
 def question_refused(result: types.ElicitResult, request: AskRequest) -> DeniedByUser | None:
@@ -212,11 +208,20 @@ def question_refused(result: types.ElicitResult, request: AskRequest) -> DeniedB
         reason = f"the MCP client {what} the question (no answer was given)"
         return _refusal(request, f"{key} was not allowed: {reason}", reason)
     value = (result.content or {}).get(ANSWER_FIELD)
-    if isinstance(value, str) and value in {answer.value for answer in request.choices}:
+    if isinstance(value, str) and _offered(value, request):
         return None
     shown = visible(repr(value))[:80]
     reason = f"the MCP client answered {shown}, which was not one of the choices offered"
     return _refusal(request, f"{key} was not allowed: {reason}", reason)
+
+
+def _offered(value: str, request: AskRequest) -> bool:
+    """`value` names a choice the request offered, in either vocabulary (`session`,
+    `AlwaysThisSession`)."""
+    try:
+        return Answer.parse(value) in request.choices
+    except ValueError:
+        return False
 
 
 def permission_required_message(request: AskRequest) -> str:
@@ -290,7 +295,7 @@ class ToolServer:
         allow: Sequence[str] = (),
     ) -> None:
         self.runtime = runtime
-        self.session: Session = runtime.session(asker=self._ask)
+        self.session: Session = runtime.session(asker=self._ask, lifetime=SERVER_LIFETIME)
         self._log = log or sys.stderr
         for key in allow:
             self.session.grant(key)  # UsageError / CeilingViolation: refused before serving

@@ -40,6 +40,20 @@ def visible(text: str) -> str:
     return _SPACES.sub(_space_marker, "".join(out))
 
 
+def visible_lines(text: str) -> list[str]:
+    """`visible()` line by line: a text of several lines (a multi-line command, a diff) as
+    that many lines, each made visible; only `\n` breaks a line (`\r` stays visible)."""
+    return [visible(line) for line in text.split("\n")]
+
+
+def visible_message(text: str, indent: str = "  ") -> str:
+    """A message for a person that may hold lines of output (a timeout's last output): its
+    lines kept as lines, neutralised as tool output is (`for_terminal`), and every line after
+    the first indented, so none of them can pass for a line of its own."""
+    first, *rest = for_terminal(text.rstrip("\n")).split("\n")
+    return "\n".join([first, *(indent + line if line else line for line in rest)])
+
+
 def for_terminal(text: str) -> str:
     """Tool output made safe to write to a terminal: lines and tabs kept, every other control
     character, escape, bidi override and invisible character shown as in `visible()`, runs of

@@ -26,12 +26,41 @@ NEVER = -1.0
 Clock = Callable[[], float]
 
 
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """What "this session" is where a session grant is made, in words for the human who
+    grants: how long it lasts (`until` ends a sentence: "lasts until this `codecoder call`
+    exits") and where its grants are kept. Each interface says its own
+    (`runtime.session.Runtime.session`)."""
+
+    until: str = "until this session ends"
+    kept: str = "kept in memory only (nothing is written)"
+
+
 class SessionAllowlist:
-    def __init__(self, ttl: float = NEVER, clock: Clock | None = None) -> None:
+    def __init__(
+        self, ttl: float = NEVER, clock: Clock | None = None, lifetime: Lifetime | None = None
+    ) -> None:
         self._grants: dict[tuple[str, str, EnvironmentTag], float] = {}
         self._digests: dict[tuple[str, str, EnvironmentTag], str | None] = {}
         self._ttl = ttl
         self._clock = clock or time.time
+        self.lifetime = lifetime or Lifetime()
+
+    @property
+    def ttl(self) -> float:
+        """Seconds a grant made now lasts (`session_ttl`), or NEVER."""
+        return self._ttl
+
+    def lasts(self) -> str:
+        """How long a grant made now lasts, in words: the session's lifetime, and the time it
+        expires at when the project sets a `session_ttl`."""
+        if self._ttl < 0:
+            return self.lifetime.until
+        expiry = self._clock() + self._ttl
+        shape = "%H:%M" if self._ttl >= 120 else "%H:%M:%S"
+        at = time.strftime(shape, time.localtime(expiry))
+        return f"{self.lifetime.until}, and at most until {at} (session_ttl {self._ttl:g} s)"
 
     def grant(
         self,
@@ -96,12 +125,20 @@ class SessionAllowlist:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """One usable allowlist entry of codecoder.json."""
+    """One usable allowlist entry or deny rule, and the file it came from (codecoder.json, or
+    the user's own file for a deny rule), so that a decision names the file it really read."""
 
     pattern: KeyPattern
     line: int | None = None
     column: int | None = None
     digest: str | None = None
+    file: str | None = None  # None: the project's codecoder.json
+
+    @property
+    def where(self) -> str:
+        """The rule's file and line, as a person finds it: `/p/codecoder.json line 4`."""
+        name = self.file or "codecoder.json"
+        return f"{name} line {self.line}" if self.line else name
 
 
 class ProjectAllowlist:

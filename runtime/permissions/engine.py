@@ -41,9 +41,11 @@ from codecoder.runtime.kernel.errors import (
     DeniedByUser,
 )
 from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
-from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.permissions.keys import KeyStyle, Permission
 from codecoder.runtime.permissions.patterns import KeyPattern
 from codecoder.runtime.permissions.prompt import Asker, AskRequest, non_interactive
+
+_SUBJECT_LABELS = {KeyStyle.COMMAND: "runs", KeyStyle.PATH: "path"}
 
 
 class GrantRecorder(Protocol):
@@ -66,11 +68,15 @@ class PermissionEngine:
         session: SessionAllowlist,
         asker: Asker,
         record_grant: GrantRecorder,
+        project_file: str = "codecoder.json",
     ) -> None:
+        """`project_file` is where an AlwaysThisProject answer is written, as the question
+        names it."""
         self._project = project
         self.session = session
         self.asker = asker
         self._record_grant = record_grant
+        self.project_file = project_file
 
     def evaluate(
         self, tool: str, environment: EnvironmentTag, permission: Permission
@@ -107,7 +113,7 @@ class PermissionEngine:
                 environment,
                 key.raw,
                 deny.pattern.raw,
-                reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+                reason=f"deny rule {deny.pattern.raw!r} of {deny.where}",
             )
             raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
 
@@ -187,6 +193,13 @@ class PermissionEngine:
             why_not_project=why_not,
             note=note,
             grants=grants,
+            notes=key.notes,
+            session_lasts=self.session.lasts(),
+            session_kept=self.session.lifetime.kept,
+            project_file=self.project_file,
+            preview=key.preview,
+            subject_label=_SUBJECT_LABELS.get(key.style, "does"),
+            compound=key.compound,
         )
         answer = asker(request)
         done = tuple(violations)
@@ -250,7 +263,9 @@ class PermissionEngine:
                 decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
         self._project().add_grant(Grant(KeyPattern.parse(entry), digest=key.digest))
-        return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
+        return decided(
+            True, Source.PROJECT, f"allowed for the project (written to {self.project_file})"
+        )
 
     @staticmethod
     def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:

@@ -23,6 +23,7 @@ from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.decision import Answer, Source
 from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.permissions.prompt import AskRequest
 from codecoder.runtime.session import Runtime, Session
 from codecoder.sandboxes.escapes.calls import (
     _allowed,
@@ -466,7 +467,7 @@ class _PermissionFilesLayer(_LayerRunner):
             _escaped(
                 f"the planted {program} was covered by {innocent.raw}: {_grant_source(outcome)}"
             )
-        shown = asker.requests[0].subject if asker.requests else ""
+        shown = _remarks(asker.requests)
         if ".venv/bin" not in shown:
             _escaped(f"the prompt did not say where {program} lives: {shown!r}")
         return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
@@ -497,7 +498,7 @@ class _PermissionFilesLayer(_LayerRunner):
             outcome = session.call(call.tool, call.args)
         if _allowed(outcome) or recorder.requests:
             _escaped(f"the write through the link was covered by {innocent.raw}")
-        shown = asker.requests[0].subject if asker.requests else ""
+        shown = _remarks(asker.requests)
         if "leads to .git" not in shown:
             _escaped(f"the prompt did not say where the link leads: {shown!r}")
         return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
@@ -574,6 +575,13 @@ class _PermissionFilesLayer(_LayerRunner):
 
 
 _CLONED_REPORTS: Final = frozenset({"untrusted", "read_root_forbidden"})
+
+
+def _remarks(requests: Sequence[AskRequest]) -> str:
+    """What the first question said of its call, one remark a line (the last: what matters)."""
+    if not requests:
+        return ""
+    return "\n".join((requests[0].subject, *requests[0].notes))
 
 
 def _widenings_in_effect(config: Any, workspace: Path) -> list[str]:

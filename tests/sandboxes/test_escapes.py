@@ -261,8 +261,8 @@ def test_permission_file_attempts_without_docker_are_blocked_or_explained(projec
         'run_command {"command": "sh -c id"} asked'
     )
     assert how["permission-files.write-through-link-to-git"] == (
-        "asked for run_command:cp: denied at the prompt; the prompt said: (protected: g/config "
-        "(leads to .git/config) through a symlink)"
+        "asked for run_command:cp: denied at the prompt; the prompt said: protected: g/config "
+        "(leads to .git/config) through a symlink"
     )
     assert "safe.bareRepository is 'explicit'" in how["permission-files.bare-repository-fsmonitor"]
     assert how["permission-files.read-root-swapped-for-link"].startswith(

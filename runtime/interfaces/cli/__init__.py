@@ -69,6 +69,6 @@ def _error(exc: BaseException, as_json: bool) -> None:
         error = {"type": type(exc).__name__, "message": str(exc)}
         print(json.dumps({"ok": False, "error": error}, ensure_ascii=False))
     else:
-        from codecoder.runtime.kernel.display import visible
+        from codecoder.runtime.interfaces.cli.output import prefixed
 
-        print(f"codecoder: {visible(str(exc))}", file=sys.stderr)
+        print(prefixed(str(exc)), file=sys.stderr)

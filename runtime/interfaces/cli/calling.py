@@ -21,18 +21,18 @@ from codecoder.runtime.interfaces.cli.output import is_terminal, print_outcome
 from codecoder.runtime.interfaces.cli.project import granted, report_config
 from codecoder.runtime.interfaces.interruption import interruptible
 from codecoder.runtime.kernel.errors import UsageError
+from codecoder.runtime.permissions.allowlist import Lifetime
 
 if TYPE_CHECKING:
     from codecoder.runtime.permissions.prompt import Asker
 
 
 def _asker_for(args: argparse.Namespace) -> Asker:
-    from codecoder.runtime.kernel.decision import Answer
     from codecoder.runtime.permissions.prompt import fixed, non_interactive
     from codecoder.runtime.session import default_asker
 
     if args.answer:
-        return fixed(Answer(args.answer))
+        return fixed(args.answer)
     if args.non_interactive:
         return non_interactive
     return default_asker()
@@ -46,7 +46,7 @@ def call(args: argparse.Namespace) -> int:
     report_config(runtime)
     progress = ProgressLine() if sys.stderr.isatty() else None
     try:
-        with interruptible(), runtime.session() as session:
+        with interruptible(), runtime.session(lifetime=CALL_LIFETIME) as session:
             outcome = granted(session, args).call(args.tool, payload, progress=progress)
     finally:
         runtime.close()
@@ -54,6 +54,11 @@ def call(args: argparse.Namespace) -> int:
             progress.clear()
     print_outcome(outcome, args.json)
     return exit_code(outcome)
+
+
+CALL_LIFETIME = Lifetime("until this `codecoder call` exits (this process only)")
+REPLAY_LIFETIME = Lifetime("until this replay ends (this process only)")
+EXEC_LIFETIME = Lifetime("until this `codecoder exec` exits (this process only)")
 
 
 class ProgressLine:
@@ -112,7 +117,7 @@ def exec_(args: argparse.Namespace) -> int:
 
     asker = approved if host_session is not None else default_asker()
     with Runtime(args.project, asker=asker) as runtime:
-        session = granted(runtime.session(), args)
+        session = granted(runtime.session(lifetime=EXEC_LIFETIME), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
         outcome = session.call("run_container", {"command": args.command_line})
@@ -130,26 +135,35 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.kernel.decision import Answer, Decision, Source
+    from codecoder.runtime.kernel.errors import DeniedByUser
     from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
     current: list[Answer] = []
+    line_number = [0]
 
     def answer(request: AskRequest) -> Answer:
-        return current[0] if current else Answer.DENY
+        if current:
+            return current[0]
+        reason = f"line {line_number[0]} of the replay gives no answer, and nothing granted it"
+        decision = Decision(
+            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        )
+        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
 
     runtime = Runtime(args.project, asker=answer)
     report_config(runtime)
     codes: list[int] = []
     try:
-        with interruptible(), runtime.session() as session:
+        with interruptible(), runtime.session(lifetime=REPLAY_LIFETIME) as session:
             granted(session, args)
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
                 current.clear()
+                line_number[0] = number
                 try:
                     tool, call_args, given = _replay_line(line, number)
                 except UsageError as exc:
@@ -192,7 +206,11 @@ def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
     if unknown:
         raise UsageError(f"line {number}: unknown fields {sorted(unknown)}")
     answer = row.get("answer")
-    if answer is not None and answer not in {a.value for a in Answer}:
-        choices = ", ".join(a.value for a in Answer)
-        raise UsageError(f"line {number}: answer must be one of {choices}")
-    return row["tool"], row.get("args", {}), Answer(answer) if answer else None
+    if answer is None:
+        return row["tool"], row.get("args", {}), None
+    if not isinstance(answer, str):
+        raise UsageError(f'line {number}: "answer" must be a string, e.g. "AlwaysThisSession"')
+    try:
+        return row["tool"], row.get("args", {}), Answer.parse(answer)
+    except ValueError as exc:
+        raise UsageError(f"line {number}: {exc}") from None

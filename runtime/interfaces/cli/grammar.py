@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from codecoder.runtime.interfaces.cli import (
     audit,
@@ -19,7 +19,18 @@ from codecoder.runtime.interfaces.cli import (
 )
 from codecoder.runtime.kernel.errors import UsageError
 
-ANSWERS = ("once", "session", "project", "deny")  # runtime.kernel.decision.Answer's values
+if TYPE_CHECKING:
+    from codecoder.runtime.kernel.decision import Answer
+
+
+def _answer(text: str) -> Answer:
+    """`--answer` takes either vocabulary (`session`, `AlwaysThisSession`): Answer.parse."""
+    from codecoder.runtime.kernel.decision import Answer
+
+    try:
+        return Answer.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,8 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.add_argument(
         "--answer",
-        choices=ANSWERS,
-        help="answer any permission prompt with this (ceilings still apply)",
+        type=_answer,
+        metavar="ANSWER",
+        help="answer any permission prompt with this (ceilings still apply): once, session, "
+        "project or deny, or codecoder.json's names Once, AlwaysThisSession, "
+        "AlwaysThisProject",
     )
     p.add_argument(
         "--non-interactive", action="store_true", help="never ask: anything not granted is denied"

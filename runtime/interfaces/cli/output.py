@@ -17,10 +17,24 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def prefixed(message: str, kind: str = "") -> str:
+    """An error as a person reads it on stderr, `codecoder: KIND: message`, with codecoder
+    and the kind said once (a message that already starts with them is not prefixed again),
+    its lines kept as lines and neutralised (`visible_message`)."""
+    from codecoder.runtime.kernel.display import visible_message
+
+    text = visible_message(message).removeprefix("codecoder: ")
+    if kind:
+        text = text.removeprefix(f"{kind}: ")
+    elif text.startswith("codecoder "):  # `codecoder call: argument …` names itself
+        return text
+    return f"codecoder: {kind + ': ' if kind else ''}{text}"
+
+
 def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
     """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
     `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
-    from codecoder.runtime.kernel.display import for_terminal, visible
+    from codecoder.runtime.kernel.display import for_terminal
 
     if as_json:
         print(json.dumps(outcome.to_json(), ensure_ascii=not is_terminal()))
@@ -29,7 +43,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
     for violation in decision.violations if decision else ():
         if str(outcome.error).endswith(violation):
             continue
-        print(f"codecoder: {visible(violation)}", file=sys.stderr)
+        print(prefixed(violation), file=sys.stderr)
     if outcome.result is not None:
         output = outcome.result.output
         if is_terminal():
@@ -45,7 +59,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
             if isinstance(outcome.error, ToolError)
             else "error"
         )
-        print(f"codecoder: {kind}: {visible(str(outcome.error))}", file=sys.stderr)
+        print(prefixed(str(outcome.error), kind), file=sys.stderr)
 
 
 def is_terminal() -> bool:

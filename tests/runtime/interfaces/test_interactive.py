@@ -65,10 +65,13 @@ def test_the_prompt_shows_the_choices_and_why_project_is_missing_for_a_shell_too
         "  key          run_command:echo",
         "  runs         echo hi",
         "",
-        "  [o] allow once",
-        "  [s] always this session",
-        "  [d] deny",
-        "  (always this project is not offered: run_command:echo runs in @shell (host "
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:echo — every simple `echo …` command, with any "
+        "arguments",
+        "                         lasts until you leave this session (/quit); kept in its "
+        "memory; `codecoder allowlist list` shows it",
+        "  [d] Deny               nothing runs; nothing is recorded",
+        "  (AlwaysThisProject is not offered: run_command:echo runs in @shell (host "
         "processes, not sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes "
         "only to sandboxed tools)",
     ]

@@ -178,7 +178,7 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
         "environment: @shell (host processes, not sandboxed)\n"
         "key: run_command:echo\n"
         "runs: echo hi\n"
-        f"always this project is not offered: {SHELL_REFUSAL}"
+        f"AlwaysThisProject is not offered: {SHELL_REFUSAL}"
     )
     assert question.requested_schema == {
         "type": "object",
@@ -188,9 +188,15 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
                 "title": "Allow this call?",
                 "description": "run_command:echo on @shell",
                 "oneOf": [
-                    {"const": "once", "title": "Allow once"},
-                    {"const": "session", "title": "Always allow for this session"},
-                    {"const": "deny", "title": "Deny"},
+                    {"const": "once", "title": "Once: this call only; nothing is recorded"},
+                    {
+                        "const": "session",
+                        "title": "AlwaysThisSession: run_command:echo — every simple `echo …` "
+                        "command, with any arguments (lasts while this MCP server runs (until "
+                        "its client disconnects); kept in the server's memory; `codecoder "
+                        "allowlist list` shows it)",
+                    },
+                    {"const": "deny", "title": "Deny: nothing runs; nothing is recorded"},
                 ],
             }
         },
@@ -251,7 +257,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
     assert choices(human.asked[0]) == ["once", "session", "project", "deny"]
-    assert "always this project is not offered" not in human.asked[0].message
+    assert "AlwaysThisProject is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
     assert [decision_of(r)["source"] for r in (first, second)] == ["project", "project"]
@@ -394,7 +400,7 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     assert decision_of(refused)["source"] == "deny"
     assert text_of(refused) == (
         "permission denied: run_command:echo is refused by deny rule 'run_command:echo' of "
-        "codecoder.json"
+        "codecoder.json line 3"
     )
     assert len(human.asked) == 1
 
@@ -652,9 +658,10 @@ def test_clients_before_2025_11_25_get_the_choices_as_enum_with_names() -> None:
     schema = elicitation_schema(shell_request("echo hi"), "2025-06-18")
     assert schema["properties"]["decision"]["enum"] == ["once", "session", "deny"]
     assert schema["properties"]["decision"]["enumNames"] == [
-        "Allow once",
-        "Always allow for this session",
-        "Deny",
+        "Once: this call only; nothing is recorded",
+        "AlwaysThisSession: run_command:echo — exactly this key (lasts until this session ends; "
+        "kept in memory only (nothing is written))",
+        "Deny: nothing runs; nothing is recorded",
     ]
 
 
