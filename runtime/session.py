@@ -63,8 +63,9 @@ from codecoder.runtime.permissions.keys import (
     escape_literal,
     literal_of,
 )
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternError
+from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
+from codecoder.runtime.permissions.spellings import did_you_mean, foreign_key
 from codecoder.runtime.tools.base import Tool, ToolDefinition
 from codecoder.runtime.tools.capability import (
     CapabilityTool,
@@ -311,6 +312,12 @@ class Session:
         one (bad syntax, unknown tool, a wildcard: patterns belong in codecoder.json), and a
         protected path, which can be allowed only once.
         """
+        meant = foreign_key(raw)
+        if meant is not None:
+            raise UsageError(
+                f"--allow {raw!r} is another agent's rule, not a codecoder key; did you mean "
+                f"--allow {meant!r}? (`codecoder key` shows a call's key)"
+            )
         try:
             pattern = KeyPattern.parse(raw)
         except PatternError as exc:
@@ -318,13 +325,22 @@ class Session:
         tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
         if tool is None:
             raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
+                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
+                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
                 + ", ".join(sorted(self.tools()))
             )
         try:
             pattern.check(tool.key_style)
         except PatternError as exc:
             raise UsageError(f"--allow {raw!r}: {exc}") from None
+        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
+        if unmatchable is not None:
+            hint = (
+                f"; did you mean --allow {unmatchable.suggestion!r}?"
+                if unmatchable.suggestion
+                else ""
+            )
+            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
+from codecoder.runtime.interfaces.shorthand import arguments_of
 from codecoder.runtime.kernel.display import for_terminal, visible, visible_message
 from codecoder.runtime.kernel.errors import (
     PermissionDenied,
@@ -172,32 +172,8 @@ class InteractiveSession:
         self._show(self.session.call(name, arguments))
         return True
 
-    def _arguments(self, name: str, text: str) -> dict[str, Any]:
-        if not text:
-            return {}
-        if text.startswith("{"):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError:
-                parsed = None  # e.g. `run_command { echo hi; }`: a command, not JSON
-            if isinstance(parsed, dict):
-                return parsed
-        field = self._text_field(name)
-        if field is None:
-            raise UsageError(
-                f"{name} takes its arguments as a JSON object, e.g. {name} {{...}}; "
-                "/tools lists the tools"
-            )
-        return {field: text}
-
-    def _text_field(self, name: str) -> str | None:
-        """The one required text argument of a tool, which `TOOL TEXT` fills."""
-        schema = self.session.tools()[name].parameters.model_json_schema()
-        required = schema.get("required", [])
-        if len(required) != 1:
-            return None
-        field: str = required[0]
-        return field if schema["properties"][field].get("type") == "string" else None
+    def _arguments(self, name: str, text: str) -> Any:
+        return arguments_of(name, self.session.tools().get(name), [text] if text else [])
 
     def _show(self, outcome: CallOutcome) -> None:
         if outcome.result is not None and outcome.result.output:

@@ -24,6 +24,7 @@ leak.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,10 @@ class UnknownTool(UsageError):
 
     def __init__(self, name: str, available: list[str] | None = None) -> None:
         self.name = name
+        close = difflib.get_close_matches(name, available or [], n=1, cutoff=0.6)
+        meant = f" (did you mean {close[0]}?)" if close else ""
         hint = f"; available: {', '.join(sorted(available))}" if available else ""
-        super().__init__(f"unknown tool {name!r}{hint}")
+        super().__init__(f"unknown tool {name!r}{meant}{hint}")
 
 
 class InvalidArguments(UsageError):

@@ -25,6 +25,7 @@ outcome).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        args = _parser().parse_args(argv)
+        args = _parsed(argv)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
@@ -62,6 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(exc, as_json)
         return EXIT_FAILED
     return code
+
+
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    """The command line parsed. What follows `--` after the options of a command that takes a
+    call's arguments is its arguments (`call run_command --answer once -- ls -la`): argparse
+    alone would have matched the positional arguments before the options."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and rest[0] == "--" and isinstance(getattr(args, "arguments", None), list):
+        args.arguments = [*args.arguments, *rest[1:]]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
 
 
 def _error(exc: BaseException, as_json: bool) -> None:

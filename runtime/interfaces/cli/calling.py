@@ -41,11 +41,11 @@ def _asker_for(args: argparse.Namespace) -> Asker:
 def call(args: argparse.Namespace) -> int:
     from codecoder.runtime.session import Runtime
 
-    payload = call_arguments(args.arguments)
     runtime = Runtime(args.project, asker=_asker_for(args))
-    report_config(runtime)
     progress = ProgressLine() if sys.stderr.isatty() else None
     try:
+        payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
+        report_config(runtime)
         with interruptible(), runtime.session(lifetime=CALL_LIFETIME) as session:
             outcome = granted(session, args).call(args.tool, payload, progress=progress)
     finally:

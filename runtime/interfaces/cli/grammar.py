@@ -4,7 +4,9 @@ module of the command's concern)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -37,7 +39,21 @@ class _Parser(argparse.ArgumentParser):
     """Argument errors are UsageErrors, so that `--json` reports them as JSON too."""
 
     def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            given, offered = choice.group(1), _CHOICES.findall(choice.group(2))
+            close = difflib.get_close_matches(given, offered, n=1, cutoff=0.7)
+            meant = f" (did you mean {close[0]}?)" if close else ""
+            if self.prog == "codecoder":  # the command itself: the argument has no name
+                message, what = "", "a command"
+            else:
+                message, what = message[: choice.start()], "a choice"
+            message += f"{given!r} is not {what}{meant}; the choices are {', '.join(offered)}"
         raise UsageError(f"{self.prog}: {message}")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_CHOICES = re.compile(r"'([^']*)'")
 
 
 def _version() -> str:
@@ -105,9 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("tool")
     p.add_argument(
         "arguments",
-        nargs="?",
-        default="{}",
-        help="the arguments as a JSON object; - reads them from stdin, @FILE from FILE",
+        nargs="*",
+        metavar="ARGUMENTS",
+        help="the arguments as a JSON object; - reads them from stdin, @FILE from FILE; or, "
+        "for a tool with one text argument, its text (`call read_file README.md`, "
+        "`call run_command -- ls -la`)",
     )
     allow(p)
     p.add_argument(
@@ -134,7 +152,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("tool")
     p.add_argument(
-        "arguments", nargs="?", default="{}", help="the arguments as JSON; - for stdin, @FILE"
+        "arguments",
+        nargs="*",
+        metavar="ARGUMENTS",
+        help="the arguments as JSON; - for stdin, @FILE; or a tool's one text argument",
     )
     allow(p)
     p.set_defaults(handler=deciding.decide)

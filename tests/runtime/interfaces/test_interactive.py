@@ -186,7 +186,9 @@ def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
         "cmd: Extra inputs are not permitted"
     )
     typo = run(child, "run_comand ls").splitlines()
-    assert typo[0].startswith("codecoder: unknown tool 'run_comand'; available: ")
+    assert typo[0].startswith(
+        "codecoder: unknown tool 'run_comand' (did you mean run_command?); available: "
+    )
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
@@ -246,3 +248,18 @@ def test_sigterm_ends_the_session_and_the_running_command(project: Path) -> None
 
     assert child.exitstatus == 143
     assert not any(_alive(pid) for pid in running)
+
+
+def test_broken_json_is_refused_and_a_command_group_is_still_a_command(project: Path) -> None:
+    (project / '{"path": "notes"').write_text("never read\n")
+    child, _ = start(project)
+    assert run(child, 'read_file {"path": "notes"').splitlines() == [
+        "codecoder: the arguments are not valid JSON: Expecting ',' delimiter at line 1 column 17"
+    ]
+    child.sendline("run_command { echo grouped; }")
+    child.expect_exact("choice [o/s/d]: ")
+    assert "  runs         { echo grouped; }" in child.before.replace("\r\n", "\n")
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    assert child.before.replace("\r\n", "\n").splitlines()[1] == "grouped"
+    quit(child)
