@@ -120,7 +120,7 @@ class Runtime:
         if audit_log is _DEFAULT_AUDIT:
             audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
-        self.audit = AuditLog(audit_log)
+        self.audit = AuditLog(audit_log, self.project_dir)
         self.clock = clock
         self.config: ProjectConfig = self._load()
 

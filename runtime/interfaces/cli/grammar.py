@@ -17,6 +17,7 @@ from codecoder.runtime.interfaces.cli import (
     configuration,
     deciding,
     images,
+    log,
     serving,
 )
 from codecoder.runtime.kernel.errors import UsageError
@@ -217,6 +218,33 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
     p.set_defaults(handler=serving.reload)
+
+    p = command("log", "read the project's audit log: every call, its decision and how it ended")
+    p.add_argument("--tool", action="append", metavar="TOOL", help="only this tool (repeatable)")
+    p.add_argument("--decision", choices=["allow", "deny"], help="only allowed or refused calls")
+    p.add_argument(
+        "--source",
+        choices=["none", "deny", "project", "session", "once", "denied"],
+        help="only calls decided so (a deny rule, a project or session grant, an answer …)",
+    )
+    p.add_argument(
+        "--outcome",
+        choices=["ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"],
+        help="only calls that ended so",
+    )
+    p.add_argument("--since", metavar="WHEN", help="30s, 10m, 2h, 3d ago; 14:05; 2026-12-03T14:05")
+    p.add_argument("--until", metavar="WHEN", help="the same forms as --since")
+    p.add_argument(
+        "--last",
+        "-n",
+        type=int,
+        metavar="N",
+        help=f"the last N records that match (default {log.DEFAULT_LAST}; with --json, all)",
+    )
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="then show new records as they come (Ctrl-C)"
+    )
+    p.set_defaults(handler=log.log)
 
     p = command("audit", "run the sandbox escape-attempt suite against the project's configuration")
     p.add_argument(
