@@ -53,7 +53,7 @@ def foreign_key(text: str) -> str | None:
 
 def close_names(name: str, names: Iterable[str]) -> list[str]:
     """The names closest to `name` (a typo of a tool or a command), best first."""
-    return difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    return difflib.get_close_matches(name, list(names), n=3, cutoff=0.8)
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:
