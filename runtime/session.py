@@ -362,7 +362,7 @@ class Session:
             if capability is None:
                 raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
             key = capability.permission_key()
-        self.allowlist.grant(key, environment, digest=key.digest)
+        self.allowlist.grant(key, environment, digest=key.digest, origin="--allow")
         return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:

@@ -338,6 +338,35 @@ class HookSessions:
         with self._locked():
             self.path(session_id).unlink(missing_ok=True)
 
+    def every_grant(self) -> list[tuple[str, dict[str, Any]]]:
+        """(host session id, grant) of every live grant of this host's sessions, for
+        `codecoder allowlist list`."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else ():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict) or data.get("host") != self.host:
+                continue
+            session_id = data.get("session")
+            if isinstance(session_id, str) and self.path(session_id) == path:
+                found += [(session_id, grant) for grant in self.grants(session_id)]
+        return found
+
+    def revoke(self, key: str) -> list[str]:
+        """Drop the grant of `key` from every session of this host; returns their ids."""
+        dropped: list[str] = []
+        with self._locked():
+            for session_id, _ in self.every_grant():
+                data = self._read(session_id)
+                kept = [g for g in data.get("grants", []) if g.get("key") != key]
+                if len(kept) != len(data.get("grants", [])):
+                    data["grants"] = kept
+                    self._write(session_id, data)
+                    dropped.append(session_id)
+        return sorted(set(dropped))
+
     def sweep(self, max_idle: float = MAX_IDLE) -> None:
         """Remove the files of host sessions untouched for longer than `max_idle` seconds."""
         if not self.directory.is_dir():

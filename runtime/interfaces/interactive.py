@@ -35,6 +35,7 @@ from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
+from codecoder.runtime.interfaces.livegrants import published
 from codecoder.runtime.interfaces.shorthand import arguments_of
 from codecoder.runtime.kernel.display import for_terminal, visible, visible_message
 from codecoder.runtime.kernel.errors import (
@@ -325,6 +326,9 @@ def run_session(
     stdout = stdout or sys.stdout
     runtime = Runtime(project_dir, asker=session_asker(stdin, stdout))
     try:
-        return InteractiveSession(runtime, stdin, stdout).run()
+        interactive = InteractiveSession(runtime, stdin, stdout)
+        allowlist = interactive.session.allowlist
+        with published(runtime.project_dir, "codecoder session", allowlist):
+            return interactive.run()
     finally:
         runtime.close()

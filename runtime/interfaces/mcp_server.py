@@ -88,6 +88,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
+from codecoder.runtime.interfaces.livegrants import Publisher, is_alive, start_time
 from codecoder.runtime.interfaces.schemas import mcp_tool
 from codecoder.runtime.kernel.decision import Answer, Decision, Source
 from codecoder.runtime.kernel.display import visible
@@ -296,6 +297,9 @@ class ToolServer:
     ) -> None:
         self.runtime = runtime
         self.session: Session = runtime.session(asker=self._ask, lifetime=SERVER_LIFETIME)
+        # Its grants, where `codecoder allowlist` sees and revokes them (started by `_serve`
+        # once SIGUSR1 is handled).
+        self.publisher = Publisher(runtime.project_dir, "codecoder serve", self.session.allowlist)
         self._log = log or sys.stderr
         for key in allow:
             self.session.grant(key)  # UsageError / CeilingViolation: refused before serving
@@ -521,6 +525,7 @@ class ToolServer:
         return diagnostics
 
     def close(self) -> None:
+        self.publisher.close()
         self.session.close()
         self.runtime.close()
 
@@ -627,17 +632,6 @@ def pid_directory(project_dir: Path) -> Path:
     return project_dir / ".codecoder" / "run"
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: fields after its last ')'.
-    fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 @contextlib.contextmanager
 def _pid_file(project_dir: Path) -> Iterator[Path]:
     directory = pid_directory(project_dir)
@@ -648,7 +642,7 @@ def _pid_file(project_dir: Path) -> Iterator[Path]:
         ignore.write_text("*\n")
     pid = os.getpid()
     path = directory / f"serve-{pid}.pid"
-    record = {"pid": pid, "started": _start_time(pid), "project": str(project_dir)}
+    record = {"pid": pid, "started": start_time(pid), "project": str(project_dir)}
     path.write_text(json.dumps(record) + "\n")
     try:
         yield path
@@ -667,24 +661,14 @@ def live_servers(project_dir: Path) -> list[int]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)
             continue
-        alive = _is_alive(pid)
+        alive = is_alive(pid)
         if alive is None:
             continue  # someone else's process: neither ours to signal nor to clean up
-        if not alive or (record.get("started") and _start_time(pid) != record["started"]):
+        if not alive or (record.get("started") and start_time(pid) != record["started"]):
             path.unlink(missing_ok=True)  # the server died, or its pid now names another process
             continue
         found.append(pid)
     return found
-
-
-def _is_alive(pid: int) -> bool | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return None
-    return True
 
 
 def signal_servers(project_dir: Path) -> list[int]:
@@ -703,12 +687,15 @@ def signal_servers(project_dir: Path) -> list[int]:
 async def _handle_signals(
     tool_server: ToolServer, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    with anyio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+    handled = (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+    with anyio.open_signal_receiver(*handled) as signals:
         task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await anyio.to_thread.run_sync(tool_server.reload)
                 await tool_server.tools_changed(reloaded=True)
+            elif signum == signal.SIGUSR1:  # `codecoder allowlist revoke` (livegrants)
+                await anyio.to_thread.run_sync(tool_server.publisher.apply_revocations)
             else:
                 _stop(tool_server, signum)
 
@@ -741,6 +728,7 @@ async def _serve(project_dir: Path, log: TextIO, allow: Sequence[str]) -> None:
             # The SIGHUP handler is in place before the pid file announces us: a reload sent
             # right after must not meet SIGHUP's default action, which is to terminate.
             await tasks.start(_handle_signals, tool_server)
+            tool_server.publisher.start()
             with _pid_file(runtime.project_dir):
                 async with stdio_server() as (read, write):
                     options = tool_server.initialization_options()

@@ -37,15 +37,37 @@ class Lifetime:
     kept: str = "kept in memory only (nothing is written)"
 
 
+@dataclass(frozen=True, slots=True)
+class SessionGrant:
+    """One session grant as `codecoder allowlist list` shows it: the entry, the tool, the
+    environment it was approved in, when it expires (NEVER: with the session), how it came
+    (`answer`: the human's AlwaysThisSession; `--allow`: the command line) and when."""
+
+    tool: str
+    entry: str
+    environment: EnvironmentTag
+    expiry: float
+    origin: str
+    granted: float
+
+
 class SessionAllowlist:
     def __init__(
         self, ttl: float = NEVER, clock: Clock | None = None, lifetime: Lifetime | None = None
     ) -> None:
         self._grants: dict[tuple[str, str, EnvironmentTag], float] = {}
         self._digests: dict[tuple[str, str, EnvironmentTag], str | None] = {}
+        self._origins: dict[tuple[str, str, EnvironmentTag], tuple[str, float]] = {}
         self._ttl = ttl
         self._clock = clock or time.time
         self.lifetime = lifetime or Lifetime()
+        # Told after every change (a grant, a revocation, an expiry): an interface that
+        # publishes its grants (runtime.interfaces.livegrants) republishes them.
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def ttl(self) -> float:
@@ -69,15 +91,20 @@ class SessionAllowlist:
         ttl: float | None = None,
         digest: str | None = None,
         entry: str | None = None,
+        origin: str = "answer",
     ) -> float:
         """Record a grant for `entry` (one of the key's grant levels; by default its narrowest)
-        and digest, in `environment`; returns its expiry (-1 = never)."""
+        and digest, in `environment`; returns its expiry (-1 = never). `origin` says how it
+        came: `answer` (the human's), `--allow`, `hook`."""
         ttl = self._ttl if ttl is None else ttl
-        expiry = NEVER if ttl < 0 else self._clock() + ttl
+        now = self._clock()
+        expiry = NEVER if ttl < 0 else now + ttl
         level = entry if entry is not None else key.grant_levels[0].entry
         recorded = (key.tool, level, environment)
         self._grants[recorded] = expiry
         self._digests[recorded] = digest
+        self._origins[recorded] = (origin, now)
+        self._changed()
         return expiry
 
     def lookup(
@@ -101,19 +128,33 @@ class SessionAllowlist:
                 continue
             if expiry == NEVER or self._clock() < expiry:
                 return level.entry, True, expiry
-            del self._grants[recorded]
+            self._grants.pop(recorded, None)
             expired = (level.entry, False, expiry)
+            self._changed()
         return expired
 
     def revoke(self, raw: str) -> bool:
         """Drop every grant of this key, in every environment."""
-        found = [k for k in self._grants if k[1] == raw]
+        found = [k for k in list(self._grants) if k[1] == raw]
         for k in found:
-            del self._grants[k]
+            self._grants.pop(k, None)
+        if found:
+            self._changed()
         return bool(found)
 
     def clear(self) -> None:
+        had = bool(self._grants)
         self._grants.clear()
+        if had:
+            self._changed()
+
+    def granted(self) -> list[SessionGrant]:
+        """Every grant still held (an expired one until a lookup drops it), described."""
+        found = []
+        for (tool, entry, environment), expiry in sorted(self._grants.items()):
+            origin, when = self._origins.get((tool, entry, environment), ("answer", 0.0))
+            found.append(SessionGrant(tool, entry, environment, expiry, origin, when))
+        return found
 
     def entries(self) -> list[tuple[str, str, EnvironmentTag, float]]:
         """(tool, key, environment approved in, expiry) of every grant."""

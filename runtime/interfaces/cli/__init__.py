@@ -17,10 +17,10 @@ another agent, and `--version` should not load the tool catalogue.
 (`exit_codes`). The commands' handlers are grouped by concern: running calls (`calling`: call,
 exec, replay), deciding without running (`deciding`: decide, key), the tool catalogue
 (`catalogue`: tools, schema), the project's configuration and trust (`configuration`: check,
-trust, allowlist), serving other programs (`serving`: hook, serve, session, reload), sandbox
-images (`images`) and the escape-attempt suite (`audit`). They share `project` (the run's
-`Runtime` and `--allow` grants), `inputs` (JSON arguments, files) and `output` (JSON, a call's
-outcome).
+trust), the grants in force (`grants`: allowlist), the audit log (`log`), serving other
+programs (`serving`: hook, serve, session, reload), sandbox images (`images`) and the
+escape-attempt suite (`audit`). They share `project` (the run's `Runtime` and `--allow`
+grants), `inputs` (a call's arguments, files) and `output` (JSON, a call's outcome, errors).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from codecoder.runtime.interfaces.cli.output import is_terminal, print_outcome
 from codecoder.runtime.interfaces.cli.project import granted, report_config
 from codecoder.runtime.interfaces.interruption import interruptible
 from codecoder.runtime.kernel.errors import UsageError
-from codecoder.runtime.permissions.allowlist import Lifetime
 
 if TYPE_CHECKING:
     from codecoder.runtime.permissions.prompt import Asker
@@ -39,6 +38,8 @@ def _asker_for(args: argparse.Namespace) -> Asker:
 
 
 def call(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces.livegrants import published
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.session import Runtime
 
     runtime = Runtime(args.project, asker=_asker_for(args))
@@ -46,7 +47,11 @@ def call(args: argparse.Namespace) -> int:
     try:
         payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
         report_config(runtime)
-        with interruptible(), runtime.session(lifetime=CALL_LIFETIME) as session:
+        with (
+            interruptible(),
+            runtime.session(lifetime=Lifetime(CALL_LIFETIME)) as session,
+            published(runtime.project_dir, "codecoder call", session.allowlist),
+        ):
             outcome = granted(session, args).call(args.tool, payload, progress=progress)
     finally:
         runtime.close()
@@ -56,9 +61,11 @@ def call(args: argparse.Namespace) -> int:
     return exit_code(outcome)
 
 
-CALL_LIFETIME = Lifetime("until this `codecoder call` exits (this process only)")
-REPLAY_LIFETIME = Lifetime("until this replay ends (this process only)")
-EXEC_LIFETIME = Lifetime("until this `codecoder exec` exits (this process only)")
+# What "this session" is for a grant made in each command (runtime.permissions.allowlist's
+# Lifetime, made where it is used: `decide` and `hook` start without the permission model).
+CALL_LIFETIME = "until this `codecoder call` exits (this process only)"
+REPLAY_LIFETIME = "until this replay ends (this process only)"
+EXEC_LIFETIME = "until this `codecoder exec` exits (this process only)"
 
 
 class ProgressLine:
@@ -89,6 +96,7 @@ def exec_(args: argparse.Namespace) -> int:
     from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
     from codecoder.runtime.kernel.decision import Answer, Decision, Source
     from codecoder.runtime.kernel.errors import DeniedByUser
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime, default_asker
 
@@ -117,7 +125,7 @@ def exec_(args: argparse.Namespace) -> int:
 
     asker = approved if host_session is not None else default_asker()
     with Runtime(args.project, asker=asker) as runtime:
-        session = granted(runtime.session(lifetime=EXEC_LIFETIME), args)
+        session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
         outcome = session.call("run_container", {"command": args.command_line})
@@ -135,8 +143,10 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces.livegrants import published
     from codecoder.runtime.kernel.decision import Answer, Decision, Source
     from codecoder.runtime.kernel.errors import DeniedByUser
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime
 
@@ -157,7 +167,11 @@ def replay(args: argparse.Namespace) -> int:
     report_config(runtime)
     codes: list[int] = []
     try:
-        with interruptible(), runtime.session(lifetime=REPLAY_LIFETIME) as session:
+        with (
+            interruptible(),
+            runtime.session(lifetime=Lifetime(REPLAY_LIFETIME)) as session,
+            published(runtime.project_dir, "codecoder replay", session.allowlist),
+        ):
             granted(session, args)
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():

@@ -16,6 +16,7 @@ from codecoder.runtime.interfaces.cli import (
     catalogue,
     configuration,
     deciding,
+    grants,
     images,
     log,
     serving,
@@ -190,10 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
     p.set_defaults(handler=calling.exec_)
 
-    p = command("allowlist", "list the project's grants and deny rules, or revoke a grant")
+    p = command(
+        "allowlist",
+        "list every grant in force (codecoder.json, running servers and sessions, hooks) and "
+        "the deny rules, or revoke a grant wherever it is kept",
+    )
     p.add_argument("action", choices=["list", "revoke"])
     p.add_argument("key", nargs="?", help="the entry to revoke")
-    p.set_defaults(handler=configuration.allowlist)
+    p.set_defaults(handler=grants.allowlist)
 
     p = command("serve", "serve the tools over MCP (stdio), asking through elicitation")
     allow(p)

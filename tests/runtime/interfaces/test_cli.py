@@ -257,7 +257,13 @@ def test_allowlist_lists_and_revokes(project: Path) -> None:
         ("run_command:git", True),
         ("run_command:make", True),
     ]
-    assert listed["deny"] == [{"key": "run_command:rm", "line": listed["deny"][0]["line"]}]
+    assert listed["deny"] == [
+        {
+            "key": "run_command:rm",
+            "line": listed["deny"][0]["line"],
+            "file": str(project / "codecoder.json"),
+        }
+    ]
     revoked = codecoder("allowlist", "revoke", "run_command:git", project=project)
     assert revoked.returncode == 0
     config = json.loads((project / "codecoder.json").read_text())
