@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +83,9 @@ def _current(workspace: Path, path: str) -> bytes | str | None:
     with Beneath(workspace) as tree:
         found = tree.lstat(path)
         if found is None:
+            parent = path.rpartition("/")[0]
+            if parent and tree.directory(parent) is None and _on_the_way(workspace, parent):
+                return "a directory on its path is a symbolic link, not followed: the write fails"
             return None
         if stat.S_ISLNK(found.st_mode):
             return "a symbolic link, which is not followed: the write fails"
@@ -93,6 +97,16 @@ def _current(workspace: Path, path: str) -> bytes | str | None:
             return tree.read(path, DIFF_MAX_BYTES)
         except OSError as exc:
             return f"unreadable: {exc.strerror or exc}"
+
+
+def _on_the_way(workspace: Path, parent: str) -> bool:
+    """Whether something that is not a real directory stands on the way to `parent`."""
+    where = workspace
+    for part in parent.split("/"):
+        where = where / part
+        if where.is_symlink() or (os.path.lexists(where) and not where.is_dir()):
+            return True
+    return False
 
 
 def _new_file(path: str, data: bytes) -> Preview:
