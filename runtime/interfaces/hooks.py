@@ -61,12 +61,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
 from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.kernel.display import visible, visible_lines
 from codecoder.runtime.kernel.errors import CodecoderError, UsageError
 from codecoder.runtime.kernel.state import project_state_directory
 
 if TYPE_CHECKING:
     from codecoder.runtime.evaluation import Evaluation
+    from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Session
 
 __all__ = [
@@ -520,6 +521,21 @@ def _pre_tool(
     return _answer(host, session_id, call_id, mapped, verdict, options, sessions)
 
 
+def _session_scope(host: Host, question: AskRequest, ttl: float) -> str:
+    """What approving at the host's prompt records, covers, how long and where: the host
+    session's grant of the key (`HookSessions.ran`)."""
+    covers = question.grant_for(Answer.SESSION).covers
+    name = "Claude Code" if host == "claude-code" else "Gemini CLI"
+    until = ""
+    if ttl >= 0:
+        until = f", at most until {time.strftime('%H:%M', time.localtime(time.time() + ttl))}"
+    return (
+        f"{visible(question.key)} ({visible(covers)}) for the rest of this {name} session{until}, "
+        "kept in codecoder's state directory (`codecoder allowlist revoke "
+        f"{visible(question.key)}` takes it back)"
+    )
+
+
 def _answer(
     host: Host,
     session_id: str,
@@ -546,14 +562,15 @@ def _answer(
         reason = f"codecoder: {key} ({where}) is allowed: {visible(verdict.reason)}"
         answer = HookAnswer("allow", reason)
     else:
-        scope = (
+        reason = f"codecoder: {key} on {where} needs your approval; approving allows " + (
             "this call only (a protected path is never granted for longer)"
-            if verdict.protected
-            else f"{key} for the rest of this session"
+            if verdict.protected or verdict.question is None
+            else _session_scope(host, verdict.question, options.session_ttl)
         )
-        reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
-        if verdict.reason and verdict.question is not None and verdict.question.note:
-            reason += f" ({visible(verdict.question.note)})"
+        question = verdict.question
+        remarks = [*question.notes, question.note] if question is not None else []
+        for remark in filter(None, remarks):
+            reason += f" ({'; '.join(visible_lines(remark))})"
         token = sessions.ask(
             session_id,
             call_id,
