@@ -37,7 +37,7 @@ from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
 from codecoder.runtime.interfaces.livegrants import published
 from codecoder.runtime.interfaces.shorthand import arguments_of
-from codecoder.runtime.kernel.display import for_terminal, visible, visible_message
+from codecoder.runtime.kernel.display import colours_for, for_terminal, visible, visible_message
 from codecoder.runtime.kernel.errors import (
     PermissionDenied,
     ToolError,
@@ -178,7 +178,8 @@ class InteractiveSession:
 
     def _show(self, outcome: CallOutcome) -> None:
         if outcome.result is not None and outcome.result.output:
-            self._say(_visible_block(outcome.result.output.rstrip("\n")))
+            output = outcome.result.output.rstrip("\n")
+            self._say(for_terminal(output, colours_for(self._out)))
         decision = outcome.decision
         for violation in decision.violations if decision else ():
             self._say(f"codecoder: {visible_message(violation)}")
@@ -300,10 +301,6 @@ class InteractiveSession:
     def _say(self, text: str) -> None:
         self._out.write(text + "\n")
         self._out.flush()
-
-
-def _visible_block(text: str) -> str:
-    return for_terminal(text)
 
 
 def _denied(outcome: CallOutcome) -> bool:

@@ -11,8 +11,11 @@ or overwrite what follows it. `lookalikes()` names non-ASCII characters of a pro
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
+from collections.abc import Mapping
+from typing import Literal, TextIO
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e", "\\": "\\\\"}
 _HIDING = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
@@ -54,11 +57,75 @@ def visible_message(text: str, indent: str = "  ") -> str:
     return "\n".join([first, *(indent + line if line else line for line in rest)])
 
 
-def for_terminal(text: str) -> str:
+Colours = Literal["visible", "off", "on"]
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+# Colours and styles that can neither hide text nor outlast their line: the reset, bold, italic,
+# underline (and their ends), and the six hues that show on a dark and on a light terminal
+# alike. Black, white, grey, backgrounds and 256-colour or RGB codes could paint text in the
+# terminal's own background colour: they are dropped, the text shown plain.
+_HARMLESS_SGR = frozenset(
+    {"", "0", "1", "3", "4", "22", "23", "24", "39"}
+    | {str(n) for n in (*range(31, 37), *range(91, 97))}
+)
+_EXTENDED_SGR = frozenset({"38", "48", "58"})  # 256-colour and RGB forms: parameters follow
+_HIDING_SGR = frozenset({"5", "6", "7", "8"})  # blink, reverse, conceal: shown, never obeyed
+
+
+def colours_for(stream: TextIO, environ: Mapping[str, str] | None = None) -> Colours:
+    """How tool output written to `stream` shows its colour codes: as colours on a terminal
+    (unless `NO_COLOR` is set, or `TERM` is dumb), dropped on a terminal that wants none."""
+    environ = os.environ if environ is None else environ
+    if environ.get("NO_COLOR") or environ.get("TERM") == "dumb":
+        return "off"
+    try:
+        return "on" if stream.isatty() else "off"
+    except (AttributeError, ValueError):
+        return "off"
+
+
+def for_terminal(text: str, colours: Colours = "visible") -> str:
     """Tool output made safe to write to a terminal: lines and tabs kept, every other control
     character, escape, bidi override and invisible character shown as in `visible()`, runs of
-    `OUTPUT_SPACE_RUN` blanks and of more than `OUTPUT_BLANK_LINES` blank lines as markers."""
+    `OUTPUT_SPACE_RUN` blanks and of more than `OUTPUT_BLANK_LINES` blank lines as markers.
+
+    `colours` says what becomes of the output's own colour codes (SGR): `visible` shows them
+    all like any escape (what a question shows of a file); `on` keeps the harmless ones as
+    colours, each line ending reset, so none outlasts its line (`colours_for` a terminal);
+    `off` drops them. Either way, codes that hide text (conceal, reverse, blink) stay visible,
+    and every other escape too."""
     text = text.replace("\r\n", "\n")
+    if colours == "visible":
+        shown = _neutralised(text)
+    else:
+        parts: list[str] = []
+        done = 0
+        for match in _SGR.finditer(text):
+            parts.append(_neutralised(text[done : match.start()]))
+            parts.append(_colour(match, colours))
+            done = match.end()
+        parts.append(_neutralised(text[done:]))
+        shown = "".join(parts)
+        if colours == "on" and "\x1b" in shown:
+            shown = "\n".join(
+                line + "\x1b[0m" if "\x1b" in line else line for line in shown.split("\n")
+            )
+    marked = _OUTPUT_BLANKS.sub(_blank_marker, shown)
+    return _BLANK_LINES.sub(_blank_lines_marker, marked)
+
+
+def _colour(match: re.Match[str], colours: Colours) -> str:
+    params = set(match.group(1).split(";"))
+    if params & _EXTENDED_SGR:
+        return ""
+    if params & _HIDING_SGR:
+        return _neutralised(match.group())
+    if params <= _HARMLESS_SGR:
+        return match.group() if colours == "on" else ""
+    return ""
+
+
+def _neutralised(text: str) -> str:
     out: list[str] = []
     for ch in text:
         if ch in "\n\t":
@@ -67,8 +134,7 @@ def for_terminal(text: str) -> str:
             out.append(_ESCAPES[ch])
         else:
             out.append(_neutral(ch))
-    marked = _OUTPUT_BLANKS.sub(_blank_marker, "".join(out))
-    return _BLANK_LINES.sub(_blank_lines_marker, marked)
+    return "".join(out)
 
 
 def _neutral(ch: str) -> str:

@@ -33,8 +33,10 @@ def prefixed(message: str, kind: str = "") -> str:
 
 def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
     """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
-    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
-    from codecoder.runtime.kernel.display import for_terminal
+    `for_terminal()` (its harmless colours shown as colours unless NO_COLOR is set, every other
+    escape made visible) and JSON is ASCII-escaped, so no escape sequence that could hide or
+    rewrite what is shown reaches the terminal."""
+    from codecoder.runtime.kernel.display import colours_for, for_terminal
 
     if as_json:
         print(json.dumps(outcome.to_json(), ensure_ascii=not is_terminal()))
@@ -47,7 +49,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
     if outcome.result is not None:
         output = outcome.result.output
         if is_terminal():
-            output = for_terminal(output)
+            output = for_terminal(output, colours_for(sys.stdout))
         sys.stdout.write(output)
         if not output.endswith("\n"):
             sys.stdout.write("\n")

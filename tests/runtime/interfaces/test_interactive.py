@@ -118,9 +118,11 @@ def test_escape_sequences_in_a_command_and_its_output_are_shown_harmlessly(
     child.sendline("o")
     child.expect_exact(PROMPT)
     lines = child.before.replace("\r\n", "\n").splitlines()
-    assert lines[1:3] == ["\\e[2J\\e[31mred", "[exit code 0]"]
+    # The clear-screen is shown, not obeyed; red is a colour that hides nothing, shown as red
+    # on a terminal and reset at the end of its line.
+    assert lines[1:3] == ["\\e[2J\x1b[31mred\x1b[0m", "[exit code 0]"]
     quit(child)
-    assert "\x1b" not in screen.getvalue()
+    assert "\x1b[2J" not in screen.getvalue()
 
 
 def test_reload_after_a_broken_edit_shows_the_syntax_error_with_line_and_column(

@@ -188,8 +188,9 @@ def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: 
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    assert "visible\\e[8mhidden\\e(0qq\\e[0m" in child.before
-    assert "\x1b" not in child.before.replace("\x1b[?1034h", "")
+    # Conceal and the line-drawing charset are shown, never obeyed; a reset hides nothing.
+    assert "visible\\e[8mhidden\\e(0qq\x1b[0m" in child.before
+    assert "\x1b[8m" not in child.before and "\x1b(0" not in child.before
 
 
 def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
@@ -412,3 +413,41 @@ def test_a_timeout_message_shows_the_last_output_as_lines(project: Path) -> None
         "  first",
         "  second",
     ]
+
+
+def colour_output(project: Path, **env: str) -> str:
+    """What `call` prints on a terminal for a command whose output is coloured."""
+    command = (
+        "printf '\\033[32mPASS\\033[0m ok\\n\\033[30;40mblack\\033[0m "
+        "\\033[38;5;196mred\\033[0m\\n\\033[8mhidden\\n'"
+    )
+    environ = {**{k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}, **env}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "codecoder.runtime", "call", "run_command", command, "--answer", "once"],
+        cwd=str(project),
+        env=environ,
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    return str(child.before).replace("\r\n", "\n")
+
+
+def test_on_a_terminal_harmless_colours_show_as_colours_and_hiding_ones_are_shown(
+    project: Path,
+) -> None:
+    assert colour_output(project).splitlines()[:3] == [
+        "\x1b[32mPASS\x1b[0m ok\x1b[0m",
+        "black\x1b[0m red\x1b[0m\x1b[0m",  # black, a background and 256 colours: plain text
+        "\\e[8mhidden",
+    ]
+
+
+def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Path) -> None:
+    shown = colour_output(project, NO_COLOR="1")
+    assert shown.splitlines()[:3] == ["PASS ok", "black red", "\\e[8mhidden"]
+    assert "\x1b" not in shown.replace("\x1b[?1034h", "")
+    assert "\\e[32m" not in shown
