@@ -47,10 +47,13 @@ def text_field(tool: Tool[Any]) -> str | None:
     """The tool's one required text argument, which `TOOL TEXT` fills; None if it has none."""
     schema = tool.parameters.model_json_schema()
     required = schema.get("required", [])
+    properties = schema.get("properties", {})
+    if not required and properties.get("path", {}).get("type") == "string":
+        return "path"  # list_dir: its path is optional, and still what one would type
     if len(required) != 1:
         return None
     field: str = required[0]
-    return field if schema["properties"][field].get("type") == "string" else None
+    return field if properties[field].get("type") == "string" else None
 
 
 def arguments_of(name: str, tool: Tool[Any] | None, words: Sequence[str]) -> Any:

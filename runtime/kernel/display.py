@@ -140,6 +140,8 @@ def _neutralised(text: str) -> str:
 def _neutral(ch: str) -> str:
     if ch.isascii() and ch.isprintable():
         return ch
+    if "\udc80" <= ch <= "\udcff":  # a byte of a name that is not UTF-8: see `spelled`
+        return f"\\x{ord(ch) - 0xDC00:02x}"
     category = unicodedata.category(ch)
     if category in _HIDING or (category == "Zs" and ch != " "):
         code = ord(ch)
@@ -177,3 +179,48 @@ def quoted(value: object) -> str:
         f"\\u{ord(char):04x}" if unicodedata.category(char) in ("Cc", "Cf") else char
         for char in quoted
     )
+
+
+_SPELLED_BYTE = re.compile(r"\\(\\|x([89a-fA-F][0-9a-fA-F]))")
+_BYTE_ESCAPE = re.compile(r"x[89a-fA-F][0-9a-fA-F]")
+
+
+def spelled(name: str | bytes) -> str:
+    r"""A file name as text that says exactly which bytes it is, and that `unspelled` reads
+    back: a byte that is not UTF-8 as `\xHH` (the name `n\xe9e.txt`: the bytes `n`, 0xE9,
+    `e.txt`), and a backslash that would otherwise read as the start of an escape doubled.
+    `name` is bytes, or a name as Python holds it (`os.fsdecode`: surrogates for such bytes)."""
+    text = name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else name
+    if "\\" not in text and not any("\udc80" <= ch <= "\udcff" for ch in text):
+        return text
+    out: list[str] = []
+    for index, ch in enumerate(text):
+        if "\udc80" <= ch <= "\udcff":
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch == "\\" and _starts_escape(text[index + 1 :]):
+            out.append("\\\\")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _starts_escape(rest: str) -> bool:
+    if not rest:
+        return False
+    if rest[0] == "\\" or "\udc80" <= rest[0] <= "\udcff":
+        return True
+    return _BYTE_ESCAPE.match(rest) is not None
+
+
+def unspelled(text: str) -> str:
+    r"""The name `spelled` shows as `text`, as Python holds names (surrogates for bytes that
+    are not UTF-8): `\xHH` (HH from 80 to ff) is that byte and `\\` one backslash; nothing
+    else changes, so no ASCII character can be slipped in as an escape."""
+    if "\\" not in text:
+        return text
+    return _SPELLED_BYTE.sub(_unspell, text)
+
+
+def _unspell(match: re.Match[str]) -> str:
+    byte = match.group(2)
+    return "\\" if byte is None else chr(0xDC00 + int(byte, 16))
