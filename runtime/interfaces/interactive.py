@@ -46,7 +46,12 @@ from codecoder.runtime.kernel.errors import (
 )
 from codecoder.runtime.kernel.state import state_directory
 from codecoder.runtime.permissions.allowlist import NEVER, Lifetime
-from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, non_interactive
+from codecoder.runtime.permissions.prompt import (
+    Asker,
+    TerminalPrompt,
+    key_for_person,
+    non_interactive,
+)
 from codecoder.runtime.session import Runtime, Session, default_asker
 
 __all__ = ["InteractiveSession", "run_session"]
@@ -197,7 +202,7 @@ class InteractiveSession:
         parts = [status]
         if decision is not None:
             if decision.key:
-                parts.append(visible(decision.key))
+                parts.append(key_for_person(decision.key))
             parts.append(decision.environment.value)
             parts.append(f"{decision.source.value}: {visible(decision.reason)}")
         parts.append(f"{outcome.duration * 1000:.0f} ms")
@@ -222,7 +227,7 @@ class InteractiveSession:
             until = "no expiry"
             if expiry != NEVER:
                 until = "until " + time.strftime("%X", time.localtime(expiry))
-            self._say(f"  {visible(key)}  ({visible(tool)} in {environment.value}, {until})")
+            self._say(f"  {key_for_person(key)}  ({visible(tool)} in {environment.value}, {until})")
         if not entries:
             self._say("  (none)")
         config = self.runtime.config
@@ -262,7 +267,9 @@ class InteractiveSession:
             decision = f"{r.get('decision') or '-'}/{r.get('source') or '-'}"
             fields = [stamp, r.get("tool"), r.get("key") or "-", r.get("environment") or "-"]
             fields += [decision, r.get("outcome"), f"{r.get('duration_ms', 0):.0f} ms"]
-            self._say("  " + "  ".join(visible(str(f)) for f in fields))
+            fields[2] = key_for_person(str(fields[2]))
+            shown = [f if i == 2 else visible(str(f)) for i, f in enumerate(fields)]
+            self._say("  " + "  ".join(str(f) for f in shown))
         return True
 
     def _reload(self, rest: str) -> bool:

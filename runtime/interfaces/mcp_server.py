@@ -106,6 +106,7 @@ from codecoder.runtime.permissions.prompt import (
     GUTTER,
     AskRequest,
     describe,
+    key_for_person,
     non_interactive,
     why_not_project,
 )
@@ -167,7 +168,7 @@ def elicitation_schema(request: AskRequest, protocol_version: str) -> dict[str, 
     field: dict[str, Any] = {
         "type": "string",
         "title": "Allow this call?",
-        "description": f"{visible(request.key)} on {request.environment.value}",
+        "description": f"{key_for_person(request.key)} on {request.environment.value}",
     }
     options = request.options()
     if _titled_enums(protocol_version):

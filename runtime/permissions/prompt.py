@@ -22,6 +22,7 @@ that runs the call somewhere else than the request's environment says so in `Cho
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -221,6 +222,22 @@ def describe(request: AskRequest) -> list[tuple[str, list[str]]]:
     if preview is not None:
         rows.append(("changes", [visible(preview.summary), *preview.lines]))
     return rows
+
+
+def key_for_person(key: str) -> str:
+    """A key made visible for a line a person reads (a status line, the log, a list): a
+    compound command's key of several lines, which is the whole command JSON-quoted, shown as
+    its first line and how many there are, so no `\\n` is read as part of it."""
+    tool, sep, action = key.partition(":")
+    if sep and len(action) > 1 and action[0] == action[-1] == '"':
+        try:
+            command = json.loads(action)
+        except ValueError:
+            command = None
+        if isinstance(command, str) and "\n" in command:
+            lines = command.split("\n")
+            return f'{visible(tool)}:"{visible(lines[0])}…" ({len(lines)} lines)'
+    return visible(key)
 
 
 def _key_shown(request: AskRequest) -> str:

@@ -62,6 +62,7 @@ def key(args: argparse.Namespace) -> int:
 def decide(args: argparse.Namespace) -> int:
     from codecoder.runtime.evaluation import evaluate
     from codecoder.runtime.kernel.display import visible
+    from codecoder.runtime.permissions.prompt import key_for_person
 
     with project_runtime(args) as runtime:
         payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
@@ -70,7 +71,7 @@ def decide(args: argparse.Namespace) -> int:
     if args.json:
         print_json(verdict.to_json())
     else:
-        key = visible(verdict.key) if verdict.key else "(no permission needed)"
+        key = key_for_person(verdict.key) if verdict.key else "(no permission needed)"
         print(f"{verdict.decision}  {key}  {verdict.environment.value}")
         print(f"  {visible(verdict.reason)}")
         if verdict.matched:

@@ -124,26 +124,25 @@ def live_grants(runtime: Runtime) -> list[LiveGrant]:
     for process in live_sessions(runtime.project_dir):
         name = f"{process.kind} (pid {process.pid})"
         for grant in process.grants:
-            entry = str(grant.get("entry"))
+            held = str(grant.get("entry"))
             origin = "--allow" if grant.get("origin") == "--allow" else "answered AlwaysThisSession"
-            expiry = grant.get("expiry")
-            timed = isinstance(expiry, (int, float)) and expiry >= 0
+            expiry = _expiry(grant.get("expiry"))
+            runs = f"while {name} runs"
             found.append(
                 LiveGrant(
-                    entry,
+                    held,
                     "session",
                     f"{name}, {origin}",
-                    _covers(runtime, entry),
-                    _until(float(expiry), f"while {name} runs") if timed else f"while {name} runs",
-                    float(expiry) if timed else None,
+                    _covers(runtime, held),
+                    runs if expiry is None else _until(expiry, runs),
+                    expiry,
                     str(grant.get("environment")),
                 )
             )
     for host in HOSTS:
         for session_id, grant in HookSessions(runtime.project_dir, host).every_grant():
             key = str(grant.get("key"))
-            expiry = grant.get("expiry", -1)
-            timed = isinstance(expiry, (int, float)) and expiry >= 0
+            expiry = _expiry(grant.get("expiry"))
             session = f"the {_HOST_NAMES[host]} session {session_id[:12]}"
             ends = f"until {session} ends"
             found.append(
@@ -152,12 +151,17 @@ def live_grants(runtime: Runtime) -> list[LiveGrant]:
                     "hook",
                     f"{session}, approved at its prompt (codecoder hook {host})",
                     _covers(runtime, key),
-                    _until(float(expiry), ends) if timed else ends,
-                    float(expiry) if timed else None,
+                    ends if expiry is None else _until(expiry, ends),
+                    expiry,
                     str(grant.get("environment")),
                 )
             )
     return found
+
+
+def _expiry(value: object) -> float | None:
+    """A published expiry as a timestamp; None for "with its session" (-1) or none given."""
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def _problems(runtime: Runtime) -> dict[str, str]:
@@ -183,13 +187,14 @@ def _until(expiry: float, otherwise: str) -> str:
 
 def _print_list(runtime: Runtime, grants: list[LiveGrant], denies: list[dict[str, Any]]) -> None:
     from codecoder.runtime.kernel.display import visible
+    from codecoder.runtime.permissions.prompt import key_for_person
 
     if not grants and not denies:
         print(f"no grant and no deny rule for {runtime.project_dir}")
     for grant in grants:
         state = "" if grant.holds else f"  [grants nothing: {grant.problem}]"
         where = f" in {grant.environment}" if grant.environment else ""
-        print(f"allow  {visible(grant.key)}{state}")
+        print(f"allow  {key_for_person(grant.key)}{state}")
         print(f"       covers {visible(grant.covers)}")
         print(f"       from {visible(grant.origin)}{where}; lasts {visible(grant.lasts)}")
     for deny in denies:

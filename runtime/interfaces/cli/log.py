@@ -126,6 +126,7 @@ def _print(records: Iterable[dict[str, Any]], as_json: bool) -> None:
 
 def _line(record: dict[str, Any]) -> str:
     from codecoder.runtime.kernel.display import visible
+    from codecoder.runtime.permissions.prompt import key_for_person
 
     stamp = record.get("ts")
     when = stamp if isinstance(stamp, (int, float)) else 0.0
@@ -146,7 +147,8 @@ def _line(record: dict[str, Any]) -> str:
         fields.append(f"answered {record['answer']}")
     if record.get("error"):
         fields.append(str(record["error"]))
-    return "  ".join(visible(field) for field in fields)
+    fields[2] = key_for_person(fields[2])
+    return "  ".join(field if index == 2 else visible(field) for index, field in enumerate(fields))
 
 
 def _follow(path: Path) -> Iterator[dict[str, Any]]:
