@@ -23,6 +23,8 @@ One module per area:
     throughput   calls per second with 1, 4 and 16 callers on each environment
     agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
                  another agent) against `python -c pass`; an MCP result's size against its text
+    questions    questions per 100 calls of four recorded agent sessions (sessions/*.json),
+                 first and later session, run_command in @bwrap against @shell
 
 `measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
 the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
@@ -37,6 +39,7 @@ from codecoder.benchmarks import (
     dockermodes,
     keying,
     permission,
+    questions,
     search,
     shell,
     throughput,
@@ -58,4 +61,5 @@ AREAS: tuple[Area, ...] = (
     search.AREA,
     throughput.AREA,
     agents.AREA,
+    questions.AREA,
 )

@@ -2,7 +2,12 @@
 
 It lives in the runtime's state directory (`runtime.kernel.state.project_state_directory`, by
 default `~/.local/state/codecoder/projects/<id>/audit.jsonl`), out of reach of the tools it records:
-a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outcomes:
+a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it.
+
+Sources (SPEC §7): none, deny, project, session, once, denied, and read-only (a read-only
+command run confined read-only, with no question). A call the human chose to run on the host
+instead of its sandbox is an escalation: its record names @shell as its environment and
+carries `escalated_from` (the sandbox it was bound to). Outcomes:
 
     ok / failed     the tool ran and succeeded / reported a failure (exit code, is_error)
     error           the tool could not do its work (ToolError: timeout, sandbox unavailable, ...)
@@ -74,6 +79,8 @@ class AuditLog:
             "error": error,
             "duration_ms": round(duration * 1000, 3),
         }
+        if decision is not None and decision.escalated_from is not None:
+            entry["escalated_from"] = decision.escalated_from.value
         if agent:
             entry["agent"] = agent
         if network:

@@ -25,7 +25,7 @@ from codecoder.environments.workspaceguard import unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.project import ProjectConfig
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision
+from codecoder.runtime.kernel.decision import Decision, Source
 from codecoder.runtime.kernel.errors import (
     Cancelled,
     CodecoderError,
@@ -143,6 +143,11 @@ class Dispatcher:
             finally:
                 if permission.key is not None:
                     clock.waited_since(asking, decision)
+            key = permission.key
+            if decision.escalated_from is not None:
+                # The human chose the host for this call (never the model: no argument can ask
+                # for it): it runs on @shell, under its key there.
+                tag, key = EnvironmentTag.SHELL, permission.host
             if tag is EnvironmentTag.SHELL:
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
             if cancel is not None and cancel.is_set():
@@ -155,8 +160,9 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
-                key=permission.key,
+                key=key,
                 grant=decision.grant,
+                read_only=decision.source is Source.READ_ONLY,
                 progress=progress,
                 cancel=cancel,
                 network=SessionNetwork(self._engine, self._audit, self._session.id)

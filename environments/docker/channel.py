@@ -1,8 +1,8 @@
 """The stream to the agent of a warm container: framing, authentication, one call at a time.
 
-A warm container runs `sandboxes/image/agent.py` as its main process. The runtime keeps the
-container's attached stdin/stdout open and writes one authenticated line per call; the agent
-runs the command and answers with one line (protocol in the agent's docstring). A call
+A warm container runs the agent (`sandboxes/image/agent/`) as its main process. The runtime keeps
+the container's attached stdin/stdout open and writes one authenticated line per call; the agent
+runs the command and answers with one line (protocol in the agent's `channel.py`). A call
 therefore costs one round trip on an open stream, not an exec through the engine API. A
 container runs one call at a time: that is what lets the agent end every process of a call
 before it answers.

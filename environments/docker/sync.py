@@ -14,7 +14,7 @@ one), and the host keeps the two in step:
   (`put_archive` cannot delete).
 * **Back**, after a writable call: the agent has written what the call changed into the outbox
   (another volume, only in the writable container, only root's: `changes.tar` and
-  `changes.json`, see sandboxes/image/agent.py); `pull()` fetches both with `get_archive` and
+  `changes.json`, see sandboxes/image/agent/sync.py); `pull()` fetches both with `get_archive` and
   applies them:
   - never a protected path (`runtime.kernel.protected.is_protected_path`: at every depth, in every
     spelling), nor a symlink whose target leaves the workspace (absolute, or climbing above

@@ -1,7 +1,7 @@
 """codecoder as the permission engine of another agent: hooks for Claude Code and Gemini CLI.
 
-    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox docker]
-    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox docker]
+    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
+    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
 
 The host runs the hook before each tool call with a JSON event on stdin, and reads the answer
 from stdout in its own format:
@@ -42,6 +42,16 @@ field, into `codecoder exec --project DIR --hook HOST:SESSION [--approved TOKEN]
 `codecoder exec` decides again through the same chain before anything runs; a question the host
 asked is passed as a one-time token bound to the key that was asked, kept in the state
 directory, never in the command's reach otherwise.
+
+`--sandbox bwrap` does the same with codecoder's contained environment: shell commands are
+evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec --sandbox bwrap
+…`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed with no
+question and runs with the file system read-only; a project grant for a contained command
+holds. A command that would fail contained (`git push`, `gh …`) is asked as an escalation: the
+host's question says that approving runs it on the host, unconfined, for the rest of the host's
+session (a session grant bound to @shell, recorded when the host reports that it ran), and
+`codecoder exec` runs it on @shell, audited as an escalation, only with that question's token.
+Nothing the model writes can ask for the host: the token comes from the hook.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import visible, visible_lines
 from codecoder.runtime.kernel.errors import CodecoderError, UsageError
@@ -81,7 +92,7 @@ __all__ = [
 
 Host = Literal["claude-code", "gemini"]
 HOSTS: Final[tuple[Host, ...]] = ("claude-code", "gemini")
-Sandbox = Literal["docker"]
+Sandbox = Literal["docker", "bwrap"]
 
 MAX_IDLE: Final = 24 * 3600.0  # seconds a host session's file may stay untouched
 _PENDING_TTL: Final = 3600.0  # seconds a question waits for the host to run the call
@@ -118,7 +129,7 @@ class Mapped:
     args: dict[str, Any]
     problem: str = ""
     host_internal: bool = False
-    shell: bool = False  # a shell command: the one thing `--sandbox docker` rewrites
+    shell: bool = False  # a shell command: the one thing `--sandbox` rewrites
     own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
 
 
@@ -266,7 +277,9 @@ class HookSessions:
             if session.runtime.tools.get(tool) is None:
                 continue
             environment = session.runtime.environment_of(tool)
-            if grant.get("environment") != environment.value:
+            if grant.get("escalation") and grant.get("environment") == EnvironmentTag.SHELL.value:
+                environment = EnvironmentTag.SHELL  # approved to run on the host instead
+            elif grant.get("environment") != environment.value:
                 continue  # approved for another environment: asked again here
             expiry = grant.get("expiry", -1)
             ttl = -1.0 if expiry < 0 else max(expiry - self._clock(), 0.0)
@@ -298,42 +311,48 @@ class HookSessions:
             question = data.get("pending", {}).pop(call_id, None)
             if not isinstance(question, dict):
                 return None
+            escalation = bool(question.get("host_key"))
             if not question.get("protected"):
                 ttl = float(question.get("ttl", -1))
                 expiry = -1.0 if ttl < 0 else self._clock() + ttl
+                key = question["host_key"] if escalation else question["key"]
                 grants = [
                     g
                     for g in data.get("grants", [])
-                    if (g.get("tool"), g.get("key")) != (question["tool"], question["key"])
+                    if (g.get("tool"), g.get("key")) != (question["tool"], key)
                 ]
                 grants.append(
                     {
                         "tool": question["tool"],
-                        "key": question["key"],
-                        "environment": question["environment"],
+                        "key": key,
+                        "environment": EnvironmentTag.SHELL.value
+                        if escalation
+                        else question["environment"],
                         "digest": question.get("digest"),
                         "expiry": expiry,
+                        "escalation": escalation,
                     }
                 )
                 data["grants"] = grants
             self._write(session_id, data)
         return question
 
-    def redeem(self, session_id: str, token: str, key: str) -> bool:
-        """Use a question's one-time token (`codecoder exec --approved`): True when it is
-        open, for this very key. A token is good once."""
+    def redeem(self, session_id: str, token: str, key: str) -> dict[str, Any] | None:
+        """Use a question's one-time token (`codecoder exec --approved`): the question when it
+        is open, for this very key (its `host_key` says the human approved the host); None
+        otherwise. A token is good once."""
         with self._locked():
             data = self._read(session_id)
             for call_id, question in list(data.get("pending", {}).items()):
                 if question.get("token") != token:
                     continue
                 if question.get("key") != key or question.get("redeemed"):
-                    return False
+                    return None
                 question["redeemed"] = True
                 data["pending"][call_id] = question
                 self._write(session_id, data)
-                return True
-        return False
+                return dict(question)
+        return None
 
     def end(self, session_id: str) -> None:
         with self._locked():
@@ -508,7 +527,8 @@ def _pre_tool(
     from codecoder.runtime.permissions.prompt import non_interactive
     from codecoder.runtime.session import Runtime
 
-    with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
+    bindings = {"run_command": EnvironmentTag.BWRAP} if options.sandbox == "bwrap" else None
+    with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
         session = runtime.session()
         for key in options.allow:
             session.grant(key)
@@ -558,9 +578,31 @@ def _answer(
             entry = verdict.question.grant_for(Answer.SESSION).entry
             reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
         return HookAnswer("deny", reason)
+    host_key = verdict.question.host_key if verdict.question is not None else ""
     if verdict.decision == "allow":
         reason = f"codecoder: {key} ({where}) is allowed: {visible(verdict.reason)}"
         answer = HookAnswer("allow", reason)
+    elif host_key:
+        # An escalation: the host's question is the only one, so approving it means the host.
+        scope = "this call only" if verdict.protected else "the rest of this session"
+        reason = (
+            f"codecoder: {key} would run contained in {where} and would likely fail "
+            f"({visible(verdict.question.note if verdict.question else '')}); approving runs "
+            f"it on the host instead, unconfined (@shell), for {scope}"
+        )
+        token = sessions.ask(
+            session_id,
+            call_id,
+            {
+                "tool": verdict.tool,
+                "key": verdict.key,
+                "host_key": host_key,
+                "environment": where,
+                "protected": verdict.protected,
+                "ttl": options.session_ttl,
+            },
+        )
+        answer = HookAnswer("ask", reason)
     else:
         reason = f"codecoder: {key} on {where} needs your approval; approving allows " + (
             "this call only (a protected path is never granted for longer)"
@@ -583,7 +625,7 @@ def _answer(
             },
         )
         answer = HookAnswer("ask", reason)
-    if mapped.shell and options.sandbox == "docker":
+    if mapped.shell and options.sandbox is not None:
         command = [
             options.exec_program,
             "exec",
@@ -592,6 +634,8 @@ def _answer(
             "--hook",
             f"{host}:{session_id}",
         ]
+        if options.sandbox == "bwrap":
+            command += ["--sandbox", "bwrap"]
         if token is not None and verdict.decision == "ask":
             command += ["--approved", token]
         for key_allowed in options.allow:

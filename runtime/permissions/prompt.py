@@ -18,6 +18,9 @@ How a new choice plugs in: give it an `Answer` value (runtime.kernel.decision) w
 says how long it lasts, a letter in `LETTERS`, and, when it records an entry, the entry in the
 request's `grants` (the engine, runtime.permissions.engine, offers it in `choices`). A choice
 that runs the call somewhere else than the request's environment says so in `Choice.runs_in`.
+A command that would fail contained is also offered the host, unconfined, once or for the
+session (`HOST_ONCE`, `HOST_SESSION`: `Choice.runs_in` is @shell, and they name the key they
+run under there).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class AskRequest:
     why_not_project: str = ""  # why AlwaysThisProject is not offered, when it is not
     note: str = ""  # e.g. a CeilingViolation met on the way, an expired session grant
     grants: tuple[tuple[Answer, GrantLevel], ...] = ()
+    host_key: str = ""  # the key on the host, where the host choices are offered
     notes: tuple[str, ...] = ()  # the key's remarks: where the program lives, what code it runs
     session_lasts: str = "until this session ends"
     session_kept: str = "kept in memory only (nothing is written)"
@@ -125,8 +129,24 @@ class AskRequest:
     def option(self, answer: Answer) -> Choice:
         """`answer` as the person is offered it."""
         letter = LETTERS[answer]
+        host = EnvironmentTag.SHELL if answer.on_host else None
+        where = " on the host" if host else ""
         if answer.scope is Answer.ONCE:
-            return Choice(answer, letter, "Once", None, _ONCE, "this call only", _NOTHING)
+            if host:
+                covers = (
+                    f"this call only, run on the host, unconfined (@shell), as "
+                    f"{key_for_person(self.host_key)}; nothing is recorded"
+                )
+            elif self.host_key:
+                covers = (
+                    f"this call only, contained in {self.environment.value} (it would likely "
+                    "fail); nothing is recorded"
+                )
+            else:
+                covers = _ONCE
+            return Choice(
+                answer, letter, f"Once{where}", None, covers, "this call only", _NOTHING, host
+            )
         if answer.scope is Answer.DENY:
             return Choice(answer, letter, "Deny", None, _DENY, "this call only", _NOTHING)
         level = self.grant_for(answer)
@@ -134,9 +154,18 @@ class AskRequest:
             lasts, kept = self.session_lasts, self.session_kept
         else:
             lasts, kept = "until revoked", f"written to {self.project_file}"
+        covers = f"{level.covers}, run on the host, unconfined (@shell)" if host else level.covers
         shown = _key_shown(self) if level.entry == self.key else ""
         return Choice(
-            answer, letter, answer.label, level.entry, level.covers, lasts, kept, entry_shown=shown
+            answer,
+            letter,
+            f"{answer.label}{where}",
+            level.entry,
+            covers,
+            lasts,
+            kept,
+            host,
+            entry_shown=shown,
         )
 
     def options(self) -> tuple[Choice, ...]:
@@ -194,6 +223,9 @@ LETTERS = {
     Answer.SESSION_PROGRAM: "a",
     Answer.PROJECT: "p",
     Answer.PROJECT_PROGRAM: "w",
+    Answer.PROJECT_ANY: "c",
+    Answer.HOST_ONCE: "h",
+    Answer.HOST_SESSION: "r",
     Answer.DENY: "d",
 }
 
@@ -211,6 +243,8 @@ def describe(request: AskRequest) -> list[tuple[str, list[str]]]:
     ]
     if request.subject:
         rows.append((request.subject_label, visible_lines(request.subject)))
+    if request.host_key:
+        rows.append(("on the host", [f"{key_for_person(request.host_key)} (@shell, unconfined)"]))
     odd = lookalikes(request.subject or request.key)
     if odd:
         rows.append(("warning", [f"non-ASCII characters: {', '.join(odd)}"]))

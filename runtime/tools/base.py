@@ -133,6 +133,9 @@ class ToolContext:
     # Set when the caller gave up on the call (an MCP client's cancel): what the tool started
     # should stop (environments take it as `CommandRequest.cancel`), and the call ends Cancelled.
     cancel: threading.Event | None = None
+    # The call was allowed because it only reads (Source.READ_ONLY): it must run confined
+    # read-only (`CommandRequest.writable=False`).
+    read_only: bool = False
 
     @property
     def site(self) -> CallSite:

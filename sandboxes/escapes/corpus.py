@@ -23,9 +23,9 @@ from codecoder.runtime.kernel.errors import (
 __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
-Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "docker"]
+Layer: TypeAlias = Literal["keying", "contained", "permission-files", "wasm", "docker"]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
-LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "docker")
+LAYERS: Final[tuple[Layer, ...]] = ("keying", "contained", "permission-files", "wasm", "docker")
 
 ErrorName = Literal[
     "ExecutionTimeout", "OutOfMemory", "OutOfFuel", "ExecutionFailed", "SandboxUnavailable"
@@ -50,6 +50,17 @@ class KeyingEntry(_Entry):
     expect: Literal["refused", "argv"] = "refused"
     argv: tuple[str, ...] | None = None
     display: bool = False
+
+
+class ContainedEntry(_Entry):
+    kind: Literal["read-only", "filter", "escalation"]
+    command: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    grants: tuple[str, ...] = ()
+    innocent: str | None = None
+    answer: Literal[
+        "deny", "once", "session", "session-program", "project", "project-program", "project-any"
+    ] = "deny"
 
 
 class ToolCall(BaseModel):
@@ -172,9 +183,10 @@ class WasmEntry(_Entry):
     branches: int = Field(default=60_000, gt=0)
 
 
-AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry
+AnyEntry: TypeAlias = KeyingEntry | ContainedEntry | PermissionFileEntry | DockerEntry | WasmEntry
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
+    "contained": ContainedEntry,
     "permission-files": PermissionFileEntry,
     "wasm": WasmEntry,
     "docker": DockerEntry,

@@ -38,6 +38,7 @@ from codecoder.runtime.permissions.prompt import non_interactive
 from codecoder.runtime.session import Runtime
 from codecoder.sandboxes.escapes.calls import _last_line
 from codecoder.sandboxes.escapes.canary import _Canary
+from codecoder.sandboxes.escapes.contained import _ContainedLayer
 from codecoder.sandboxes.escapes.corpus import LAYERS, Attempt, Layer, ToolCall, load_corpus
 from codecoder.sandboxes.escapes.docker import _DockerLayer
 from codecoder.sandboxes.escapes.keying import _KeyingLayer
@@ -275,6 +276,7 @@ class _Audit:
     def layer(self, layer: Layer) -> _LayerRunner:
         runners: dict[Layer, Callable[[_Audit], _LayerRunner]] = {
             "keying": _KeyingLayer,
+            "contained": _ContainedLayer,
             "permission-files": _PermissionFilesLayer,
             "wasm": _WasmLayer,
             "docker": _DockerLayer,

@@ -346,6 +346,7 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
         Answer.ONCE,
         Answer.SESSION,
         Answer.PROJECT,
+        Answer.PROJECT_ANY,
         Answer.DENY,
     )
     assert docker_asker.requests[0].environment is EnvironmentTag.DOCKER

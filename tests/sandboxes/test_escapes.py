@@ -26,9 +26,16 @@ import pytest
 from codecoder.runtime.interfaces.cli import main
 from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.keys import CallSite, Permission
+from codecoder.runtime.tools.base import ToolContext, ToolResult
 from codecoder.runtime.tools.catalogue import builtin_tools
 from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
-from codecoder.sandboxes.escapes.corpus import LAYERS, KeyingEntry, Layer, load_corpus
+from codecoder.sandboxes.escapes.corpus import (
+    LAYERS,
+    ContainedEntry,
+    KeyingEntry,
+    Layer,
+    load_corpus,
+)
 from codecoder.sandboxes.escapes.options import AuditOptions
 from codecoder.sandboxes.escapes.outcomes import Status
 from codecoder.sandboxes.escapes.report import AuditReport
@@ -118,8 +125,14 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     corpus = load_corpus()
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
-    assert per_layer == {"keying": 126, "permission-files": 41, "wasm": 43, "docker": 44}
-    assert len({a.id for a in corpus}) == len(corpus) == 254
+    assert per_layer == {
+        "keying": 126,
+        "contained": 68,
+        "permission-files": 41,
+        "wasm": 43,
+        "docker": 44,
+    }
+    assert len({a.id for a in corpus}) == len(corpus) == 322
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -206,6 +219,78 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "
         "'git status && git push --force origin main' (run by bash) was handed to @docker"
+    )
+
+
+# --- contained commands --------------------------------------------------------------------
+
+
+def contained_entries() -> list[ContainedEntry]:
+    entries = [attempt.entry for attempt in load_corpus(["contained"])]
+    return [entry for entry in entries if isinstance(entry, ContainedEntry)]
+
+
+def test_every_contained_attempt_attacks_what_the_table_would_otherwise_allow() -> None:
+    # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign:
+    # a read-only attempt is not read-only, a filter attempt is not keyed as its innocent command,
+    # an escalation attempt needs the host.
+    for entry in contained_entries():
+        keyed = key_command(entry.command)
+        if entry.kind == "read-only":
+            assert keyed.read_only == "", entry.id
+        elif entry.kind == "filter":
+            assert keyed.compound and entry.innocent is not None, entry.id
+            assert key_command(entry.innocent).read_only == "", entry.id
+        else:
+            assert keyed.needs_host, entry.id
+
+
+def test_every_contained_attempt_is_blocked_on_a_default_project(project: Path) -> None:
+    report = run_audit(project, ["contained"])
+
+    assert statuses(report) == dict.fromkeys(ids("contained"), BLOCKED)
+    by_id = {r.attempt.id: r.how for r in report.results}
+    assert by_id["contained.sort-output-abbreviated"] == (
+        "asked for run_command:sort: denied at the prompt; nothing ran unasked"
+    )
+    assert by_id["contained.cat-secret"] == (
+        'not covered by run_command:npm:test: asked for run_command:"npm test | cat '
+        '~/.ssh/id_rsa": denied at the prompt; nothing ran'
+    )
+    assert by_id["contained.push-under-wildcards"] == (
+        "asked with the host offered, answered project-any: ran contained in @bwrap, never on "
+        "the host"
+    )
+
+
+class EverythingReadOnlyRunCommand(RunCommand):
+    """A deliberately broken table and tool: every command is read-only, and it runs writable."""
+
+    def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
+        key = key_command(args.command).permission_key(self.name)
+        return Permission.read_only(dataclasses.replace(key, read_only="everything"))
+
+    def execute(self, args: RunCommandParameters, ctx: ToolContext) -> ToolResult:
+        return super().execute(args, dataclasses.replace(ctx, read_only=False))
+
+
+def test_a_table_that_calls_everything_read_only_is_caught(project: Path) -> None:
+    tools = {**builtin_tools(), "run_command": EverythingReadOnlyRunCommand()}
+
+    report = run_audit(project, ["contained"], options=AuditOptions(tools=tools))
+
+    expected = {
+        f"contained.{e.id.split('.', 1)[1]}": BLOCKED if e.kind == "escalation" else ESCAPED
+        for e in contained_entries()
+    }
+    # Invalid arguments are refused before any key is computed.
+    assert statuses(report) == expected
+    assert sum(s is ESCAPED for s in expected.values()) == 60
+    by_id = {r.attempt.id: r.how for r in report.results}
+    assert by_id["contained.sort-output"] == (
+        "allowed (read-only: a read-only command (everything), run confined read-only in "
+        "@bwrap: the file system read-only, your secrets hidden, no network) with no question, "
+        "and ran in @bwrap (writable)"
     )
 
 
@@ -375,7 +460,8 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
     assert code == 2
     assert capsys.readouterr().err == (
-        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, docker\n"
+        "codecoder: unknown layer network; the layers are keying, contained, permission-files, "
+        "wasm, docker\n"
     )
 
 

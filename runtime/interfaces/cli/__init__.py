@@ -71,6 +71,10 @@ def _parsed(argv: list[str]) -> argparse.Namespace:
     alone would have matched the positional arguments before the options."""
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
+    # `bench` takes the benchmarks' options (their own parser reads them, --help included).
+    args.passed_on = rest if args.command == "bench" else []
+    if args.command == "bench":
+        return args
     if rest and rest[0] == "--" and isinstance(getattr(args, "arguments", None), list):
         args.arguments = [*args.arguments, *rest[1:]]
     elif rest:

@@ -1,5 +1,5 @@
 """Running tool calls: `call` (one call through the whole permission chain, its progress on a
-terminal), `exec` (a command in the @docker sandbox, as `--sandbox docker` hooks rewrite it) and
+terminal), `exec` (a command in a sandbox, as `--sandbox docker|bwrap` hooks rewrite it) and
 `replay` (a recorded run: one session, one call per JSON line)."""
 
 from __future__ import annotations
@@ -91,9 +91,12 @@ class ProgressLine:
 
 
 def exec_(args: argparse.Namespace) -> int:
-    """Run a command in @docker through the chain, as `--sandbox docker` hooks rewrite it:
-    the command's own output and exit code, or a refusal on stderr (exit 3)."""
+    """Run a command in its sandbox through the chain, as `--sandbox docker|bwrap` hooks
+    rewrite it (run_container in @docker, or run_command in @bwrap): the command's own output
+    and exit code, or a refusal on stderr (exit 3). A question the host asked is this call's
+    only answer: its token allows it once, on the host where the question was an escalation."""
     from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.runtime.kernel.ceiling import EnvironmentTag
     from codecoder.runtime.kernel.decision import Answer, Decision, Source
     from codecoder.runtime.kernel.errors import DeniedByUser
     from codecoder.runtime.permissions.allowlist import Lifetime
@@ -111,8 +114,12 @@ def exec_(args: argparse.Namespace) -> int:
         """The host's question, answered by the human there, is this call's only answer."""
         assert host_session is not None
         sessions, session_id = host_session
-        if args.approved and sessions.redeem(session_id, args.approved, request.key):
-            return Answer.ONCE
+        question = (
+            sessions.redeem(session_id, args.approved, request.key) if args.approved else None
+        )
+        if question is not None:
+            escalation = bool(question.get("host_key")) and bool(request.host_key)
+            return Answer.HOST_ONCE if escalation else Answer.ONCE
         reason = (
             "the host's approval for this call was already used, or was for another key"
             if args.approved
@@ -124,11 +131,14 @@ def exec_(args: argparse.Namespace) -> int:
         raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
 
     asker = approved if host_session is not None else default_asker()
-    with Runtime(args.project, asker=asker) as runtime:
+    contained = args.sandbox == "bwrap"
+    bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
+    with Runtime(args.project, asker=asker, bindings=bindings) as runtime:
         session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
-        outcome = session.call("run_container", {"command": args.command_line})
+        tool = "run_command" if contained else "run_container"
+        outcome = session.call(tool, {"command": args.command_line})
     if args.json:
         print_outcome(outcome, True)
         return exit_code(outcome)

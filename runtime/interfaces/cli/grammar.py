@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from codecoder.runtime.interfaces.cli import (
     audit,
+    bench,
     calling,
     catalogue,
     configuration,
@@ -25,6 +26,13 @@ from codecoder.runtime.kernel.errors import UsageError
 
 if TYPE_CHECKING:
     from codecoder.runtime.kernel.decision import Answer
+
+# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them);
+# `--answer` also takes codecoder.json's names for them (`_answer`).
+ANSWERS = (
+    *("once", "session", "session-program", "project", "project-program", "project-any"),
+    *("host-once", "host-session", "deny"),
+)
 
 
 def _answer(text: str) -> Answer:
@@ -167,8 +175,9 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.add_argument(
         "--sandbox",
-        choices=["docker"],
-        help="rewrite shell commands to run in codecoder's @docker sandbox (`codecoder exec`)",
+        choices=["bwrap", "docker"],
+        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
+        "(`codecoder exec`)",
     )
     p.add_argument(
         "--mcp-server",
@@ -184,8 +193,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=serving.hook)
 
-    p = command("exec", "run a command in the @docker sandbox through the permission chain")
+    p = command("exec", "run a command in a sandbox (@docker, @bwrap) through the permission chain")
     allow(p)
+    p.add_argument(
+        "--sandbox",
+        choices=["bwrap", "docker"],
+        default="docker",
+        help="where the command runs: run_container in @docker (the default) or run_command "
+        "in @bwrap",
+    )
     p.add_argument("--hook", metavar="HOST:SESSION", help="the host session a hook rewrote for")
     p.add_argument("--approved", metavar="TOKEN", help="the one-time token of the host's question")
     p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
@@ -250,6 +266,13 @@ def _parser() -> argparse.ArgumentParser:
         "--follow", "-f", action="store_true", help="then show new records as they come (Ctrl-C)"
     )
     p.set_defaults(handler=log.log)
+
+    p = sub.add_parser(
+        "bench",
+        help="run the benchmarks (every area against its baseline; --help for their options)",
+        add_help=False,
+    )
+    p.set_defaults(handler=bench.bench)
 
     p = command("audit", "run the sandbox escape-attempt suite against the project's configuration")
     p.add_argument(

@@ -160,7 +160,7 @@ def test_the_agent_of_a_built_image_holds_under_attack(busybox: DockerEnvironmen
         ("kill", "-KILL", "1"),
         ("sh", "-c", "echo '{}' > /proc/1/fd/0 && echo worked"),
         ("sh", "-c", "cat /proc/$PPID/environ && echo worked"),
-        ("sh", "-c", "touch /opt/codecoder/agent.py && echo worked"),
+        ("sh", "-c", "touch /opt/codecoder/agent/__main__.py && echo worked"),
         ("sh", "-c", "echo x > /etc/passwd && echo worked"),
     ]
     results = [run(busybox, *attack, timeout=10) for attack in attacks]

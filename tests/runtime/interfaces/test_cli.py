@@ -674,3 +674,62 @@ def test_allow_takes_a_key_escaped_as_answers_record_it_and_refuses_real_wildcar
         assert proc.returncode in (2, 3), protected
         assert "can be allowed only once" in as_json(proc)["error"]["message"], protected
     assert not (project / "a").exists()
+
+
+def test_answer_takes_every_choice_the_prompt_can_offer() -> None:
+    from codecoder.runtime.interfaces.cli.grammar import ANSWERS
+    from codecoder.runtime.kernel.decision import Answer
+
+    assert tuple(answer.value for answer in Answer) == ANSWERS
+
+
+def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_command_holds(
+    project: Path,
+) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    read = codecoder("decide", "run_command", '{"command": "ls -la"}', "--json", project=project)
+    assert read.returncode == 0
+    assert {k: as_json(read)[k] for k in ("decision", "source", "environment")} == {
+        "decision": "allow",
+        "source": "read-only",
+        "environment": "@bwrap",
+    }
+    codecoder(
+        "call",
+        "run_command",
+        '{"command": "cargo build"}',
+        "--answer",
+        "project-any",
+        project=project,
+    )
+    later = codecoder(
+        "decide", "run_command", '{"command": "make test"}', "--json", project=project
+    )
+    assert (as_json(later)["source"], as_json(later)["matched"]) == ("project", "run_command:*")
+    push = codecoder("decide", "run_command", '{"command": "git push"}', "--json", project=project)
+    assert push.returncode == 4
+    assert as_json(push)["choices"] == [
+        "once",
+        "session",
+        "project",
+        "host-once",
+        "host-session",
+        "deny",
+    ]
+
+
+def test_replay_takes_the_sandbox_choices_too(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    lines = [
+        {"tool": "run_command", "args": {"command": "git status"}},
+        {"tool": "run_command", "args": {"command": "cargo build"}, "answer": "project-any"},
+    ]
+    done = codecoder(
+        "replay", "-", "--json", project=project, stdin="\n".join(map(json.dumps, lines))
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["decision"]["source"] for row in rows] == ["read-only", "project"]
+    assert rows[1]["decision"]["matched"] == "run_command:*"
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }

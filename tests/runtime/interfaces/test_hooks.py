@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -352,3 +353,148 @@ def test_map_call_resolves_paths_and_refuses_nul_and_escapes(project: Path) -> N
     assert map_call("Read", {"file_path": "../x"}, project).tool is None
     assert map_call("Bash", {"command": "ls", "dir_path": "/"}, project).tool is None
     assert map_call("Bash", {"command": 5}, project).tool is None
+
+
+# --- --sandbox bwrap ------------------------------------------------------------------------------
+
+
+def exec_rewritten(command: str, project: Path) -> subprocess.CompletedProcess[str]:
+    """Run the `codecoder exec …` a hook rewrote a shell command into, as the host would."""
+    words = shlex.split(command)
+    assert words[:2] == ["codecoder", "exec"]
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    return subprocess.run(
+        [sys.executable, "-m", "codecoder.runtime", *words[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=project,
+    )
+
+
+def test_sandbox_bwrap_allows_a_read_only_command_and_rewrites_it_to_run_contained(
+    project: Path, state: Path
+) -> None:
+    for command in ("git status", "ls -la", "cat README.md | head -5", "grep -rn x . | wc -l"):
+        out = answer(
+            "claude-code", claude("Bash", {"command": command}), project, "--sandbox", "bwrap"
+        )
+        verdict, reason = decision(out)
+        assert verdict == "allow"
+        assert "(@bwrap) is allowed: a read-only command" in reason
+        assert out["hookSpecificOutput"]["updatedInput"] == {
+            "command": f"codecoder exec --project {project} --hook claude-code:s1 --sandbox bwrap "
+            f"-- {shlex.quote(command)}"
+        }
+
+
+def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_holds(
+    project: Path, state: Path
+) -> None:
+    asked = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm test"}),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert asked["decision"] == "ask"
+    assert asked["reason"] == (
+        "codecoder: run_command:npm:test on @bwrap needs your approval; approving allows "
+        "run_command:npm:test for the rest of this session"
+    )
+    assert " --sandbox bwrap --approved " in asked["hookSpecificOutput"]["tool_input"]["command"]
+    write_config(project, {"allowlist": {"run_command:*": "AlwaysThisProject"}})
+    granted = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm test"}),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert granted["decision"] == "allow"
+    without = answer("gemini", gemini("run_shell_command", {"command": "npm test"}), project)
+    assert without["decision"] == "ask"  # run_command:* is for @bwrap, not for the host
+
+
+def test_sandbox_bwrap_escalates_only_through_the_hosts_question(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    """`git ls-remote` needs the host (it talks to a remote): the host's question says that
+    approving runs it unconfined; the approval's token runs it once on @shell, audited as an
+    escalation, and the host's report of the run makes it a session grant bound to @shell."""
+    remote = tmp_path / "remote"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    command = f"git ls-remote {remote}"
+    out = answer("claude-code", claude("Bash", {"command": command}), project, "--sandbox", "bwrap")
+    verdict, reason = decision(out)
+    assert verdict == "ask"
+    assert reason.startswith(
+        "codecoder: run_command:git:ls-remote would run contained in @bwrap and would likely "
+        "fail (git ls-remote talks to a remote repository, with your network and credentials"
+    )
+    assert reason.endswith(
+        "approving runs it on the host instead, unconfined (@shell), for the rest of this session"
+    )
+    rewritten = out["hookSpecificOutput"]["updatedInput"]["command"]
+    assert " --sandbox bwrap --approved " in rewritten
+    # Without the token (as the model would write it), nothing runs on the host.
+    plain = rewritten.split(" --approved ")[0] + f" -- {shlex.quote(command)}"
+    refused = exec_rewritten(plain, project)
+    assert refused.returncode == 3, refused.stderr
+    ran = exec_rewritten(rewritten, project)
+    assert ran.returncode == 0, ran.stderr
+    again = exec_rewritten(rewritten, project)  # a token is good once
+    assert again.returncode == 3
+    audit = [
+        json.loads(line)
+        for path in (state / "codecoder").rglob("audit.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert [(r["decision"], r["environment"], r.get("escalated_from")) for r in audit] == [
+        ("deny", "@bwrap", None),
+        ("allow", "@shell", "@bwrap"),
+        ("deny", "@bwrap", None),
+    ]
+    # The host ran it: from now on in this host session, on the host without a question.
+    answer("claude-code", claude("Bash", {"command": command}, event="PostToolUse"), project)
+    later = answer(
+        "claude-code",
+        claude("Bash", {"command": command}, call="t2"),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    verdict, reason = decision(later)
+    assert (
+        verdict == "allow" and "(@shell) is allowed: session grant to run it on the host" in reason
+    )
+    assert (
+        exec_rewritten(later["hookSpecificOutput"]["updatedInput"]["command"], project).returncode
+        == 0
+    )
+    other = answer(
+        "claude-code",
+        claude("Bash", {"command": command}, session="s2"),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert decision(other)[0] == "ask"
+
+
+def test_sandbox_bwrap_without_anyone_to_answer_denies_the_escalation(
+    project: Path, state: Path
+) -> None:
+    out = answer(
+        "claude-code",
+        claude("Bash", {"command": "git push"}),
+        project,
+        "--sandbox",
+        "bwrap",
+        "--non-interactive",
+    )
+    verdict, reason = decision(out)
+    assert verdict == "deny"
+    assert reason.startswith("codecoder: run_command:git:push on @bwrap needs approval")

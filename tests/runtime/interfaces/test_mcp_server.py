@@ -28,6 +28,7 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from pydantic import Field
 
+from codecoder.environments.mock import MockEnvironment
 from codecoder.runtime.interfaces.mcp_server import (
     ToolServer,
     elicitation_message,
@@ -44,7 +45,7 @@ from codecoder.runtime.permissions.keys import Permission, PermissionKey
 from codecoder.runtime.permissions.prompt import AskRequest, non_interactive
 from codecoder.runtime.session import Runtime
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from tests.conftest import write_config
+from tests.conftest import echo_handler, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -256,7 +257,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
-    assert choices(human.asked[0]) == ["once", "session", "project", "deny"]
+    assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
     assert "AlwaysThisProject is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
@@ -677,3 +678,93 @@ def test_the_permission_required_message_offers_codecoder_json_where_the_ceiling
         'add "note": "AlwaysThisProject" to the allowlist of codecoder.json, then apply it '
         "with `codecoder reload`" in permission_required_message(request)
     )
+
+
+# --- contained commands (@bwrap) ------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def contained(
+    project: Path, human: Human
+) -> AsyncIterator[tuple[Client, dict[EnvironmentTag, MockEnvironment]]]:
+    """The real tool catalogue, run_command bound to @bwrap; environments are recorders."""
+    environments = {
+        tag: MockEnvironment(echo_handler, tag)
+        for tag in (EnvironmentTag.BWRAP, EnvironmentTag.SHELL)
+    }
+    runtime = Runtime(
+        project,
+        asker=non_interactive,
+        environments=dict(environments),
+        bindings={"run_command": EnvironmentTag.BWRAP},
+    )
+    tool_server = ToolServer(runtime, log=open(os.devnull, "w"))  # noqa: SIM115
+    try:
+        async with Client(tool_server.server, mode="legacy", elicitation_callback=human) as client:
+            yield client, environments
+    finally:
+        tool_server.close()
+
+
+async def test_a_read_only_command_runs_with_no_question_and_meta_says_read_only(
+    project: Path,
+) -> None:
+    human = Human()
+    async with contained(project, human) as (client, environments):
+        result = await client.call_tool("run_command", {"command": "cat README.md | head -5"})
+    assert human.asked == []
+    decision = decision_of(result)
+    assert (decision["source"], decision["environment"]) == ("read-only", "@bwrap")
+    (request,) = environments[EnvironmentTag.BWRAP].requests
+    assert request.writable is False
+
+
+async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
+    project: Path,
+) -> None:
+    human = Human("project-any")
+    async with contained(project, human) as (client, _):
+        first = await client.call_tool("run_command", {"command": "npm test"})
+        second = await client.call_tool("run_command", {"command": "cargo clippy"})
+    (question,) = human.asked
+    assert choices(question) == [
+        "once",
+        "session",
+        "session-program",
+        "project",
+        "project-program",
+        "project-any",
+        "deny",
+    ]
+    titles = {
+        o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
+    }
+    assert titles["project-any"] == (
+        "Always allow for this project (writes codecoder.json): any simple command in @bwrap "
+        "(one program with literal arguments; never a compound command, nor one that needs the "
+        "host) [run_command:*]"
+    )
+    assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
+
+
+async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_once(
+    project: Path,
+) -> None:
+    human = Human("host-once")
+    async with contained(project, human) as (client, environments):
+        result = await client.call_tool("run_command", {"command": "git push"})
+    (question,) = human.asked
+    assert choices(question) == ["once", "session", "project", "host-once", "host-session", "deny"]
+    titles = {
+        o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
+    }
+    assert titles["host-once"] == "Run it on the host instead, unconfined (@shell), once"
+    assert "would likely fail" in question.message
+    decision = decision_of(result)
+    assert (decision["environment"], decision["escalated_from"], decision["answer"]) == (
+        "@shell",
+        "@bwrap",
+        "host-once",
+    )
+    assert environments[EnvironmentTag.BWRAP].requests == []
+    assert len(environments[EnvironmentTag.SHELL].requests) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -451,3 +452,60 @@ def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Pat
     assert shown.splitlines()[:3] == ["PASS ok", "black red", "\\e[8mhidden"]
     assert "\x1b" not in shown.replace("\x1b[?1034h", "")
     assert "\\e[32m" not in shown
+
+
+def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, "npm test")
+    child.expect(r"choice \[o/s/a/p/w/c/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    said = [" ".join(line.split()) for line in screen.splitlines()]
+    assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
+    assert "[p] AlwaysThisProject run_command:npm:test — only `npm test …` commands" in said
+    assert any(
+        line.startswith("[w] AlwaysThisProject run_command:npm — every simple `npm …` command")
+        for line in said
+    )
+    assert (
+        "[c] AlwaysThisProject run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host)" in said
+    )
+    assert f"lasts until revoked; written to {project / 'codecoder.json'}" in said
+    child.sendline("c")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }
+
+
+def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
+    project: Path, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, f"git ls-remote {remote}")
+    child.expect(r"choice \[o/s/p/h/r/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    said = [" ".join(line.split()) for line in screen.splitlines()]
+    assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
+    assert (
+        "[o] Once this call only, contained in @bwrap (it would likely fail); nothing is "
+        "recorded" in said
+    )
+    assert (
+        "[h] Once on the host this call only, run on the host, unconfined (@shell), as "
+        "run_command:git:ls-remote; nothing is recorded" in said
+    )
+    assert any(line.startswith("[r] AlwaysThisSession on the host run_command:") for line in said)
+    child.sendline("h")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    out = json.loads(child.before[child.before.index("{") :])
+    assert (out["decision"]["environment"], out["decision"]["escalated_from"]) == (
+        "@shell",
+        "@bwrap",
+    )
+    assert out["result"]["data"]["exit_code"] == 0
