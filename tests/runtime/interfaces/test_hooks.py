@@ -402,7 +402,9 @@ def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_
     assert asked["decision"] == "ask"
     assert asked["reason"] == (
         "codecoder: run_command:npm:test on @bwrap needs your approval; approving allows "
-        "run_command:npm:test for the rest of this session"
+        "run_command:npm:test (only `npm test …` commands) for the rest of this Gemini CLI "
+        "session, kept in codecoder's state directory (`codecoder allowlist revoke "
+        "run_command:npm:test` takes it back)"
     )
     assert " --sandbox bwrap --approved " in asked["hookSpecificOutput"]["tool_input"]["command"]
     write_config(project, {"allowlist": {"run_command:*": "AlwaysThisProject"}})

@@ -740,9 +740,9 @@ async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
     assert titles["project-any"] == (
-        "Always allow for this project (writes codecoder.json): any simple command in @bwrap "
-        "(one program with literal arguments; never a compound command, nor one that needs the "
-        "host) [run_command:*]"
+        "AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host) (lasts until "
+        f"revoked; written to {project / 'codecoder.json'})"
     )
     assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
 
@@ -758,7 +758,10 @@ async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_onc
     titles = {
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
-    assert titles["host-once"] == "Run it on the host instead, unconfined (@shell), once"
+    assert titles["host-once"] == (
+        "Once on the host: this call only, run on the host, unconfined (@shell), as "
+        "run_command:git:push; nothing is recorded"
+    )
     assert "would likely fail" in question.message
     decision = decision_of(result)
     assert (decision["environment"], decision["escalated_from"], decision["answer"]) == (
