@@ -320,10 +320,17 @@ def validate_arguments(tool: Tool[Any], args: Any) -> Any:
         return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
     except ValidationError as exc:
         problems = [
-            (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
+            (".".join(str(p) for p in err["loc"]) or "(arguments)", _message(err["msg"]))
             for err in exc.errors()
         ]
         raise InvalidArguments(tool.name, problems) from None
+
+
+def _message(text: str) -> str:
+    """pydantic's message without the prefix it puts before a validator's own words."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        text = text.removeprefix(prefix)
+    return text
 
 
 def _without_null_defaults(model: type[BaseModel], args: Mapping[str, Any]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ from codecoder.runtime.kernel.errors import (
 )
 from codecoder.runtime.kernel.protected import is_protected_path
 from codecoder.runtime.kernel.state import overlapping_directory, project_state_directory
-from codecoder.runtime.permissions.allowlist import ProjectAllowlist, SessionAllowlist
+from codecoder.runtime.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.runtime.permissions.engine import PROTECTED_NOTE, PermissionEngine
 from codecoder.runtime.permissions.keys import (
     KeyStyle,
@@ -68,8 +68,9 @@ from codecoder.runtime.permissions.keys import (
     escape_literal,
     literal_of,
 )
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternError
+from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
+from codecoder.runtime.permissions.spellings import did_you_mean, foreign_key
 from codecoder.runtime.tools.base import Tool, ToolDefinition
 from codecoder.runtime.tools.capability import (
     CapabilityTool,
@@ -124,7 +125,7 @@ class Runtime:
         if audit_log is _DEFAULT_AUDIT:
             audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
-        self.audit = AuditLog(audit_log)
+        self.audit = AuditLog(audit_log, self.project_dir)
         self.clock = clock
         self._git_guard: GitGuard | None = None
         self.config: ProjectConfig = self._load()
@@ -277,8 +278,18 @@ class Runtime:
             return InProcessEnvironment()
         raise SandboxUnavailable(f"no environment {tag.value} is available to run tools in")
 
-    def session(self, *, asker: Asker | None = None, session_id: str | None = None) -> Session:
-        return Session(self, asker or self.asker, session_id or uuid.uuid4().hex[:12])
+    def session(
+        self,
+        *,
+        asker: Asker | None = None,
+        session_id: str | None = None,
+        lifetime: Lifetime | None = None,
+    ) -> Session:
+        """A new session. `lifetime` says, in the questions, what "this session" is where it
+        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        return Session(
+            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+        )
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -309,6 +320,7 @@ class Session:
         depth: int = 0,
         agent_id: str | None = None,
         engine: PermissionEngine | None = None,
+        lifetime: Lifetime | None = None,
     ) -> None:
         self.runtime = runtime
         self.id = session_id
@@ -318,9 +330,10 @@ class Session:
         if engine is None:
             engine = PermissionEngine(
                 project=self._project_allowlist,
-                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock),
+                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock, lifetime),
                 asker=asker,
                 record_grant=runtime.record_grant,
+                project_file=str(runtime.project_file),
             )
         self.engine = engine
         self.allowlist = engine.session
@@ -362,6 +375,12 @@ class Session:
         protected path, which can be allowed only once, and any key while a rules file cannot
         be read (`RulesUnreadable`: its deny rules are unknown).
         """
+        meant = foreign_key(raw)
+        if meant is not None:
+            raise UsageError(
+                f"--allow {raw!r} is another agent's rule, not a codecoder key; did you mean "
+                f"--allow {meant!r}? (`codecoder key` shows a call's key)"
+            )
         unreadable = self.runtime.config.unreadable_reason
         if unreadable is not None:
             raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
@@ -372,13 +391,22 @@ class Session:
         tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
         if tool is None:
             raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
+                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
+                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
                 + ", ".join(sorted(self.tools()))
             )
         try:
             pattern.check(tool.key_style)
         except PatternError as exc:
             raise UsageError(f"--allow {raw!r}: {exc}") from None
+        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
+        if unmatchable is not None:
+            hint = (
+                f"; did you mean --allow {unmatchable.suggestion!r}?"
+                if unmatchable.suggestion
+                else ""
+            )
+            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)
@@ -400,7 +428,7 @@ class Session:
             if capability is None:
                 raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
             key = capability.permission_key()
-        self.allowlist.grant(key, environment, digest=key.digest)
+        self.allowlist.grant(key, environment, digest=key.digest, origin="--allow")
         return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:

@@ -361,7 +361,8 @@ def _layered(
             # A deny rule that cannot be read as one (or can never match) is a rule lost.
             unreadable += [d for d in diagnostics[before:] if d.severity == "error"]
             if pattern is not None:
-                denies.append(Grant(pattern, deny.line, deny.column))
+                file = origin if layer is user else None  # None: the project's codecoder.json
+                denies.append(Grant(pattern, deny.line, deny.column, file=file))
                 rules.append(Rule("deny", deny.pattern, origin, deny.line))
 
     default = ShellSettings()

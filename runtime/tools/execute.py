@@ -159,7 +159,7 @@ class RunCommand(Tool[RunCommandParameters]):
                 key = dataclasses.replace(
                     key,
                     protected=True,
-                    subject=f"{key.subject}\n(protected: {reached} through a symlink)",
+                    notes=(*key.notes, f"protected: {reached} through a symlink"),
                 )
         words = key.argv
         if words is None:
@@ -173,8 +173,11 @@ class RunCommand(Tool[RunCommandParameters]):
             # What the grant means on the host: the code there when it runs, whoever wrote it.
             key = dataclasses.replace(
                 key,
-                subject=f"{key.subject}\n(runs code from the workspace: {code}; whatever may "
-                "write the workspace, sandboxed tools included, can change it)",
+                notes=(
+                    *key.notes,
+                    f"runs code from the workspace: {code}; whatever may write the workspace, "
+                    "sandboxed tools included, can change it",
+                ),
             )
         name = words[0]
         if "/" in name:
@@ -196,7 +199,8 @@ class RunCommand(Tool[RunCommandParameters]):
                 by_path.permission_key(self.name),
                 argv=argv,
                 protected=key.protected or by_path.protected,
-                subject=f"{key.subject}\n({name} is {program.where()})",
+                subject=key.subject,
+                notes=(*key.notes, f"{name} is {program.where()}"),
                 filters=key.filters,
                 views=key.views if key.filters else by_path.views,
             )
@@ -284,14 +288,14 @@ class Commit(Tool[CommitParameters]):
         return Permission.ask(PermissionKey.named(self.name, subject=_commit_summary(args)))
 
     def permission_in(self, args: CommitParameters, site: CallSite) -> Permission:
-        subject = _commit_summary(args)
         try:
             hooks = HostGit.for_workspace(site.workspace).hooks
         except ExecutionFailed:
             hooks = ()  # execute() refuses, saying why
-        if hooks:
-            subject += f"\n(runs the hooks {', '.join(hooks)} from .git/hooks)"
-        return Permission.ask(PermissionKey.named(self.name, subject=subject))
+        notes = (f"runs the hooks {', '.join(hooks)} from .git/hooks",) if hooks else ()
+        return Permission.ask(
+            PermissionKey.named(self.name, subject=_commit_summary(args), notes=notes)
+        )
 
     def execute(self, args: CommitParameters, ctx: ToolContext) -> ToolResult:
         git = HostGit.for_workspace(ctx.workspace).runner(

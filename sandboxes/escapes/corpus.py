@@ -106,6 +106,7 @@ class PermissionFileEntry(_Entry):
         "link-to-protected",
         "bare-repository",
         "read-root-swap",
+        "question-preview",
     ]
     call: ToolCall
     entry: dict[str, str] = Field(default_factory=dict)

@@ -213,10 +213,13 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
     screen = run.screen
     assert run.exit_code == 0, screen[-3000:]
     assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
-    # Contained (@bwrap, the default), the project choices are offered too.
-    assert "› 1. Allow once 2. Always allow for this session 3. Always allow for this project" in (
-        screen
-    ), screen[-3000:]
+    # Each choice says what it records, what that covers, how long and where it is kept.
+    assert (
+        "› 1. Once: this call only; nothing is recorded 2. AlwaysThisSession: run_command:touch "
+        "— every simple `touch …` command, with any arguments (lasts while this MCP server runs "
+        "(until its client disconnects); kept in the server's memory; `codecoder allowlist "
+        "list` shows it) 3. Deny: nothing runs; nothing is recorded" in screen
+    )
     # The refusal's reason is in the transcript the person reads, not only the model's.
     assert "permission denied: run_command:git:tag was not allowed" in screen, screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()

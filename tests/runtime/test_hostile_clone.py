@@ -195,7 +195,7 @@ def test_a_cloned_hostile_repository_reveals_nothing_and_runs_nothing_unasked(
     human, host = allowed["human"], allowed["host"]
     prompts = {request.key: request for request in human.asked}
     git_prompt = prompts["run_command:./.venv/bin/git:status"]
-    assert ".venv/bin/git, inside the workspace, which sandboxes can write" in git_prompt.subject
+    assert ".venv/bin/git, inside the workspace, which sandboxes can write" in git_prompt.notes[-1]
     assert prompts["commit"].subject == "git commit --all -m 'wip'"
     assert all(
         prompts[key].environment is EnvironmentTag.SHELL for key in prompts if "run_command" in key

@@ -135,14 +135,14 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     assert per_layer == {
         "keying": 145,
         "contained": 68,
-        "permission-files": 43,
+        "permission-files": 48,
         "rules": 20,
         "hooks": 31,
         "wasm": 43,
         "bwrap": 29,
         "docker": 45,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 424
+    assert len({a.id for a in corpus}) == len(corpus) == 429
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -390,8 +390,8 @@ def test_permission_file_attempts_without_docker_are_blocked_or_explained(projec
         'run_command {"command": "sh -c id"} asked'
     )
     assert how["permission-files.write-through-link-to-git"] == (
-        "asked for run_command:cp: denied at the prompt; the prompt said: (protected: g/config "
-        "(leads to .git/config) through a symlink)"
+        "asked for run_command:cp: denied at the prompt; the prompt said: protected: g/config "
+        "(leads to .git/config) through a symlink"
     )
     assert "safe.bareRepository is 'explicit'" in how["permission-files.bare-repository-fsmonitor"]
     assert how["permission-files.read-root-swapped-for-link"].startswith(

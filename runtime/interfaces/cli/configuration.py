@@ -1,7 +1,6 @@
 """The project's configuration and its trust: `check` (codecoder.json and the user's file
-against the tools and the ceiling rule, and where each rule is from), `trust` (what the project
-file widens, trusted as it is now) and `allowlist` (the project's grants and deny rules, or a
-grant revoked)."""
+against the tools and the ceiling rule, and where each rule is from) and `trust` (what the
+project file widens, trusted as it is now). Grants in force are `allowlist`'s (`grants`)."""
 
 from __future__ import annotations
 
@@ -189,53 +188,6 @@ def _trust_git(args: argparse.Namespace, workspace: Path) -> int:
         print_json({"workspace": str(workspace), "unseen": accepted, "recorded": True})
     else:
         print(f"accepted {len(accepted)} change(s); host commands run again")
-    return EXIT_OK
-
-
-def allowlist(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.writing import remove_allow_entry
-    from codecoder.runtime.kernel.display import visible
-
-    runtime = project_runtime(args)
-    if args.action == "revoke":
-        if not args.key:
-            usage("allowlist revoke needs the KEY to revoke")
-        try:
-            removed = remove_allow_entry(runtime.project_file, args.key)
-        except ConfigError as exc:
-            print(f"codecoder: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if args.json:
-            print_json({"revoked": removed, "key": args.key})
-        else:
-            print(f"revoked {args.key}" if removed else f"{args.key} is not in the allowlist")
-        return EXIT_OK if removed else EXIT_FAILED
-    problems = {
-        d.key: d
-        for d in runtime.diagnostics
-        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
-    }
-    entries = [
-        {
-            "key": e.pattern,
-            "scope": e.scope,
-            "line": e.line,
-            "grants": e.grants and e.pattern not in problems,
-            "problem": problems[e.pattern].code if e.pattern in problems else None,
-        }
-        for e in runtime.config.file.allowlist
-    ]
-    denies = [{"key": d.pattern, "line": d.line} for d in runtime.config.file.deny]
-    if args.json:
-        print_json({"file": str(runtime.project_file), "allowlist": entries, "deny": denies})
-    else:
-        for e in entries:
-            state = "grants" if e["grants"] else f"grants nothing ({e['problem'] or 'scope'})"
-            print(f"allow  {visible(str(e['key']))}  {e['scope']}  [{state}]")
-        for d in denies:
-            print(f"deny   {visible(str(d['key']))}")
-        if not entries and not denies:
-            print("(no entries)")
     return EXIT_OK
 
 

@@ -175,8 +175,9 @@ def test_top_level_hooks_run_and_the_prompt_names_them(hostile: tuple[Path, Path
 
     assert outcome.ok
     assert os.listdir(markers) == ["top-pre-commit"]
-    assert asker.requests[0].subject == (
-        "git commit --all -m 'by the tool'\n(runs the hooks pre-commit from .git/hooks)"
+    assert (asker.requests[0].subject, asker.requests[0].notes) == (
+        "git commit --all -m 'by the tool'",
+        ("runs the hooks pre-commit from .git/hooks",),
     )
 
 
@@ -332,17 +333,19 @@ def test_a_git_command_says_when_its_hooks_come_from_the_workspace(tmp_path: Pat
     subprocess.run(["git", "init", "-q", str(workspace)], check=True, env=_plain_env())
     site = CallSite(workspace.resolve(), EnvironmentTag.SHELL)
 
-    def subject(command: str) -> str:
+    def said(command: str) -> tuple[str, tuple[str, ...]]:
         key = RunCommand().permission_in(RunCommandParameters(command=command), site).key
         assert key is not None
-        return key.subject
+        return key.subject, key.notes
 
-    assert subject("git commit -m x") == "git commit -m x"
+    assert said("git commit -m x") == ("git commit -m x", ())
     git(workspace, "config", "core.hooksPath", ".husky/_")
-    assert subject("git commit -m x") == (
-        "git commit -m x\n(runs code from the workspace: the hooks in .husky/_/ "
-        "(core.hooksPath); whatever may write the workspace, sandboxed tools included, can "
-        "change it)"
+    assert said("git commit -m x") == (
+        "git commit -m x",
+        (
+            "runs code from the workspace: the hooks in .husky/_/ (core.hooksPath); whatever "
+            "may write the workspace, sandboxed tools included, can change it",
+        ),
     )
     git(workspace, "config", "core.hooksPath", ".git/hooks")
-    assert subject("git commit -m x") == "git commit -m x"
+    assert said("git commit -m x") == ("git commit -m x", ())

@@ -337,7 +337,7 @@ def test_create_capability_refuses_paths_that_leave_its_directory_before_asking(
         "create_capability", create_args(manifest(), {"echo.wat": ECHO_WAT, path: "x"})
     )
     assert isinstance(outcome.error, InvalidArguments)
-    assert outcome.error.problems == [("files.1.path", f"Value error, {problem}")]
+    assert outcome.error.problems == [("files.1.path", f"{problem}")]
     assert asker.requests == []
     assert not (project / ".codecoder" / "capabilities").exists()
 

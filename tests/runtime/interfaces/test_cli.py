@@ -268,7 +268,13 @@ def test_allowlist_lists_and_revokes(project: Path) -> None:
         ("run_command:git", True),
         ("run_command:make", True),
     ]
-    assert listed["deny"] == [{"key": "run_command:rm", "line": listed["deny"][0]["line"]}]
+    assert listed["deny"] == [
+        {
+            "key": "run_command:rm",
+            "line": listed["deny"][0]["line"],
+            "file": str(project / "codecoder.json"),
+        }
+    ]
     revoked = codecoder("allowlist", "revoke", "run_command:git", project=project)
     assert revoked.returncode == 0
     config = json.loads((project / "codecoder.json").read_text())
@@ -470,7 +476,39 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
         "source": None,
         "matched": None,
         "would_ask": True,
-        "choices": ["once", "session", "project", "deny"],
+        "choices": ["once", "session", "deny"],
+        "options": [
+            {
+                "answer": "once",
+                "letter": "o",
+                "scope": "Once",
+                "entry": None,
+                "covers": "this call only; nothing is recorded",
+                "lasts": "this call only",
+                "kept": "nothing is recorded",
+                "runs_in": None,
+            },
+            {
+                "answer": "session",
+                "letter": "s",
+                "scope": "AlwaysThisSession",
+                "entry": "run_command:touch",
+                "covers": "every simple `touch …` command, with any arguments",
+                "lasts": "until this session ends",
+                "kept": "kept in memory only (nothing is written)",
+                "runs_in": None,
+            },
+            {
+                "answer": "deny",
+                "letter": "d",
+                "scope": "Deny",
+                "entry": None,
+                "covers": "nothing runs; nothing is recorded",
+                "lasts": "this call only",
+                "kept": "nothing is recorded",
+                "runs_in": None,
+            },
+        ],
         "reason": "nothing grants this key: the human would be asked",
         "violations": [],
         "protected": False,
@@ -560,20 +598,23 @@ def test_call_reads_its_arguments_from_stdin_or_a_file_of_any_size(project: Path
 
 
 def test_json_errors_are_json(project: Path) -> None:
-    bad = codecoder("call", "run_command", "{nope", "--json", project=project)
+    bad = codecoder("call", "run_command", '{"command": "ls"', "--json", project=project)
     assert bad.returncode == 2
     assert as_json(bad) == {
         "ok": False,
         "error": {
-            "type": "InvalidArguments",
-            "message": "invalid arguments for (cli): arguments: not valid JSON: Expecting property "
-            "name enclosed in double quotes at column 2",
+            "type": "UsageError",
+            "message": "the arguments are not valid JSON: Expecting ',' delimiter at line 1 "
+            "column 17",
         },
     }
     usage = codecoder("schema", "--format", "nope", "--json", project=project)
     assert usage.returncode == 2
-    assert as_json(usage)["error"]["type"] == "UsageError"
-    assert "invalid choice: 'nope'" in as_json(usage)["error"]["message"]
+    assert as_json(usage)["error"] == {
+        "type": "UsageError",
+        "message": "codecoder schema: argument --format: 'nope' is not a choice; the choices are "
+        "openai, openai-responses, anthropic, mcp",
+    }
 
 
 def test_version(project: Path) -> None:

@@ -73,10 +73,13 @@ def test_the_prompt_shows_the_choices_and_why_project_is_missing_for_a_shell_too
         "  key          run_command:echo",
         "  runs         echo hi",
         "",
-        "  [o] allow once",
-        "  [s] always this session",
-        "  [d] deny",
-        "  (always this project is not offered: run_command:echo runs in @shell (host "
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:echo — every simple `echo …` command, with any "
+        "arguments",
+        "                         lasts until you leave this session (/quit); kept in its "
+        "memory; `codecoder allowlist list` shows it",
+        "  [d] Deny               nothing runs; nothing is recorded",
+        "  (AlwaysThisProject is not offered: run_command:echo runs in @shell (host "
         "processes, not sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes "
         "only to sandboxed tools)",
     ]
@@ -123,9 +126,11 @@ def test_escape_sequences_in_a_command_and_its_output_are_shown_harmlessly(
     child.sendline("o")
     child.expect_exact(PROMPT)
     lines = child.before.replace("\r\n", "\n").splitlines()
-    assert lines[1:3] == ["\\e[2J\\e[31mred", "[exit code 0]"]
+    # The clear-screen is shown, not obeyed; red is a colour that hides nothing, shown as red
+    # on a terminal and reset at the end of its line.
+    assert lines[1:3] == ["\\e[2J\x1b[31mred\x1b[0m", "[exit code 0]"]
     quit(child)
-    assert "\x1b" not in screen.getvalue()
+    assert "\x1b[2J" not in screen.getvalue()
 
 
 def test_reload_after_a_broken_edit_shows_the_error_and_keeps_the_last_good_rules(
@@ -201,7 +206,9 @@ def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
         "cmd: Extra inputs are not permitted"
     )
     typo = run(child, "run_comand ls").splitlines()
-    assert typo[0].startswith("codecoder: unknown tool 'run_comand'; available: ")
+    assert typo[0].startswith(
+        "codecoder: unknown tool 'run_comand' (did you mean run_command?); available: "
+    )
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
@@ -318,3 +325,18 @@ def _with(marker: str) -> list[str]:
             if marker in cmdline and "codecoder" not in cmdline:
                 found.append(cmdline)
     return found
+
+
+def test_broken_json_is_refused_and_a_command_group_is_still_a_command(project: Path) -> None:
+    (project / '{"path": "notes"').write_text("never read\n")
+    child, _ = start(project)
+    assert run(child, 'read_file {"path": "notes"').splitlines() == [
+        "codecoder: the arguments are not valid JSON: Expecting ',' delimiter at line 1 column 17"
+    ]
+    child.sendline("run_command { echo grouped; }")
+    child.expect_exact("choice [o/s/d]: ")
+    assert "  runs         { echo grouped; }" in child.before.replace("\r\n", "\n")
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    assert child.before.replace("\r\n", "\n").splitlines()[1] == "grouped"
+    quit(child)

@@ -182,7 +182,7 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
         "environment: @shell (host processes, not sandboxed)\n"
         "key: run_command:echo\n"
         "runs: echo hi\n"
-        f"always this project is not offered: {SHELL_REFUSAL}"
+        f"AlwaysThisProject is not offered: {SHELL_REFUSAL}"
     )
     assert question.requested_schema == {
         "type": "object",
@@ -192,9 +192,15 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
                 "title": "Allow this call?",
                 "description": "run_command:echo on @shell",
                 "oneOf": [
-                    {"const": "once", "title": "Allow once"},
-                    {"const": "session", "title": "Always allow for this session"},
-                    {"const": "deny", "title": "Deny"},
+                    {"const": "once", "title": "Once: this call only; nothing is recorded"},
+                    {
+                        "const": "session",
+                        "title": "AlwaysThisSession: run_command:echo — every simple `echo …` "
+                        "command, with any arguments (lasts while this MCP server runs (until "
+                        "its client disconnects); kept in the server's memory; `codecoder "
+                        "allowlist list` shows it)",
+                    },
+                    {"const": "deny", "title": "Deny: nothing runs; nothing is recorded"},
                 ],
             }
         },
@@ -256,7 +262,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
     assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
-    assert "always this project is not offered" not in human.asked[0].message
+    assert "AlwaysThisProject is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
     assert [decision_of(r)["source"] for r in (first, second)] == ["project", "project"]
@@ -440,7 +446,7 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     assert decision_of(refused)["source"] == "deny"
     assert text_of(refused) == (
         "permission denied: run_command:echo is refused by deny rule 'run_command:echo' of "
-        "codecoder.json"
+        "codecoder.json line 3"
     )
     assert len(human.asked) == 1
 
@@ -721,9 +727,10 @@ def test_clients_before_2025_11_25_get_the_choices_as_enum_with_names() -> None:
     schema = elicitation_schema(shell_request("echo hi"), "2025-06-18")
     assert schema["properties"]["decision"]["enum"] == ["once", "session", "deny"]
     assert schema["properties"]["decision"]["enumNames"] == [
-        "Allow once",
-        "Always allow for this session",
-        "Deny",
+        "Once: this call only; nothing is recorded",
+        "AlwaysThisSession: run_command:echo — exactly this key (lasts until this session ends; "
+        "kept in memory only (nothing is written))",
+        "Deny: nothing runs; nothing is recorded",
     ]
 
 
@@ -801,9 +808,9 @@ async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
     assert titles["project-any"] == (
-        "Always allow for this project (writes codecoder.json): any simple command in @bwrap "
-        "(one program with literal arguments; never a compound command, nor one that needs the "
-        "host) [run_command:*]"
+        "AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host) (lasts until "
+        f"revoked; written to {project / 'codecoder.json'})"
     )
     assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
 
@@ -819,7 +826,10 @@ async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_onc
     titles = {
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
-    assert titles["host-once"] == "Run it on the host instead, unconfined (@shell), once"
+    assert titles["host-once"] == (
+        "Once on the host: this call only, run on the host, unconfined (@shell), as "
+        "run_command:git:push; nothing is recorded"
+    )
     assert "would likely fail" in question.message
     decision = decision_of(result)
     assert (decision["environment"], decision["escalated_from"], decision["answer"]) == (

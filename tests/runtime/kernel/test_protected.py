@@ -53,7 +53,7 @@ def test_a_symlink_to_git_does_not_carry_a_granted_write_into_its_config(
 
     assert copied.error is not None and copied.decision.source == "denied"
     (question,) = asker.requests
-    assert "g/config (leads to .git/config) through a symlink" in question.subject
+    assert question.notes == ("protected: g/config (leads to .git/config) through a symlink",)
     assert "only once" in question.note + question.why_not_project
     assert [choice.value for choice in question.choices] == ["once", "deny"]
     assert "fsmonitor" not in (repo / ".git" / "config").read_text()
