@@ -182,6 +182,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             )
             if synced is not None:
                 result.extra["synced"] = synced
+            if self.sync and self._volume is not None and self._volume.not_sent:
+                # Files with holes stay out of the volume (environments.docker.sync, HOLE_SLACK).
+                result.extra["not_in_sandbox"] = sorted(self._volume.not_sent)
             return result
 
     def close(self) -> None:
