@@ -80,8 +80,11 @@ AGENT_COMMAND: Final = (
     "-B",
     "/opt/codecoder/agent",
 )
-# Where the egress proxy's socket directory is mounted (environments.docker.egress).
-EGRESS_MOUNT: Final = "/opt/codecoder/egress"
+# Where the egress proxy's socket directory is mounted (environments.docker.egress): inside a
+# tmpfs that only root may enter, so that the agent's relay reaches the socket and commands,
+# which run as the workspace user, do not.
+EGRESS_PARENT: Final = "/opt/codecoder/relay"
+EGRESS_MOUNT: Final = f"{EGRESS_PARENT}/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.
 AGENT_USER: Final = "0:0"
@@ -245,6 +248,9 @@ class SandboxContainers:
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
+        if proxy is not None:
+            # Root's only (mode 700): the mount point of the proxy's socket, inside it.
+            tmpfs[EGRESS_PARENT] = "ro,noexec,nosuid,nodev,size=64k,mode=700"
         uid, gid = (int(part) for part in self.command_user().split(":"))
         config = {
             "image": settings.image,
