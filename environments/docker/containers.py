@@ -35,6 +35,7 @@ from typing import Any, Final
 import docker.errors
 from docker.types import LogConfig, Mount
 
+from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
 from codecoder.environments.docker.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
@@ -346,6 +347,7 @@ class SandboxContainers:
                 )
                 channel = _AgentChannel(container.id, config["name"], mode, attached)
                 channel.scan = scan
+                channel.watch = ChangeWatch(self.workspace) if scan is not None else None
                 channel.proxy, proxy = proxy, None
                 container.start()
             relay = (

@@ -31,6 +31,7 @@ from typing import Any, Final, Self
 import requests.exceptions
 from docker.types import LogConfig
 
+from codecoder.environments.apparent import call_start, hidden_bytes, hidden_in
 from codecoder.environments.base import CommandRequest, CommandResult, Environment
 from codecoder.environments.docker.calls import (
     _Call,
@@ -168,6 +169,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     self._discard(channel)
             finally:
                 self._guard(channel, call)
+            self._check_apparent(channel, call, response)
             channel.used = True
             channel.state_grant = request.grant
             if request.snapshot is not None and "error" not in response:
@@ -330,6 +332,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 sync=self.sync,
                 volume=self._volume,
             )
+            if channel.watch is not None:
+                channel.watch.reset()  # what the host changed since is not the call's
+                channel.call_started_ns = call_start()
             egress = channel.proxy.call(request.network) if channel.proxy else None
             try:
                 with egress or contextlib.nullcontext():
@@ -399,6 +404,30 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         moved = changes.appeared + changes.unreadable
         where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
         raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
+
+    def _check_apparent(
+        self, channel: _AgentChannel, call: _Call, response: dict[str, Any]
+    ) -> None:
+        """After a writable call in bind mode: fail it when what it wrote, at apparent size,
+        exceeds the disk budget (a sparse file, hard links: environments.apparent)."""
+        watch = channel.watch
+        if watch is None or "error" in response:
+            return
+        changed = watch.changed()
+        if changed is None:  # the kernel could not tell: walk
+            hidden = hidden_bytes([self.workspace], channel.call_started_ns)
+        else:
+            hidden = hidden_in(self.workspace, changed)
+        grew = int(response.get("disk_used") or 0)
+        if hidden.bytes and grew + hidden.bytes > self.settings.disk_budget_bytes:
+            raise ExecutionFailed(
+                f"`{call.summary}` wrote more than its disk budget of "
+                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: the "
+                f"filesystem grew by {grew:,} bytes, and what it wrote holds {hidden.bytes:,} "
+                f"bytes more that occupy no space yet (holes, more names of one file), which a "
+                f"copy of it would write: {hidden.describe()}. What it wrote is still there. A "
+                'project can raise "docker": {"disk_budget": ...} in codecoder.json'
+            )
 
     # -- containers --------------------------------------------------------------------------
 
