@@ -418,7 +418,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             hidden = hidden_bytes([self.workspace], channel.call_started_ns)
         else:
             hidden = hidden_in(self.workspace, changed)
-        grew = int(response.get("disk_used") or 0)
+        # Used space of the whole filesystem: what others freed meanwhile must not hide this.
+        grew = max(int(response.get("disk_used") or 0), 0)
         if hidden.bytes and grew + hidden.bytes > self.settings.disk_budget_bytes:
             raise ExecutionFailed(
                 f"`{call.summary}` wrote more than its disk budget of "
@@ -508,7 +509,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 self._reset_volume()  # it ran, but what it changed is unknown
             return None
         budget = self.settings.disk_budget_bytes
-        if changes.get("over_budget"):
+        if changes.get("over_budget") or response.get("disk_budget_hit"):
+            # Stopped at its budget (or past it at apparent size): what it wrote until then is
+            # not the call's result, and comes back no more than the rest would have.
             self._reset_volume()
             raise ExecutionFailed(
                 f"`{call.summary}` wrote more than its disk budget of "

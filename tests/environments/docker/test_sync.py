@@ -137,6 +137,18 @@ def test_more_than_the_disk_budget_never_comes_back_and_the_volume_is_rebuilt(
 
 
 @docker_test
+def test_a_call_stopped_at_its_budget_half_way_brings_nothing_back(
+    synced: DockerEnvironment,
+) -> None:
+    # Written a piece at a time: the budget stops the command with part of it written.
+    script = "for i in $(seq 100); do head -c 256K /dev/urandom > part$i; sleep 0.02; done"
+    with pytest.raises(ExecutionFailed, match="more than its disk budget of 2m"):
+        run(synced, script, writable=True)
+
+    assert list(synced.workspace.glob("part*")) == []
+
+
+@docker_test
 def test_symlinks_out_of_the_workspace_and_fifos_never_come_back(synced: DockerEnvironment) -> None:
     result = run(
         synced,
