@@ -107,6 +107,31 @@ def test_what_a_writable_call_changes_comes_back_and_host_edits_go_in(
 
 
 @docker_test
+@pytest.mark.parametrize(
+    "script",
+    [
+        "umask 077; echo private > p.txt; echo open > o.txt",  # a file only its owner reads
+        "mkdir -m 700 priv && echo private > priv/p.txt",  # a directory only its owner lists
+        "mkdir -m 711 blind && echo private > blind/p.txt && chmod 600 blind/p.txt",
+    ],
+)
+def test_what_only_the_command_user_may_read_comes_back_too(
+    synced: DockerEnvironment, script: str
+) -> None:
+    result = run(synced, f"{script}; echo done", writable=True)
+    again = run(synced, "cat p.txt priv/p.txt blind/p.txt 2>/dev/null; echo", writable=True)
+
+    assert result.stdout == "done\n"
+    found = sorted(
+        p.relative_to(synced.workspace).as_posix() for p in synced.workspace.rglob("p.txt")
+    )
+    assert len(found) == 1
+    assert (synced.workspace / found[0]).read_text() == "private\n"
+    assert again.stdout == "private\n\n"
+    assert again.extra["synced"]["written"] == 0  # nothing changed: nothing sent back
+
+
+@docker_test
 def test_deletions_go_both_ways(synced: DockerEnvironment) -> None:
     run(synced, "rm src/main.py", writable=True)
     (synced.workspace / ".gitignore").write_text("x\n")
