@@ -262,15 +262,14 @@ def _plan(
     raw_deleted = summary.get("deleted") or []
     if not isinstance(raw_deleted, list):
         raise ExecutionFailed("the sandbox's changes.json has no list of deleted paths")
-    deleted = {check_name(str(path)) for path in raw_deleted}
+    # What is sent again is replaced by the write, not deleted (nor is what lies beneath it).
+    deleted = {check_name(str(path)) for path in raw_deleted} - set(sent)
     host = _Host(workspace)
     for path in sorted(deleted):
         if any(parent in deleted for parent in _parents(path)):
             continue  # taken away with its directory
         if is_protected_path(path):
             plan.report.kept.append(path)
-        elif path in sent:
-            continue  # sent again: the write replaces it
         else:
             plan.deleted.append(path)
     for path, member in sent.items():

@@ -182,6 +182,18 @@ def test_zeros_sent_back_stay_holes_on_the_host(workspace: Path) -> None:
     assert written.stat().st_blocks * 512 <= 1024 * 1024
 
 
+def test_a_directory_listed_as_deleted_and_sent_again_loses_what_was_deleted_in_it(
+    workspace: Path,
+) -> None:
+    (workspace / "vendor").mkdir()
+    (workspace / "vendor" / "gone.c").write_text("x")
+    (workspace / "vendor" / "kept.c").write_text("y")
+    report = apply(workspace, archive(("vendor", "dir", b"")), ["vendor", "vendor/gone.c"])
+
+    assert report.deleted == ["vendor/gone.c"]
+    assert sorted(p.name for p in (workspace / "vendor").iterdir()) == ["kept.c"]
+
+
 # --- a nested repository is never taken away with its directory ----------------------------------
 
 
