@@ -162,7 +162,9 @@ class HooksEntry(_Entry):
     plant_hook: bool = False
 
 
-DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
+DockerCheck = Literal[
+    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads"
+]
 
 
 class DockerVariant(BaseModel):
@@ -178,6 +180,16 @@ class DockerVariant(BaseModel):
     not_applicable: bool = False
 
 
+class Whole(BaseModel):
+    """A change set applied whole or not at all: after the call, `glob` matches `count` paths
+    on the host when it succeeded, none when it failed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    glob: str
+    count: int = Field(gt=0)
+
+
 class DockerEntry(_Entry):
     script: str | tuple[str, ...]
     writable: bool = False
@@ -188,6 +200,13 @@ class DockerEntry(_Entry):
     after: str | None = None
     expect_output: str | None = None
     under: tuple[tuple[str, DockerVariant], ...] = ()
+    # The project's Docker settings with these replaced (`workspace`, `network`, `disk_budget`).
+    settings: dict[str, Any] = Field(default_factory=dict)
+    host_files: dict[str, str] = Field(default_factory=dict)
+    host_links: dict[str, str] = Field(default_factory=dict)
+    host_reads: tuple[str, ...] = ()
+    nofile: int | None = Field(default=None, ge=64)
+    whole: Whole | None = None
 
     @field_validator("under", mode="before")
     @classmethod
