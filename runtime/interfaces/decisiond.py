@@ -82,6 +82,8 @@ _READY_WAIT: Final = 20.0  # seconds a client waits for the server it started
 _MAX_REQUEST: Final = 4 << 20  # bytes: argv and environment of one request
 _FDS: Final = 4  # stdin, stdout, stderr, working directory (and the terminal, when there is one)
 _OFF: Final = frozenset({"0", "off", "no", "false"})
+_SO_PASSPIDFD: Final = 76  # Linux 6.5; not named by Python 3.11's socket module
+_SCM_PIDFD: Final = 4
 # Signals the client passes on to the child running its command (Ctrl-Z is handled apart).
 _FORWARDED: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # What the interpreter reads at start-up (and so a served command would not take from its
@@ -436,6 +438,11 @@ def serve(idle: float = IDLE) -> int:
     finally:
         os.umask(old)
     bound = os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino
+    # Every request carries a pidfd of the process that sent it: a message sent before its
+    # connection was accepted, because the kernel adds one when no socket receives it yet, one
+    # sent after, because accepted sockets inherit this option.
+    with contextlib.suppress(OSError):
+        listener.setsockopt(socket.SOL_SOCKET, _SO_PASSPIDFD, 1)
     listener.listen(64)
     listener.setblocking(False)
 
@@ -625,8 +632,12 @@ def _child(conn: socket.socket, context: str) -> None:
     try:
         signal.set_wakeup_fd(-1)
         conn.settimeout(10.0)
-        peer = peercontext.identify(conn, context)
-        data, fds, flags, _ = socket.recv_fds(conn, _MAX_REQUEST + 1, _FDS + 1)
+        data, fds, sender, flags = _receive(conn)
+        try:
+            peer = peercontext.identify(conn, context, sender)
+        finally:
+            if sender is not None:
+                os.close(sender)
         problem = _check_request(data, fds, flags, peer, identity(context))
         if problem is None:
             request = json.loads(data.decode("utf-8", "surrogateescape"))
@@ -657,6 +668,30 @@ def _child(conn: socket.socket, context: str) -> None:
         traceback.print_exc()  # as a fresh process would, exit status 1
         code = 1
     _exit(conn, code)
+
+
+def _receive(conn: socket.socket) -> tuple[bytes, list[int], int | None, int]:
+    """The request: its bytes, the descriptors passed with it, a pidfd of the process that
+    sent it (SCM_PIDFD; None on kernels before 6.5) and the message flags."""
+    room = socket.CMSG_SPACE((_FDS + 1) * 4) + socket.CMSG_SPACE(4)
+    data, ancillary, flags, _ = conn.recvmsg(_MAX_REQUEST + 1, room, socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    sender: int | None = None
+    for level, kind, payload in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        numbers = [
+            int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+            for i in range(0, len(payload) - 3, 4)
+        ]
+        if kind == socket.SCM_RIGHTS:
+            fds += numbers
+        elif kind == _SCM_PIDFD and len(numbers) == 1 and sender is None:
+            sender = numbers[0]
+        else:
+            for fd in numbers if kind == _SCM_PIDFD else ():
+                os.close(fd)
+    return data, fds, sender, flags
 
 
 def _exit(conn: socket.socket, code: int) -> None:
@@ -731,8 +766,6 @@ def _become_client(request: dict[str, Any], fds: list[int]) -> None:
     os.fchdir(fds[3])
     for fd in fds[:4]:
         os.close(fd)
-    if len(fds) > _FDS:
-        os.set_inheritable(fds[4], False)
     terminal.hand_over(fds[4] if len(fds) > _FDS else None)
     os.umask(request["umask"] & 0o777)
     os.environ.clear()

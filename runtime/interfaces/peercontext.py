@@ -8,11 +8,14 @@ security label. A forked child inherits all of that from the server, not from th
 the server serves only a client whose context is exactly its own: `fingerprint()` is that
 context as one text, read from /proc.
 
+Two processes are compared: the one that connected and the one that sent the request, which
+need not be the same (a connection can be inherited by a child that then confines itself).
 Some confinement cannot be compared from outside. Two seccomp filters of the same depth are not
 told apart, and a Landlock domain is not visible in /proc at all. So `Peer.runs_tools` is true
-only for a peer that has no seccomp filter and was identified race-free (through the pidfd the
-kernel gives for the connecting process, SO_PEERPIDFD, Linux 6.5): other peers may still be
-answered what runs nothing (a decision, a key), and the rest is run in the client itself.
+only for a peer that has no seccomp filter and whose processes were identified race-free
+(through the pidfds the kernel gives for them, SO_PEERPIDFD and SCM_PIDFD, Linux 6.5): other
+peers may still be answered what runs nothing (a decision, a key), and the rest is run in the
+client itself.
 Codecoder's own sandboxes never reach the server: its socket is in the state directory, which
 they do not see.
 
@@ -100,38 +103,54 @@ class Peer:
         return f"Peer(pid={self.pid}, same={self.same}, runs_tools={self.runs_tools})"
 
 
-def identify(sock: socket.socket, own: str) -> Peer | None:
-    """Who is connected on `sock`, compared with the context `own` (this process's
-    fingerprint); None when it cannot be read at all."""
-    verified = True
+def identify(sock: socket.socket, own: str, sender: int | None) -> Peer | None:
+    """Who is on the other end of `sock`, compared with the context `own` (this process's
+    fingerprint): the process that connected (the kernel's pidfd for it, SO_PEERPIDFD) and the
+    one that sent the request read from it (`sender`, the pidfd the kernel attached to that
+    message, SCM_PIDFD), which need not be the same process: a connection can be inherited,
+    or kept by a process that then confined itself. Both must be alive and in `own`'s context.
+    None when the connecting process cannot be read at all. Read after the request, so that a
+    connecting process that is already gone counts as unknown."""
     try:
         pidfd = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD)
     except OSError:
-        verified = False  # an older kernel: the pid alone, which could be reused meanwhile
-        pidfd = -1
+        pidfd = -1  # an older kernel: the pid alone, which could be reused meanwhile
     try:
         if pidfd >= 0:
-            pid = _pid_of(pidfd)
+            connector = _context_of(pidfd)
         else:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            pid = int.from_bytes(creds[0:4], sys.byteorder)
-        if pid <= 0:
-            return None  # in a PID namespace this one cannot see into
-        try:
-            theirs = fingerprint(pid)
-        except (OSError, IndexError, ValueError):
-            return None
-        if pidfd >= 0:
-            try:  # still the process the kernel named: the pid was not reused while we read
-                signal.pidfd_send_signal(pidfd, 0)
-            except OSError:
-                return None
+            connector = _context_of(None, int.from_bytes(creds[0:4], sys.byteorder))
     finally:
         if pidfd >= 0:
             os.close(pidfd)
+    if connector is None:
+        return None
+    pid, theirs = connector
     same = theirs == own
+    verified = pidfd >= 0 and sender is not None
+    if sender is not None:
+        sent_by = _context_of(sender)
+        same = same and sent_by is not None and sent_by[1] == own
     filtered = "\nSeccomp:0\n" not in f"\n{own}\n"
     return Peer(pid, same, same and verified and not filtered)
+
+
+def _context_of(pidfd: int | None, pid: int = -1) -> tuple[int, str] | None:
+    """(pid, fingerprint) of the process a pidfd (or, without one, a pid) refers to; None when
+    it is gone or cannot be read. With a pidfd, the process is checked to be alive after its
+    context was read, so a pid reused meanwhile is never taken for it."""
+    try:
+        if pidfd is not None:
+            pid = _pid_of(pidfd)
+        if pid <= 0:
+            return None  # gone, or in a PID namespace this one cannot see into
+        context = fingerprint(pid)
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, 0)
+    except (OSError, IndexError, ValueError):
+        return None
+    return pid, context
 
 
 def _pid_of(pidfd: int) -> int:
