@@ -124,7 +124,7 @@ def address(path: Path) -> Iterator[str]:
     """An AF_UNIX address for `path`, however long, as the client and server make it."""
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield decisiond._address(str(path.parent), path.stem, fd)
+        yield decisiond.address(str(path.parent), path.stem, fd)
     finally:
         os.close(fd)
 
@@ -135,7 +135,7 @@ def request(
     """Speak the server's protocol directly, as any process of the user could: every message
     until the connection closes."""
     ident = ident or decisiond.identity()
-    name = decisiond._socket_name(ident)
+    name = decisiond.socket_name(ident)
     with (
         socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock,
         address(machine.directory / f"{name}.sock") as where,

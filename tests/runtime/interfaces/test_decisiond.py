@@ -222,7 +222,7 @@ def test_the_server_runs_only_the_commands_it_serves(machine: Machine, tmp_path:
 
 def test_a_malformed_request_is_refused(machine: Machine) -> None:
     machine.run("decide", "run_command", '{"command": "ls"}')
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     for payload in (b"not json", b"[]", json.dumps({"identity": "else", "argv": ["decide"]})):
         with (
             socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock,
@@ -239,7 +239,7 @@ def test_another_user_is_not_served_even_past_the_file_permissions(machine: Mach
     """A process of another uid that can get past the socket's 0600 (here: root's capabilities
     kept across seteuid) is still not served: the server checks SO_PEERCRED."""
     machine.run("decide", "run_command", '{"command": "ls"}')
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     script = f"""
 import ctypes, json, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -280,7 +280,7 @@ def test_a_server_of_another_user_is_not_believed(machine: Machine, tmp_path: Pa
         "from codecoder.runtime.interfaces import decisiond\n"
     )
     name = subprocess.run(
-        [sys.executable, "-c", as_nobody + "print(decisiond._socket_name(decisiond.identity()))"],
+        [sys.executable, "-c", as_nobody + "print(decisiond.socket_name(decisiond.identity()))"],
         capture_output=True,
         text=True,
         env=env,
@@ -349,7 +349,7 @@ def test_an_accepted_request_without_an_answer_blocks(
 ) -> None:
     """Fail closed: once a server took the call, no answer is a refusal (exit 2), not a pass."""
     machine.directory.mkdir(parents=True, mode=0o700)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", reply, served):
         event = hook_event("PreToolUse", "Bash", {"command": "ls"}, "x")
@@ -361,7 +361,7 @@ def test_an_accepted_request_without_an_answer_blocks(
 
 def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
     machine.directory.mkdir(parents=True, mode=0o700)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"refused": "no"}, served):
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
@@ -373,7 +373,7 @@ def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
 def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int) -> None:
     machine.directory.mkdir(parents=True)
     machine.directory.chmod(mode)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"exit": 0}, served):
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
@@ -386,8 +386,11 @@ def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int)
     "module",
     [
         "codecoder.runtime.interfaces.decisiond",
+        "codecoder.runtime.interfaces.forkchild",
         "codecoder.environments.docker.environment",  # imported by the server for `exec`
         "codecoder.runtime.tools.files.landlock",
+        "codecoder.runtime.tools.capability",
+        "pydantic.main",
     ],
 )
 def test_a_server_whose_code_changed_refuses_and_exits(machine: Machine, module: str) -> None:
@@ -411,7 +414,7 @@ def test_the_server_exits_when_idle_or_when_its_socket_is_removed(machine: Machi
             [
                 sys.executable,
                 "-m",
-                "codecoder.runtime.interfaces.decisiond",
+                "codecoder.runtime.interfaces.forkserver",
                 "1.5" if ending == "idle" else "60",
             ],
             cwd=REPO,

@@ -114,7 +114,7 @@ def _speak(machine: Machine, prefix: tuple[str, ...], script: str) -> list[dict[
     """Run `script` in a client confined by `prefix`, with the plain context's server name
     and identity; the server's first message to each request it sends."""
     ident = decisiond.identity()
-    name = decisiond._socket_name(ident)
+    name = decisiond.socket_name(ident)
     preamble = f"""
 import json, os, socket, sys, time
 directory = os.open({str(machine.directory)!r}, os.O_RDONLY | os.O_DIRECTORY)
