@@ -51,6 +51,22 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
+packages() {
+    local missing=()
+    command -v openssl >/dev/null || missing+=(openssl)
+    command -v ip >/dev/null || missing+=(iproute2)
+    command -v nsenter >/dev/null || missing+=(util-linux)
+    command -v dockerd >/dev/null || {
+        echo "no dockerd here: run scripts/docker-setup.sh first" >&2
+        exit 1
+    }
+    if ((${#missing[@]})); then
+        info "installing: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+}
+
 certificates() {
     [[ -f $CLIENT/key.pem && -f $CERTS/server-key.pem ]] && return
     info "making a CA, a server certificate for $ADDRESS and a client certificate ($CERTS)"
@@ -184,6 +200,7 @@ case ${1:-} in
 start)
     mkdir -p "$ROOT"
     chmod 700 "$ROOT"
+    packages
     certificates
     network
     if answers; then
