@@ -1,18 +1,21 @@
 """The decision server's process (`runtime.interfaces.decisiond` says what it is for and how
-client and server speak): it listens on the user's private socket, forks a child for every
-request (`runtime.interfaces.forkchild` becomes the client's process there), tells each client
-how its child ended, kills a child whose client went away, and exits when idle, when its
-socket is removed or replaced, or when the code it runs changed on disk.
+client and server speak): it listens on the user's private socket, gives every request to a
+child of its own (`runtime.interfaces.forkchild` becomes the client's process there; one is
+forked ahead of the next request), tells each client how its child ended, kills a child whose
+client went away, and exits when idle, when its socket is removed or replaced, or when the
+code it runs changed on disk.
 
-It imports the runtime once (`_warm_up`) and never evaluates or runs anything itself, so no
-state of one request reaches another. It is single-threaded, so that every child is a clean
-copy of it. Started by the first client that finds none: `python -m
-codecoder.runtime.interfaces.forkserver [IDLE SECONDS]`.
+It imports the runtime once (`_warm_up`), freezes what it imported out of the garbage
+collector's reach (so children do not copy the pages a collection would touch), and never
+evaluates or runs anything itself, so no state of one request reaches another. It is
+single-threaded, so that every child is a clean copy of it. Started by the first client that
+finds none: `python -m codecoder.runtime.interfaces.forkserver [IDLE SECONDS]`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -37,6 +40,7 @@ def serve(idle: float = decisiond.IDLE) -> int:
     ident = decisiond.identity(context)
     _warm_up()
     code = codewatch.CodeWatch(_package_folders())
+    gc.freeze()  # what the server holds now stays; a child's collections leave it untouched
     directory = decisiond.socket_directory()
     os.makedirs(directory, mode=0o700, exist_ok=True)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -90,47 +94,42 @@ def serve(idle: float = decisiond.IDLE) -> int:
     poller.register(wake_read, select.POLLIN)
     if code.fd is not None:
         poller.register(code.fd, select.POLLIN)  # an upgrade ends an idle server at once
-    running: dict[int, socket.socket] = {}  # child pid -> its client's connection
-    watched: dict[int, int] = {}  # connection fd -> child pid
+    inherited = (lock, dir_fd, wake_read, wake_write, devnull, code.fd or -1)
+    children = _Children(listener, context, inherited, poller)
     last = time.monotonic()
     try:
         while True:
             if stopping or not _still_ours(dir_fd, name, bound):
-                if not running:
+                children.no_spare()
+                if not children.running:
                     return 0
                 with contextlib.suppress(KeyError):
                     poller.unregister(listener)  # no new requests; the running ones end
-            elif not running and time.monotonic() - last > idle:
+            elif not children.running and time.monotonic() - last > idle:
                 return 0
+            else:
+                children.keep_a_spare()
             events = poller.poll(min(_TICK, idle) * 1000)
             # Hang-ups first: a connection closed below may free its number for one accepted
             # below, whose child must not be taken for the one whose client went away.
-            for fd, _ in sorted(events, key=lambda event: event[0] not in watched):
-                if fd in watched:
-                    # The client is gone (killed, or its host closed it): so is its command,
-                    # as it would be in the client's own process.
-                    poller.unregister(fd)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(watched.pop(fd), signal.SIGKILL)
+            for fd, _ in sorted(events, key=lambda event: not children.watches(event[0])):
+                if children.watches(fd):
+                    children.client_gone(fd)
                 elif fd == wake_read:
                     with contextlib.suppress(OSError):
                         os.read(wake_read, 512)
-                    _report_ended(running, watched, poller)
+                    children.reap()
                 elif fd == code.fd:
                     if code.changed():
                         stopping = True
                         poller.unregister(fd)
                 elif fd == listener.fileno():
                     last = time.monotonic()
-                    inherited = (lock, dir_fd, wake_read, wake_write, devnull, code.fd or -1)
-                    if not _accept(listener, code, context, running, inherited):
+                    if not _accept(listener, code, children):
                         stopping = True  # the code changed: no more requests
-                    for pid, conn in running.items():
-                        if conn.fileno() not in watched:
-                            watched[conn.fileno()] = pid
-                            poller.register(conn, 0)  # only its hang-up is of interest
-            _report_ended(running, watched, poller)
+            children.reap()
     finally:
+        children.no_spare()
         if _still_ours(dir_fd, name, bound):
             os.unlink(f"{name}.sock", dir_fd=dir_fd)
         listener.close()
@@ -138,15 +137,9 @@ def serve(idle: float = decisiond.IDLE) -> int:
         code.close()
 
 
-def _accept(
-    listener: socket.socket,
-    code: codewatch.CodeWatch,
-    context: str,
-    running: dict[int, socket.socket],
-    inherited: tuple[int, ...],
-) -> bool:
-    """Take every waiting connection, forking a child for each (which closes the server's
-    `inherited` descriptors); False when the installed code changed (the server then exits)."""
+def _accept(listener: socket.socket, code: codewatch.CodeWatch, children: _Children) -> bool:
+    """Take every waiting connection and give each to a child; False when the installed code
+    changed (the server then takes no more requests)."""
     while True:
         try:
             conn, _ = listener.accept()
@@ -160,40 +153,127 @@ def _accept(
             conn.close()
             return False
         conn.setblocking(True)
+        children.give(conn)
+
+
+class _Children:
+    """The server's children: those running a request, each with its client's connection
+    (whose hang-up kills it, and to which its end is reported), and one forked ahead of the
+    next request (the spare), so that forking, the bulk of a request's start, happens between
+    requests. A spare is a copy of the server as it is between requests, the same as one forked
+    when the request arrives; it waits on a socket pair for the connection it is given."""
+
+    def __init__(
+        self, listener: socket.socket, context: str, inherited: tuple[int, ...], poller: Any
+    ) -> None:
+        self.running: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self._watched: dict[int, int] = {}  # connection fd -> child pid
+        self._spare: tuple[int, socket.socket] | None = None
+        self._listener = listener
+        self._context = context
+        self._inherited = inherited
+        self._poller = poller
+
+    def watches(self, fd: int) -> bool:
+        return fd in self._watched
+
+    def give(self, conn: socket.socket) -> None:
+        """Run the request on `conn` in the spare, or in a child forked for it."""
+        spare, self._spare = self._spare, None
+        pid = None
+        if spare is not None:
+            pid, handle = spare
+            try:
+                socket.send_fds(handle, [b"."], [conn.fileno()])
+            except OSError:
+                pid = None  # it died meanwhile; reap() collects it
+            handle.close()
+        if pid is None:
+            pid = self._fork(conn)
+        self.running[pid] = conn
+        self._watched[conn.fileno()] = pid
+        self._poller.register(conn, 0)  # only its hang-up is of interest
+
+    def keep_a_spare(self) -> None:
+        if self._spare is None:
+            handle, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pid = self._fork(None, theirs, handle)
+            theirs.close()
+            self._spare = (pid, handle)
+
+    def no_spare(self) -> None:
+        """End the spare (it reads the end of its socket pair and exits)."""
+        if self._spare is not None:
+            self._spare[1].close()
+            self._spare = None
+
+    def client_gone(self, fd: int) -> None:
+        """The client is gone (killed, or its host closed it): so is its command, as it would
+        be in the client's own process."""
+        self._poller.unregister(fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._watched.pop(fd), signal.SIGKILL)
+
+    def reap(self) -> None:
+        """Tell the clients of children that ended how they ended (the child said so itself
+        when it could; this covers a child that died of a signal)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self._spare is not None and self._spare[0] == pid:
+                self._spare[1].close()
+                self._spare = None
+            conn = self.running.pop(pid, None)
+            if conn is None:
+                continue
+            if self._watched.get(conn.fileno()) == pid:
+                del self._watched[conn.fileno()]
+                with contextlib.suppress(KeyError):
+                    self._poller.unregister(conn)
+            if os.WIFSIGNALED(status):
+                decisiond.reply(conn, {"signal": os.WTERMSIG(status)})
+            else:
+                decisiond.reply(conn, {"exit": os.waitstatus_to_exitcode(status)})
+            conn.close()
+
+    def _fork(
+        self,
+        conn: socket.socket | None,
+        waiting: socket.socket | None = None,
+        handle: socket.socket | None = None,
+    ) -> int:
+        """A child that runs the request on `conn`, or (a spare) on the connection it is
+        given on `waiting`."""
         pid = os.fork()
-        if pid == 0:
-            listener.close()
-            for other in running.values():
-                other.close()
-            for fd in inherited:
-                if fd >= 0:
-                    os.close(fd)
-            forkchild.run(conn, context)  # never returns
-        running[pid] = conn
-
-
-def _report_ended(running: dict[int, socket.socket], watched: dict[int, int], poller: Any) -> None:
-    """Tell the clients of children that ended how they ended (the child said so itself when
-    it could; this covers a child that died of a signal)."""
-    while running:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = running.pop(pid, None)
+        if pid != 0:
+            return pid
+        # The child keeps nothing of the server's but what its request needs.
+        self._listener.close()
+        for other in self.running.values():
+            other.close()
+        for fd in self._inherited:
+            if fd >= 0:
+                os.close(fd)
+        if self._spare is not None:
+            self._spare[1].close()
+        if handle is not None:
+            handle.close()
         if conn is None:
-            continue
-        if conn.fileno() in watched:
-            del watched[conn.fileno()]
-            with contextlib.suppress(KeyError):
-                poller.unregister(conn)
-        if os.WIFSIGNALED(status):
-            decisiond.reply(conn, {"signal": os.WTERMSIG(status)})
-        else:
-            decisiond.reply(conn, {"exit": os.waitstatus_to_exitcode(status)})
-        conn.close()
+            assert waiting is not None
+            try:
+                _, fds, _, _ = socket.recv_fds(waiting, 16, 1)
+            except BaseException:
+                os._exit(0)
+            if len(fds) != 1:
+                os._exit(0)  # the server ended, or wants no spare any more
+            waiting.close()
+            conn = socket.socket(fileno=fds[0])
+            conn.setblocking(True)
+        forkchild.run(conn, self._context)  # never returns
 
 
 def _warm_up() -> None:

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +25,14 @@ import pytest
 
 from codecoder.runtime.interfaces import decisiond
 from tests.runtime.config.test_capabilities import echo_capability
-from tests.runtime.interfaces.served import Machine, address, alive, request, wait_until
+from tests.runtime.interfaces.served import (
+    Machine,
+    address,
+    alive,
+    children,
+    request,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -456,3 +464,17 @@ def test_socket_directory_is_in_the_state_directory(tmp_path: Path) -> None:
 
     for env in ({"XDG_STATE_HOME": str(tmp_path)}, {"XDG_STATE_HOME": "relative"}, {}):
         assert Path(decisiond.socket_directory(env)) == state_directory(env) / "daemon"
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
+def test_the_child_forked_ahead_ends_with_the_server(machine: Machine, ending: str) -> None:
+    machine.run("decide", "run_command", '{"command": "ls"}')
+    server = machine.server_pid()
+    assert server is not None
+    wait_until(lambda: len(children(server)) == 1)  # the call's child is gone, the spare is not
+    (spare,) = children(server)
+
+    os.kill(server, getattr(signal, ending))
+
+    wait_until(lambda: not alive(spare))
+    assert machine.run("decide", "run_command", '{"command": "ls"}')[0] == 4  # a new one
