@@ -159,6 +159,7 @@ def test_a_served_command_imports_nothing_of_the_runtime(
         env=machine.env,
         cwd=machine.project,
         check=False,
+        start_new_session=True,  # no terminal: `exec` is denied, not asked
     )
     assert proc.returncode == code
     assert proc.stdout.startswith(output)

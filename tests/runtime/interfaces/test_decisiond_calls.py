@@ -172,7 +172,9 @@ def test_with_arguments_on_stdin_the_question_goes_to_the_clients_controlling_te
 
 
 def test_without_a_terminal_nobody_is_asked(machine: Machine) -> None:
-    code, out, err = machine.run("call", "run_command", '{"command": "touch asked"}')
+    code, out, err = machine.run(
+        "call", "run_command", '{"command": "touch asked"}', preexec=os.setsid
+    )
     assert (code, out) == (3, "")
     assert "not allowed" in err or "denied" in err
     assert not (machine.project / "asked").exists()
