@@ -407,6 +407,14 @@ class SandboxContainers:
         runtime = (attrs.get("HostConfig") or {}).get("Runtime") or "runc"
         if runtime != "runsc":
             return runtime, hello.get("limits") or {}
+        if not engine_is_local():
+            # The pid a remote engine reports is one of its machine (or its PID namespace):
+            # whatever process has that number here is not the sandbox.
+            raise SandboxUnavailable(
+                "the sandbox runs under gVisor (runsc), whose limits are checked on the machine "
+                f"it runs on, and the engine at {_engine_address()} is on another one; use "
+                'runc there ("docker": {"runtime": "runc"})'
+            )
         found = host_limits(int((attrs.get("State") or {}).get("Pid") or 0))
         if found is None:
             raise SandboxUnavailable(

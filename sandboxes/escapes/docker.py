@@ -2,9 +2,10 @@
 served on the host), filesystems, privileges, resources, time, the agent that runs them,
 processes outliving their call, state left for another grant, what a writable call leaves on the
 host (the sync-mode copy-back, budgets at apparent size), the egress proxy. It runs under each
-engine runtime available (runc, runsc), the project's own first; an attempt whose `settings`
-replace some of the project's (sync mode, an egress allowlist) runs in a sandbox of its own made
-so, under the same runtime.
+engine runtime available (runc, runsc), the project's own first, and in the workspace mode the
+project gets (a remote engine syncs the workspace: attempts then carry their `sync` variant); an
+attempt whose `settings` replace some of the project's (sync mode, an egress allowlist) runs in a
+sandbox of its own made so, under the same runtime.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.docker.engine import engine_is_local
 from codecoder.environments.docker.environment import DockerEnvironment
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import CodecoderError, SandboxUnavailable
@@ -80,7 +82,11 @@ class _DockerLayer(_LayerRunner):
         return [
             runtime
             for runtime in self.env.engine_runtimes()
-            if runtime != self.engine_runtime and (wanted is None or runtime in wanted)
+            if runtime != self.engine_runtime
+            and (wanted is None or runtime in wanted)
+            # gVisor's limits are checked on the machine the sandbox runs on: never on a remote
+            # engine, which refuses such a sandbox outright (environments.docker.containers).
+            and (runtime != "runsc" or engine_is_local())
         ]
 
     def run(self, attempt: Attempt) -> str:
@@ -89,6 +95,11 @@ class _DockerLayer(_LayerRunner):
         if variant is not None and variant.not_applicable:
             raise _NotApplicable(f"under {self.engine_runtime}: {variant.why}")
         entry = attempt.entry.under_runtime(self.engine_runtime)
+        if self.env.sync:
+            synced = entry.variant("sync")
+            if synced is not None and synced.not_applicable:
+                raise _NotApplicable(f"with the workspace synced: {synced.why}")
+            entry = entry.in_sync_mode()
         audit, env = self.audit, self.env
         workspace = audit.workspace
         token = audit.workspace.token

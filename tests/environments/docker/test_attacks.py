@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.containers import AGENT_COMMAND
+from codecoder.environments.docker.engine import _client_from_env
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
@@ -291,7 +291,7 @@ class _Engine:
     engine that silently ignores some of it."""
 
     def __init__(self, change: Any) -> None:
-        self._client = docker.from_env(timeout=60)
+        self._client = _client_from_env()  # the engine at DOCKER_HOST, as codecoder reaches it
         self._change = change
         outer = self
 
