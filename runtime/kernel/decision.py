@@ -31,9 +31,11 @@ class Answer(enum.StrEnum):
 
     SESSION and PROJECT record the narrowest entry naming what the human saw (the key's first
     grant level: `run_command:git:status`); SESSION_PROGRAM and PROJECT_PROGRAM, offered only
-    where a command's key names more than its program, record the program-wide entry
-    (`run_command:git`); PROJECT_ANY, offered for a simple command in a sandbox, records
-    `run_command:*`, every simple command in that sandbox. HOST_ONCE and HOST_SESSION, offered
+    where the key names a wider entry, record it: a command's program-wide entry
+    (`run_command:git`), a file's directory (`edit_file:src/report/**`); PROJECT_ANY records the
+    widest: for a simple command in a sandbox `run_command:*`, every simple command in that
+    sandbox; for a file the write tools change `edit_file:**`, any file in the workspace but
+    never a protected path. HOST_ONCE and HOST_SESSION, offered
     only for a command that would fail contained, run it on the host instead (@shell), once or
     for the session (a session grant bound to @shell). `AskRequest.grants` says which entry
     each choice records.

@@ -29,7 +29,9 @@ session grant bound to @shell, never a project grant: @shell's ceiling). Only th
 answer escalates; the Decision then names @shell and the sandbox it was escalated from.
 
 For a simple command in a sandbox the question also offers every simple command there
-(`run_command:*`, AlwaysThisProject), which never covers a compound command.
+(`run_command:*`, AlwaysThisProject), which never covers a compound command; for a file the
+write tools change, its directory (`edit_file:src/report/**`) and any file in the workspace
+(`edit_file:**`, AlwaysThisProject), which never cover a protected path (below).
 
 Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
 runtime's state and the user's configuration directory, and commands that run the codecoder
@@ -227,18 +229,14 @@ class PermissionEngine:
         host = permission.host
         levels = key.grant_levels
         narrow, wide = levels[0], levels[1] if len(levels) > 1 and host is None else None
-        choices, why_not = _choices(key, environment, host, wide is not None)
-        any_command = GrantLevel(
-            f"{key.tool}:*",
-            f"any simple command in {environment.value} (one program with literal arguments; "
-            "never a compound command, nor one that needs the host)",
-        )
+        widest = _widest(key, environment, host)
+        choices, why_not = _choices(key, environment, host, wide is not None, widest is not None)
         recorded_by = {
             Answer.SESSION: narrow,
             Answer.PROJECT: narrow,
             Answer.SESSION_PROGRAM: wide or narrow,
             Answer.PROJECT_PROGRAM: wide or narrow,
-            Answer.PROJECT_ANY: any_command,
+            Answer.PROJECT_ANY: widest or narrow,
         }
         if host is not None:
             recorded_by[Answer.HOST_SESSION] = host.grant_levels[0]
@@ -387,29 +385,59 @@ def _refuse_denied(
     raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
 
 
+def _widest(
+    key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None
+) -> GrantLevel | None:
+    """The widest entry offered for the project (PROJECT_ANY), if any: the key's own
+    (`edit_file:**`, any file in the workspace), or for a simple command every simple command in
+    its sandbox (`run_command:*`). None for a compound command, which only its own string
+    covers, and for one that would fail contained, whose question offers the host instead."""
+    if key.compound or host is not None:
+        return None
+    if key.widest is not None:
+        return key.widest
+    if key.style is not KeyStyle.COMMAND:
+        return None
+    return GrantLevel(
+        f"{key.tool}:*",
+        f"any simple command in {environment.value} (one program with literal arguments; "
+        "never a compound command, nor one that needs the host)",
+    )
+
+
 def _choices(
-    key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None, wide: bool
+    key: PermissionKey,
+    environment: EnvironmentTag,
+    host: PermissionKey | None,
+    wide: bool,
+    widest: bool,
 ) -> tuple[tuple[Answer, ...], str]:
     """What the human is offered for `key`, and why AlwaysThisProject is not, where it is not.
 
-    A protected key: once (or once on the host), or deny. Otherwise once, the session and, where
-    the ceiling allows, the project choices: the narrow entry, the program-wide one where the
-    key names more than its program, and for a simple command in a sandbox every simple command
-    there (`run_command:*`); then, for a command that would fail contained, running it on the
-    host, once or for the session (never for the project: @shell's ceiling).
+    A protected key: once (or once on the host), or deny. Otherwise once, the session (with a
+    command's program-wide entry) and, where the ceiling allows, the project choices: the narrow
+    entry, the wider one where the key names one (a command's program, a file's directory), and
+    the widest (`_widest`: every simple
+    command in the sandbox, any file in the workspace); then, for a command that would fail
+    contained, running it on the host, once or for the session (never for the project: @shell's
+    ceiling).
     """
     on_host: tuple[Answer, ...] = ()
     if host is not None:
         on_host = (Answer.HOST_ONCE,) if host.protected else (Answer.HOST_ONCE, Answer.HOST_SESSION)
     if key.protected:
         return (Answer.ONCE, *on_host, Answer.DENY), PROTECTED_NOTE
-    session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
+    # The session allowlist finds an entry among a later key's own levels: a command's
+    # program-wide entry is one of them, a file's directory is not one of a deeper file's, so
+    # a directory is offered for the project only, where entries match as patterns.
+    session_wide = wide and key.style is KeyStyle.COMMAND
+    session = (Answer.SESSION, Answer.SESSION_PROGRAM) if session_wide else (Answer.SESSION,)
     if not environment.allows(Scope.PROJECT):
         return (Answer.ONCE, *session, *on_host, Answer.DENY), environment.refusal(key.raw)
     project: tuple[Answer, ...] = (
         (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
     )
-    if key.style is KeyStyle.COMMAND and not key.compound and host is None:
+    if widest:
         project += (Answer.PROJECT_ANY,)
     return (Answer.ONCE, *session, *project, *on_host, Answer.DENY), ""
 
