@@ -333,7 +333,7 @@ def test_a_table_that_calls_everything_read_only_is_caught(project: Path) -> Non
     }
     # Invalid arguments are refused before any key is computed.
     assert statuses(report) == expected
-    assert sum(s is ESCAPED for s in expected.values()) == 60
+    assert sum(s is ESCAPED for s in expected.values()) == 69
     by_id = {r.attempt.id: r.how for r in report.results}
     assert by_id["contained.sort-output"] == (
         "allowed (read-only: a read-only command (everything), run confined read-only in "
