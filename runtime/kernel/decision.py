@@ -37,8 +37,10 @@ class Answer(enum.StrEnum):
     sandbox; for a file the write tools change `edit_file:**`, any file in the workspace but
     never a protected path. HOST_ONCE and HOST_SESSION, offered
     only for a command that would fail contained, run it on the host instead (@shell), once or
-    for the session (a session grant bound to @shell). `AskRequest.grants` says which entry
-    each choice records.
+    for the session (a session grant bound to @shell); HOST_SESSION_PROGRAM, offered with them
+    for a simple command, grants for the session every simple command of its program that
+    would fail contained, on the host (`run_command:gh`, bound to @shell; never for the
+    project: @shell's ceiling). `AskRequest.grants` says which entry each choice records.
     """
 
     ONCE = "once"
@@ -49,6 +51,7 @@ class Answer(enum.StrEnum):
     PROJECT_ANY = "project-any"
     HOST_ONCE = "host-once"
     HOST_SESSION = "host-session"
+    HOST_SESSION_PROGRAM = "host-session-program"
     DENY = "deny"
 
     @classmethod
@@ -87,7 +90,7 @@ class Answer(enum.StrEnum):
     @property
     def on_host(self) -> bool:
         """Whether the answer runs the call on the host instead of its sandbox."""
-        return self in (Answer.HOST_ONCE, Answer.HOST_SESSION)
+        return self in (Answer.HOST_ONCE, Answer.HOST_SESSION, Answer.HOST_SESSION_PROGRAM)
 
 
 _SCOPES = {
@@ -96,6 +99,7 @@ _SCOPES = {
     Answer.PROJECT_ANY: Answer.PROJECT,
     Answer.HOST_ONCE: Answer.ONCE,
     Answer.HOST_SESSION: Answer.SESSION,
+    Answer.HOST_SESSION_PROGRAM: Answer.SESSION,
 }
 
 
@@ -128,6 +132,7 @@ ANSWER_NAMES = (
     "project-any",
     "host-once",
     "host-session",
+    "host-session-program",
 )
 """Every spelling `Answer.parse` takes, as a person is told them."""
 

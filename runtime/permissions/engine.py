@@ -240,6 +240,9 @@ class PermissionEngine:
         }
         if host is not None:
             recorded_by[Answer.HOST_SESSION] = host.grant_levels[0]
+            program = _host_program(host)
+            if program is not None:
+                recorded_by[Answer.HOST_SESSION_PROGRAM] = program
         grants = tuple((answer, recorded_by[answer]) for answer in choices if answer in recorded_by)
         request = AskRequest(
             tool=tool,
@@ -296,9 +299,9 @@ class PermissionEngine:
             )
         if effective.on_host:
             assert host is not None
-            if effective is Answer.HOST_SESSION:
+            if effective.scope is Answer.SESSION:
                 self.session.grant(host, EnvironmentTag.SHELL, digest=host.digest, entry=entry)
-            source = Source.SESSION if effective is Answer.HOST_SESSION else Source.ONCE
+            source = Source.SESSION if effective.scope is Answer.SESSION else Source.ONCE
             how = "for this session" if source is Source.SESSION else "once"
             return Decision(
                 True,
@@ -405,6 +408,24 @@ def _widest(
     )
 
 
+def _host_program(host: PermissionKey) -> GrantLevel | None:
+    """The program-wide entry of a simple command run on the host (`run_command:gh`), offered
+    for the session only (HOST_SESSION_PROGRAM), or None: a compound or protected command has
+    none. It covers what the host lookup (`decide`) consults it for: a simple command of that
+    program that would fail contained; the others still run where they are bound, and deny
+    rules, checked first, still refuse."""
+    levels = host.grant_levels
+    if host.compound or host.protected or host.style is not KeyStyle.COMMAND or len(levels) < 2:
+        return None
+    entry = levels[-1].entry
+    name = entry.removeprefix(f"{host.tool}:")
+    return GrantLevel(
+        entry,
+        f"every simple `{name} …` command that would fail contained, with any arguments "
+        "(never a compound command; deny rules still refuse)",
+    )
+
+
 def _choices(
     key: PermissionKey,
     environment: EnvironmentTag,
@@ -423,8 +444,12 @@ def _choices(
     ceiling).
     """
     on_host: tuple[Answer, ...] = ()
-    if host is not None:
-        on_host = (Answer.HOST_ONCE,) if host.protected else (Answer.HOST_ONCE, Answer.HOST_SESSION)
+    if host is not None and host.protected:
+        on_host = (Answer.HOST_ONCE,)
+    elif host is not None:
+        on_host = (Answer.HOST_ONCE, Answer.HOST_SESSION)
+        if _host_program(host) is not None:
+            on_host += (Answer.HOST_SESSION_PROGRAM,)
     if key.protected:
         return (Answer.ONCE, *on_host, Answer.DENY), PROTECTED_NOTE
     # The session allowlist finds an entry among a later key's own levels: a command's
