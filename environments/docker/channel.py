@@ -34,6 +34,7 @@ import time
 from typing import Any, Final, Literal
 
 from codecoder.environments.base import OutputListener
+from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.egress import EgressProxy
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.display import visible
@@ -108,6 +109,10 @@ class _AgentChannel:
         self.state_grant: str | None = None
         self.snapshot_digest: str | None = None
         self.proxy: EgressProxy | None = None  # this container's egress proxy, if it has one
+        # Read-write containers in bind mode: what each call changes in the workspace, for the
+        # apparent size of what it wrote (environments.apparent).
+        self.watch: ChangeWatch | None = None
+        self.call_started_ns = 0
         self.runtime = "runc"  # the engine runtime it runs under
         # Sync mode: the volume's generation when this container last listed it (after its last
         # writable call); while the volume is still at it, the agent's listing stands.
@@ -177,6 +182,8 @@ class _AgentChannel:
         self._fail("the sandbox was closed")
         if self.proxy is not None:
             self.proxy.close()
+        if self.watch is not None:
+            self.watch.close()
 
     def _send(self, data: bytes) -> None:
         try:

@@ -35,6 +35,7 @@ from typing import Any, Final
 import docker.errors
 from docker.types import LogConfig, Mount
 
+from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
 from codecoder.environments.docker.engine import (
@@ -80,8 +81,11 @@ AGENT_COMMAND: Final = (
     "-B",
     "/opt/codecoder/agent",
 )
-# Where the egress proxy's socket directory is mounted (environments.egress).
-EGRESS_MOUNT: Final = "/opt/codecoder/egress"
+# Where the egress proxy's socket directory is mounted (environments.egress): inside a
+# tmpfs that only root may enter, so that the agent's relay reaches the socket and commands,
+# which run as the workspace user, do not.
+EGRESS_PARENT: Final = "/opt/codecoder/relay"
+EGRESS_MOUNT: Final = f"{EGRESS_PARENT}/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.
 AGENT_USER: Final = "0:0"
@@ -245,6 +249,9 @@ class SandboxContainers:
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
+        if proxy is not None:
+            # Root's only (mode 700): the mount point of the proxy's socket, inside it.
+            tmpfs[EGRESS_PARENT] = "ro,noexec,nosuid,nodev,size=64k,mode=700"
         uid, gid = (int(part) for part in self.command_user().split(":"))
         config = {
             "image": settings.image,
@@ -340,6 +347,7 @@ class SandboxContainers:
                 )
                 channel = _AgentChannel(container.id, config["name"], mode, attached)
                 channel.scan = scan
+                channel.watch = ChangeWatch(self.workspace) if scan is not None else None
                 channel.proxy, proxy = proxy, None
                 container.start()
             relay = (
@@ -399,6 +407,14 @@ class SandboxContainers:
         runtime = (attrs.get("HostConfig") or {}).get("Runtime") or "runc"
         if runtime != "runsc":
             return runtime, hello.get("limits") or {}
+        if not engine_is_local():
+            # The pid a remote engine reports is one of its machine (or its PID namespace):
+            # whatever process has that number here is not the sandbox.
+            raise SandboxUnavailable(
+                "the sandbox runs under gVisor (runsc), whose limits are checked on the machine "
+                f"it runs on, and the engine at {_engine_address()} is on another one; use "
+                'runc there ("docker": {"runtime": "runc"})'
+            )
         found = host_limits(int((attrs.get("State") or {}).get("Pid") or 0))
         if found is None:
             raise SandboxUnavailable(

@@ -58,7 +58,8 @@ class DockerSettings:
     size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
     they never touch the host and are emptied between calls made under different grants.
     `disk_budget` is how much a writable call may grow the workspace's filesystem before it is
-    stopped (and, in sync mode, how much may come back).
+    stopped (and, in sync mode, how much may come back); when it ends, what it wrote counts at
+    apparent size too (a sparse file, more names of one file: `environments.apparent`).
     """
 
     image: str = DEFAULT_IMAGE
