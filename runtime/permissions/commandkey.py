@@ -374,10 +374,9 @@ def _beyond_globs(command: str, search_path: str) -> str:
 
 
 def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]], bool] | None:
-    """A command line of several parts (or one with redirections, or with glob patterns), each
-    part's words as our own lexer reads them, and whether they hold glob patterns (read with
-    `_lex(globs=True)`, where the plain reading failed); None when it is not one (bashlex is not
-    asked here: it is slow, and `_command_line_key` asks it only for a line that could be
+    """A command line of several parts (or one with redirections or glob patterns), each
+    part's words as our own lexer reads them, and whether they hold glob patterns; None when it
+    is not one (bashlex is slow: `_command_line_key` asks it only for a line that could be
     read-only or filtered)."""
     line = split_command_line(command)
     if line is None:
@@ -493,12 +492,9 @@ def _runs_runtime_cli(words: Sequence[str]) -> bool:
 
 
 def _lex(command: str, *, globs: bool = False) -> tuple[str, ...]:
-    """The argv bash would build from `command`, if it is in the strict language of rule 1.
-
-    With `globs`, unquoted glob patterns are words too (`*`, `?`, `[abc]`, `[!a-z]`), left as
-    written: bash expands them against file names when it runs the line, so the argv is only
-    what the line looks like, not what runs. Only a read-only line run confined read-only may
-    be read this way (`_read_line`)."""
+    """The argv bash would build from `command`, if it is in the strict language of rule 1;
+    with `globs`, unquoted glob patterns (`*`, `?`, `[!a-z]`) are words too, left as written:
+    what the line looks like, not what runs (only for a read-only line: `_read_line`)."""
     words: list[str] = []
     current: list[str] | None = None
     i = 0
