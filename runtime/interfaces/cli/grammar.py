@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # `--answer` also takes codecoder.json's names for them (`_answer`).
 ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
-    *("host-once", "host-session", "deny"),
+    *("host-once", "host-session", "host-session-program", "deny"),
 )
 
 
