@@ -64,6 +64,7 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
     git_status = ("decide", "run_command", '{"command": "git status"}', "--json")
     write_src = ("decide", "write_file", '{"path": "src/a.py", "content": "x"}')
     bash = {"command": "git log"}
+    make = '{"command": "make"}'
     here = str(project)  # the directory the host sends, from which the project is found
 
     def scenario(daemon: bool) -> list[tuple[int, str, str]]:
@@ -76,6 +77,11 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
         def step(*args: str, stdin: str = "", **env: str) -> None:
             seen.append(machine.run(*args, stdin=stdin, daemon=daemon, **env))
 
+        # On the host a program is found on PATH (contained, `git status` is read-only and
+        # allowed, whichever git it is): the user binds run_command to @shell until the user
+        # file is rewritten below, and the rest of the scenario runs contained.
+        user_file.parent.mkdir(parents=True, exist_ok=True)
+        user_file.write_text(json.dumps({"environments": {"run_command": "@shell"}}))
         step(*git_status)
         step(*git_status, PATH=f"{planted}:{os.environ['PATH']}")  # keyed by its path now
         step(*write_src)
@@ -95,15 +101,14 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
         )
         step("decide", "run_command", '{"command": "git push"}')  # a deny rule narrows at once
         step(*write_src)  # changed bytes: untrusted again
-        user_file.parent.mkdir(parents=True, exist_ok=True)
         user_file.write_text(json.dumps({"deny": ["write_file:src/*.py"]}))
         step(*write_src)
         step("decide", "run_capability", '{"name": "echo", "arguments": {}}')
         echo_capability(project)
         step("decide", "echo", '{"who": "x"}')
-        step("decide", "-", "--json", "--allow", "run_command:ls", stdin="{}")
-        step("decide", "run_command", "-", "--allow", "run_command:ls", stdin='{"command": "ls"}')
-        step("decide", "run_command", '{"command": "ls"}', "--allow", "run_command:l[*]")
+        step("decide", "-", "--json", "--allow", "run_command:make", stdin="{}")
+        step("decide", "run_command", "-", "--allow", "run_command:make", stdin=make)
+        step("decide", "run_command", make, "--allow", "run_command:m[*]")
         step("decide", "run_command", "{not json", "--json")
         step("decide", "nonexistent", "{}")
         step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c1", here))
@@ -139,6 +144,7 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
         assert got == expected, f"step {number}"
     codes = [code for code, _, _ in without]
     assert codes[:3] == [4, 4, 4] and codes[5] == 0 and codes[6] == 3  # the scenario bites
+    assert '"key": "run_command:./bin/git:status"' in without[1][1]
     assert codes[-2] == 3 and "codecoder.json:1:35" in without[-2][2]
     assert '"permissionDecision": "deny"' in without[-1][1]
     assert "codecoder.json:1:35: error: [syntax]" in without[-1][1]
@@ -147,7 +153,7 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
 @pytest.mark.parametrize(
     ("argv", "code", "output"),
     [
-        (("decide", "run_command", '{"command": "ls"}'), 4, "ask  run_command:ls"),
+        (("decide", "run_command", '{"command": "make"}'), 4, "ask  run_command:make"),
         (("call", "read_file", '{"path": "a.txt"}'), 0, "     1\tread me"),
         (("key", "git status"), 0, "run_command:git:status"),
         (("tools", "--json"), 0, "["),
@@ -160,7 +166,7 @@ def test_a_served_command_imports_nothing_of_the_runtime(
 ) -> None:
     (machine.project / "a.txt").write_text("read me\n")
     replayed = '{"tool": "read_file", "args": {"path": "a.txt"}}\n'
-    machine.run("decide", "run_command", '{"command": "ls"}')  # starts the server
+    machine.run("decide", "run_command", '{"command": "make"}')  # starts the server
     assert machine.server_pid() is not None
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "codecoder.runtime", *argv],
@@ -200,7 +206,7 @@ def _imported(importtime: str) -> set[str]:
 
 
 def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     results: list[tuple[int, str, str]] = []
 
     def one(n: int) -> None:
@@ -220,7 +226,7 @@ def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
 
 
 def test_the_server_runs_only_the_commands_it_serves(machine: Machine, tmp_path: Path) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     marker = tmp_path / "ran"
     command = json.dumps({"command": f"touch {marker}"})
     for argv in (
@@ -242,7 +248,7 @@ def test_the_server_runs_only_the_commands_it_serves(machine: Machine, tmp_path:
 
 
 def test_a_malformed_request_is_refused(machine: Machine) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     name = decisiond.socket_name(decisiond.identity())
     for payload in (b"not json", b"[]", json.dumps({"identity": "else", "argv": ["decide"]})):
         with (
@@ -259,7 +265,7 @@ def test_a_malformed_request_is_refused(machine: Machine) -> None:
 def test_another_user_is_not_served_even_past_the_file_permissions(machine: Machine) -> None:
     """A process of another uid that can get past the socket's 0600 (here: root's capabilities
     kept across seteuid) is still not served: the server checks SO_PEERCRED."""
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     name = decisiond.socket_name(decisiond.identity())
     script = f"""
 import ctypes, json, os, socket
@@ -311,7 +317,7 @@ def test_a_server_of_another_user_is_not_believed(machine: Machine, tmp_path: Pa
     with _fake_server(directory / f"{name}.sock", {"exit": 0}, served):
         script = as_nobody + (
             "from codecoder.runtime.__main__ import main\n"
-            "sys.argv = ['codecoder', 'decide', 'run_command', '{\"command\": \"ls\"}']\n"
+            "sys.argv = ['codecoder', 'decide', 'run_command', '{\"command\": \"make\"}']\n"
             "sys.exit(main())\n"
         )
         proc = subprocess.run(
@@ -324,7 +330,7 @@ def test_a_server_of_another_user_is_not_believed(machine: Machine, tmp_path: Pa
             check=False,
         )
     assert proc.returncode == 4, proc.stderr
-    assert proc.stdout.startswith("ask  run_command:ls")
+    assert proc.stdout.startswith("ask  run_command:make")
     assert served == []
 
 
@@ -385,9 +391,9 @@ def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
     name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"refused": "no"}, served):
-        code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
+        code, out, _ = machine.run("decide", "run_command", '{"command": "make"}')
     assert len(served) == 1
-    assert (code, out.splitlines()[0]) == (4, "ask  run_command:ls  @bwrap")
+    assert (code, out.splitlines()[0]) == (4, "ask  run_command:make  @bwrap")
 
 
 @pytest.mark.parametrize("mode", [0o770, 0o707, 0o755])
@@ -397,7 +403,7 @@ def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int)
     name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"exit": 0}, served):
-        code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
+        code, out, _ = machine.run("decide", "run_command", '{"command": "make"}')
     assert served == []
     assert code == 4 and out.startswith("ask")
     assert machine.server_pid() is None
@@ -415,14 +421,14 @@ def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int)
     ],
 )
 def test_a_server_whose_code_changed_refuses_and_exits(machine: Machine, module: str) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     pid = machine.server_pid()
     assert pid is not None
     source = Path(importlib.import_module(module).__file__ or "")
     before = source.stat()
     try:
         os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
-        code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
+        code, out, _ = machine.run("decide", "run_command", '{"command": "make"}')
     finally:
         os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert code == 4 and out.startswith("ask"), (code, out, _)  # evaluated in-process instead
@@ -459,14 +465,14 @@ def test_a_long_state_path_is_reached_through_the_directory_descriptor(
     machine.env["XDG_STATE_HOME"] = str(deep)
     machine.directory = Path(decisiond.socket_directory(machine.env))
     assert len(str(machine.directory)) > 110
-    first = machine.run("decide", "run_command", '{"command": "ls"}')
+    first = machine.run("decide", "run_command", '{"command": "make"}')
     assert machine.server_pid() is not None
-    assert machine.run("decide", "run_command", '{"command": "ls"}') == first
+    assert machine.run("decide", "run_command", '{"command": "make"}') == first
     assert first[0] == 4
 
 
 def test_the_socket_and_its_directory_are_private(machine: Machine) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     assert machine.directory.stat().st_mode & 0o777 == 0o700
     (sock,) = machine.directory.glob("*.sock")
     assert sock.stat().st_mode & 0o777 == 0o600
@@ -481,7 +487,7 @@ def test_socket_directory_is_in_the_state_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
 def test_the_child_forked_ahead_ends_with_the_server(machine: Machine, ending: str) -> None:
-    machine.run("decide", "run_command", '{"command": "ls"}')
+    machine.run("decide", "run_command", '{"command": "make"}')
     server = machine.server_pid()
     assert server is not None
     wait_until(lambda: len(children(server)) == 1)  # the call's child is gone, the spare is not
@@ -490,4 +496,4 @@ def test_the_child_forked_ahead_ends_with_the_server(machine: Machine, ending: s
     os.kill(server, getattr(signal, ending))
 
     wait_until(lambda: not alive(spare))
-    assert machine.run("decide", "run_command", '{"command": "ls"}')[0] == 4  # a new one
+    assert machine.run("decide", "run_command", '{"command": "make"}')[0] == 4  # a new one
