@@ -257,7 +257,8 @@ class _Forwarding:
     """While a command runs in the server, the signals a terminal or a host sends to this
     process go on to the child running it. Signals that arrive before the child has started
     wait; if the server refuses the request, they are delivered here instead (`give_back`).
-    Ctrl-Z stops the child with this process, and `fg` continues both."""
+    Ctrl-Z stops the child with this process, and `fg` continues both; a Ctrl-Z that arrives
+    before the child is known waits too (stopping here alone would leave the call running)."""
 
     def __init__(self) -> None:
         self.pidfd: int | None = None
@@ -292,9 +293,12 @@ class _Forwarding:
 
     def attach(self, pidfd: int) -> None:
         self.pidfd = pidfd
-        for sig in self.pending:
-            self._send(sig)
-        self.pending.clear()
+        pending, self.pending = self.pending, []
+        for sig in pending:
+            if sig == signal.SIGTSTP:
+                self._stop(sig, None)
+            else:
+                self._send(sig)
 
     def give_back(self) -> None:
         """The command runs here after all: the signals that waited are this process's."""
@@ -315,6 +319,10 @@ class _Forwarding:
             self._send(sig)
 
     def _stop(self, sig: int, frame: FrameType | None) -> None:
+        if self.pidfd is None:
+            if sig not in self.pending:
+                self.pending.append(sig)
+            return
         self._send(signal.SIGSTOP)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until `fg` or SIGCONT

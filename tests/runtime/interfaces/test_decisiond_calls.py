@@ -11,6 +11,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,9 +21,19 @@ from typing import Any
 import pexpect
 import pytest
 
-from tests.runtime.interfaces.served import Machine, alive, children, wait_until
+from codecoder.runtime.interfaces import decisiond
+from tests.runtime.interfaces.served import Machine, address, alive, children, wait_until
 
 TIMES = re.compile(r'("(?:duration|waited)_ms":) [0-9.e-]+')  # how long a call took differs
+
+
+def on_the_host(machine: Machine) -> None:
+    """The user binds run_command to @shell: a command is a process of the host, whose parent
+    is the process that ran the call (contained in @bwrap, its parent would be bubblewrap's
+    init, pid 1 in its own namespace)."""
+    config = Path(machine.env["XDG_CONFIG_HOME"]) / "codecoder" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"environments": {"run_command": "@shell"}}))
 
 
 def served_pid(machine: Machine, *args: str, **options: Any) -> tuple[int, int]:
@@ -38,6 +49,7 @@ def served_pid(machine: Machine, *args: str, **options: Any) -> tuple[int, int]:
 
 
 def test_a_call_is_run_by_the_server_and_in_process_without_it(machine: Machine) -> None:
+    on_the_host(machine)
     ran_by, client = served_pid(machine)
     assert ran_by != client
     assert ran_by not in (os.getpid(), *machine.server_pids())  # a child of the server
@@ -80,7 +92,7 @@ def test_every_served_command_gives_what_its_own_process_gives(
         step("call", "read_file", '{"path": "a.txt"}', "--json")
         step("call", "read_file", '{"path": "missing.txt"}')
         step("call", "read_file", '{"nope": 1}', "--json")
-        step("call", "read_file", "{broken")
+        step("call", "read_file", '{"path": broken}')
         step("call", "no_such_tool", "{}")
         step("call", "read_file", '{"path": "../a.txt"}', "--project", "sub")
         step("call", "write_file", "-", "--answer", "once", stdin=args_file.read_text())
@@ -134,6 +146,7 @@ def spawn(machine: Machine, *args: str, daemon: bool = True) -> pexpect.spawn:
 
 
 def test_a_question_is_asked_and_answered_on_the_clients_terminal(machine: Machine) -> None:
+    on_the_host(machine)
     child = spawn(machine, "call", "run_command", json.dumps({"command": "echo ran by $PPID"}))
     child.expect("permission required")
     child.expect(r"choice \[o/s/d\]: ")
@@ -162,7 +175,7 @@ def test_with_arguments_on_stdin_the_question_goes_to_the_clients_controlling_te
         encoding="utf-8",
         timeout=60,
     )
-    child.expect(r"choice \[o/s/p/d\]: ")
+    child.expect(r"choice \[o/s/p/w/c/d\]: ")
     assert "key          write_file:src/asked.txt" in child.before
     child.sendline("o")
     child.expect(pexpect.EOF)
@@ -321,6 +334,50 @@ def test_ctrl_z_stops_the_call_and_fg_continues_it(machine: Machine) -> None:
     wait_until(lambda: state(child) != "T")
     out, _ = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (0, "finished\n[exit code 0]\n")
+
+
+def test_a_ctrl_z_before_the_call_started_stops_it_once_it_has(machine: Machine) -> None:
+    """Ctrl-Z between the request and the server's word that the call started (a busy machine)
+    waits for it: the client does not stop alone, leaving the call running. The server here is
+    a socket the test answers, and the call a `sleep` the test started."""
+    machine.directory.mkdir(parents=True, mode=0o700)
+    name = decisiond.socket_name(decisiond.identity())
+    call = subprocess.Popen(["sleep", "60"])
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
+        with address(machine.directory / f"{name}.sock") as where:
+            listener.bind(where)
+        listener.listen(1)
+        listener.settimeout(60)
+        client = machine.popen("call", "run_command", '{"command": "sleep 60"}')
+        try:
+            conn, _ = listener.accept()
+            with conn:
+                _, fds, _, _ = socket.recv_fds(conn, 1 << 20, 8)  # the request: it waits now
+                for fd in fds:
+                    os.close(fd)
+                client.send_signal(signal.SIGTSTP)
+                wait_until(lambda: not pending(client.pid, signal.SIGTSTP))
+                pidfd = os.pidfd_open(call.pid)
+                socket.send_fds(conn, [b'{"started": true}'], [pidfd])
+                os.close(pidfd)
+                wait_until(lambda: state(client.pid) == "T" and state(call.pid) == "T")
+                client.send_signal(signal.SIGCONT)
+                wait_until(lambda: state(call.pid) != "T")
+                conn.send(b'{"exit": 0}')
+            assert client.wait(timeout=60) == 0
+        finally:
+            client.kill()
+            client.wait()
+            call.kill()
+            call.wait()
+
+
+def pending(pid: int, sig: int) -> bool:
+    """Whether `sig` waits to be delivered to `pid`."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) >> (sig - 1) & 1:
+            return True
+    return False
 
 
 def running_call(machine: Machine) -> int:
