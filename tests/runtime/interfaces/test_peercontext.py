@@ -2,7 +2,9 @@
 (`runtime.interfaces.peercontext`): clients in another namespace, cgroup, with other limits,
 niceness, CPU set, capabilities, groups or no_new_privs get a server of their own context or
 run the command themselves; a client that speaks to a server of another context, hands its
-connection to another process, or has a seccomp filter is not run tools for.
+connection to another process, or has a seccomp filter is not run tools for. A command
+contained in @bwrap (the default) keeps what the client's confinement carries into the sandbox
+whoever serves it; its namespaces are bubblewrap's own.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import uuid
@@ -19,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from codecoder.runtime.interfaces import decisiond, peercontext
-from tests.runtime.interfaces.served import Machine
+from tests.runtime.interfaces.served import Machine, wait_until
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to confine a process")
 
@@ -39,6 +43,15 @@ CONFINEMENTS = {
     "OOM score": (("choom", "-n", "500", "--"), "cat /proc/$P/oom_score_adj"),
     "cgroup": ((), "grep :pids: /proc/$P/cgroup"),  # the client is moved by `preexec` below
 }
+
+
+def on_the_host(machine: Machine) -> None:
+    """The user binds run_command to @shell: a command is a process of the host, in the
+    namespaces of the process that ran the call and showing its /proc (contained in @bwrap it
+    would be in bubblewrap's own)."""
+    config = Path(machine.env["XDG_CONFIG_HOME"]) / "codecoder" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"environments": {"run_command": "@shell"}}))
 
 
 @contextlib.contextmanager
@@ -98,6 +111,7 @@ def probe(
 def test_a_command_runs_with_its_clients_confinement_whoever_serves_it(
     machine: Machine, confinement: str
 ) -> None:
+    on_the_host(machine)
     # A server of the plain context runs, and what the probe shows there.
     plain, _, _ = probe(machine, confinement, daemon=True, confined=False)
     assert machine.server_pids()
@@ -108,6 +122,117 @@ def test_a_command_runs_with_its_clients_confinement_whoever_serves_it(
     assert not by_itself  # served, by a server of the client's own context
     assert ran == client != plain
     assert len(machine.server_pids()) == 2
+
+
+# Bubblewrap makes namespaces of its own, and sets no_new_privs and an empty bounding set
+# whatever the client's; the rest of a client's confinement carries into the sandbox.
+BWRAP_OWN = ("network namespace", "mount namespace", "IPC and UTS namespaces")
+
+
+@needs_root
+@pytest.mark.parametrize("confinement", CONFINEMENTS)
+def test_a_contained_command_keeps_its_clients_confinement_whoever_serves_it(
+    machine: Machine, confinement: str
+) -> None:
+    """Seen from the host, the process of a command contained in @bwrap: under a confined
+    client, in its own process or served by a server of the client's context, it has the
+    client's limits, niceness, groups, CPU set, policy, OOM score and cgroup; namespaces of
+    bubblewrap's own, neither the client's nor the plain context's."""
+    prefix, shell = CONFINEMENTS[confinement]
+    plain_client = _own(shell, ())
+    _, plain, _ = contained(machine, confinement, daemon=True, confined=False)
+    with own_cgroup() if confinement == "cgroup" else contextlib.nullcontext() as group:
+        client = _own(shell, prefix, group)
+        if confinement not in ("no_new_privs", "capability bounding set"):
+            assert client != plain_client  # the confinement bites
+        for daemon in (False, True):
+            served, ran, ancestors = contained(machine, confinement, daemon=daemon, group=group)
+            assert served == daemon, ancestors
+            if confinement in BWRAP_OWN:
+                assert ran not in (client, plain_client, plain)
+            else:
+                assert ran == client
+    assert len(machine.server_pids()) == 2
+
+
+def _own(shell: str, prefix: tuple[str, ...], group: Path | None = None) -> str:
+    """What the probe shows of a process confined by `prefix` (and put in `group`)."""
+
+    def enter_group() -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    own = shell.replace("$P", "self")
+    return subprocess.run(
+        [*prefix, "sh", "-c", own], capture_output=True, text=True, check=True,
+        preexec_fn=enter_group,
+    ).stdout.strip()  # fmt: skip
+
+
+def contained(
+    machine: Machine,
+    confinement: str,
+    *,
+    daemon: bool,
+    group: Path | None = None,
+    confined: bool = True,
+) -> tuple[bool, str, list[int]]:
+    """For a client confined by `confinement`, a command contained in @bwrap that sleeps: whether
+    a server ran it (its process descends from a server, not the client), what the probe
+    run on the host shows of its process, and that process's ancestors."""
+    prefix, shell = CONFINEMENTS[confinement]
+    seconds = f"{60 + random.random():.6f}"
+    command = json.dumps({"command": f"sleep {seconds}"})
+
+    def enter_group() -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    proc = subprocess.Popen(
+        machine.command("call", "run_command", command, "--answer", "once",
+                        prefix=prefix if confined else ()),
+        stdout=subprocess.DEVNULL,
+        env=machine.environment(daemon),
+        cwd=machine.project,
+        preexec_fn=enter_group,
+    )  # fmt: skip
+    try:
+        found: list[int] = []
+        wait_until(lambda: found.extend(_sleeping(seconds)) or found, timeout=60)
+        (pid,) = found
+        seen = subprocess.run(
+            ["sh", "-c", shell], capture_output=True, text=True, check=True, env={"P": str(pid)}
+        ).stdout.strip()
+        ancestors = _ancestors(pid)
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    # The nearest of the client and the servers (a server the client started is its child).
+    servers = machine.server_pids()
+    nearest = next(pid for pid in ancestors if pid == proc.pid or pid in servers)
+    return nearest in servers, seen, ancestors
+
+
+def _sleeping(seconds: str) -> list[int]:
+    """The processes of `sleep SECONDS` (`/usr/bin/sleep` where bubblewrap cannot run and
+    Landlock confines the command instead)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv[1:] == [seconds.encode(), b""] and os.path.basename(argv[0]) == b"sleep":
+                found.append(int(entry.name))
+    return found
+
+
+def _ancestors(pid: int) -> list[int]:
+    found = []
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        found.append(pid)
+    return found
 
 
 def _speak(machine: Machine, prefix: tuple[str, ...], script: str) -> list[dict[str, object]]:
@@ -253,7 +378,9 @@ os.execv(sys.executable, [sys.executable, "-m", "codecoder.runtime", *sys.argv[1
 
 def test_a_client_under_a_seccomp_filter_runs_tools_itself(machine: Machine) -> None:
     """Two seccomp filters of the same depth cannot be told apart from outside, so a filtered
-    client runs its tools in its own process; what runs nothing is still served."""
+    client runs its tools in its own process; what runs nothing is still served. Contained in
+    @bwrap, the command has the client's filter under bubblewrap's own."""
+    on_the_host(machine)
     command = json.dumps({"command": "grep Seccomp: /proc/self/status; echo by $PPID"})
     proc = subprocess.Popen(
         [sys.executable, "-c", SECCOMP_ALLOW_ALL, "call", "run_command", command, "--answer",
@@ -280,6 +407,26 @@ def test_a_client_under_a_seccomp_filter_runs_tools_itself(machine: Machine) -> 
     )
     assert decided.returncode == 4
     assert len(machine.server_pids()) == 1  # the filtered context's own server answered it
+
+    (Path(machine.env["XDG_CONFIG_HOME"]) / "codecoder" / "config.json").unlink()
+    filters = json.dumps({"command": "grep Seccomp_filters: /proc/self/status"})
+    counts = []
+    for prefix in ([sys.executable, "-c", SECCOMP_ALLOW_ALL], machine.command()):
+        ran = subprocess.run(
+            [*prefix, "call", "run_command", filters, "--answer", "once"],
+            capture_output=True,
+            text=True,
+            env=machine.environment(),
+            cwd=machine.project,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 0, ran.stderr
+        line, exit_line = ran.stdout.splitlines()
+        assert exit_line == "[exit code 0]"
+        counts.append(int(line.removeprefix("Seccomp_filters:")))
+    filtered, plain = counts
+    assert filtered == plain + 1 and plain >= 1
 
 
 def test_a_fingerprint_is_what_proc_says_of_the_process() -> None:
