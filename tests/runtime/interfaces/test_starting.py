@@ -43,6 +43,50 @@ def init_json(project: Path, **env: str) -> dict[str, Any]:
 def test_init_in_a_node_project_without_an_engine_writes_a_file_check_accepts(
     project: Path,
 ) -> None:
+    """No Docker engine: commands are contained in @bwrap, the machine's default, so a grant
+    for the tests may be for the project, and nothing is bound in the file."""
+    (project / "package.json").write_text('{"scripts": {"test": "node test.js"}}')
+    found = init_json(project, DOCKER_HOST=NO_ENGINE)
+    assert found == {
+        "file": str(project / "codecoder.json"),
+        "language": "JavaScript",
+        "test_command": "npm test",
+        "test_key": "run_command:npm:test",
+        "environment": "@bwrap",
+        "bound": False,
+        "reason": "host processes in bubblewrap namespaces: protected paths read-only, secrets "
+        "hidden, no network, the default here",
+        "hints": [],
+    }
+    check = codecoder(project, "check", "--json", DOCKER_HOST=NO_ENGINE)
+    report = json.loads(check.stdout)
+    assert check.returncode == 0 and report["ok"]
+    assert report["diagnostics"] == []
+    assert report["commands"]["environment"] == "@bwrap"
+    written = json.loads((project / "codecoder.json").read_text())
+    assert {k: v for k, v in written.items() if not k.startswith("//")} == {
+        "allowlist": {},
+        "deny": ["run_command:git:push"],
+        "limits": {"timeout": 120, "max_output": 65536},
+    }
+    comments = " ".join(" ".join(v) for k, v in written.items() if k.startswith("//"))
+    assert "Found: JavaScript (package.json); tests: `npm test`." in comments
+    assert "run_command runs in @bwrap: host processes in bubblewrap namespaces" in comments
+    assert (
+        'To run the tests without asking (contained in @bwrap): "run_command:npm:test": '
+        '"AlwaysThisProject"' in comments
+    )
+    assert all(len(line) <= 88 for k, v in written.items() if k.startswith("//") for line in v)
+
+
+def test_init_for_a_user_who_runs_commands_on_the_host_says_a_grant_lasts_a_session(
+    project: Path,
+) -> None:
+    """The user bound run_command to @shell and no Docker engine answers: grants for commands
+    last one session at most, and the file says so; check accepts it."""
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "codecoder" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"environments": {"run_command": "@shell"}}))
     (project / "package.json").write_text('{"scripts": {"test": "node test.js"}}')
     found = init_json(project, DOCKER_HOST=NO_ENGINE)
     assert found["reason"].startswith(
@@ -139,7 +183,7 @@ def test_call_help_gives_examples_and_every_built_in_tool(project: Path) -> None
     listed = shown.stdout.split("tools (environment, whether a call asks;")[1].splitlines()[1:]
     rows = {line.split()[0]: line.split()[1:3] for line in listed}
     assert set(rows) == BUILTIN_TOOL_NAMES
-    assert rows["run_command"] == ["@shell", "asks"]
+    assert rows["run_command"] == ["@bwrap", "asks"]
     assert rows["read_file"] == ["@landlock", "never"]
 
 
