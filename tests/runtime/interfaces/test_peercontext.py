@@ -55,8 +55,9 @@ def on_the_host(machine: Machine) -> None:
 
 
 @contextlib.contextmanager
-def own_cgroup() -> Iterator[Path]:
-    """A cgroup of the test's own in the v1 `pids` hierarchy, removed at the end."""
+def own_cgroup(machine: Machine) -> Iterator[Path]:
+    """A cgroup of the test's own in the v1 `pids` hierarchy, removed at the end, once the
+    machine's servers (one of them started in it) have ended."""
     hierarchy = Path("/sys/fs/cgroup/pids")
     if not (hierarchy / "cgroup.procs").exists():
         pytest.skip("no cgroup v1 pids hierarchy to make a cgroup in")
@@ -65,7 +66,9 @@ def own_cgroup() -> Iterator[Path]:
     try:
         yield group
     finally:
+        machine.stop()
         with contextlib.suppress(OSError):
+            wait_until(lambda: not (group / "cgroup.procs").read_text().strip())
             group.rmdir()
 
 
@@ -115,13 +118,13 @@ def test_a_command_runs_with_its_clients_confinement_whoever_serves_it(
     # A server of the plain context runs, and what the probe shows there.
     plain, _, _ = probe(machine, confinement, daemon=True, confined=False)
     assert machine.server_pids()
-    with own_cgroup() if confinement == "cgroup" else contextlib.nullcontext() as group:
+    with own_cgroup(machine) if confinement == "cgroup" else contextlib.nullcontext() as group:
         ran, client, in_process = probe(machine, confinement, daemon=False, group=group)
         assert in_process and ran == client != plain  # the confinement bites
         ran, client, by_itself = probe(machine, confinement, daemon=True, group=group)
+        assert len(machine.server_pids()) == 2
     assert not by_itself  # served, by a server of the client's own context
     assert ran == client != plain
-    assert len(machine.server_pids()) == 2
 
 
 # Bubblewrap makes namespaces of its own, and sets no_new_privs and an empty bounding set
@@ -141,7 +144,7 @@ def test_a_contained_command_keeps_its_clients_confinement_whoever_serves_it(
     prefix, shell = CONFINEMENTS[confinement]
     plain_client = _own(shell, ())
     _, plain, _ = contained(machine, confinement, daemon=True, confined=False)
-    with own_cgroup() if confinement == "cgroup" else contextlib.nullcontext() as group:
+    with own_cgroup(machine) if confinement == "cgroup" else contextlib.nullcontext() as group:
         client = _own(shell, prefix, group)
         if confinement not in ("no_new_privs", "capability bounding set"):
             assert client != plain_client  # the confinement bites
@@ -152,7 +155,7 @@ def test_a_contained_command_keeps_its_clients_confinement_whoever_serves_it(
                 assert ran not in (client, plain_client, plain)
             else:
                 assert ran == client
-    assert len(machine.server_pids()) == 2
+        assert len(machine.server_pids()) == 2
 
 
 def _own(shell: str, prefix: tuple[str, ...], group: Path | None = None) -> str:
