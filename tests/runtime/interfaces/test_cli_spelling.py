@@ -49,7 +49,7 @@ def test_an_unknown_answer_names_the_closest_and_every_spelling() -> None:
 
 def test_answer_takes_the_files_scope_names(project: Path) -> None:
     proc = codecoder(
-        "call", "run_command", "touch hi", "--answer", "AlwaysThisSession", "--json", project=project
+        "call", "run_command", "touch a", "--answer", "AlwaysThisSession", "--json", project=project
     )
     assert proc.returncode == 0, proc.stderr
     decision = as_json(proc)["decision"]
