@@ -2,15 +2,18 @@
 
 `TerminalView` is an `OutputListener`: the command's stdout goes to the terminal's stdout and its
 stderr to its stderr while it runs, each made safe with `for_terminal()` (an escape sequence
-cannot restyle, hide or overwrite what follows; a long run of blanks is a marker). It is
+cannot restyle, hide or overwrite what follows; a long run of blanks is a marker; harmless
+colours are shown as colours where `colours_for()` the stream says so, reset at the end of
+each piece written, so none outlasts it). It is
 bounded like a result: the first half of `limit` bytes is shown as it comes; past that, the
 output goes on being read but only its last half of `limit` is kept, and shown, with the cut
 marked, when the command ends. So a command printing gigabytes neither floods the terminal nor
 hides how it ended.
 
 Pieces arrive split anywhere: a character split between two pieces is decoded whole (an
-incremental decoder per stream), and a trailing run of blanks is held back until the next piece
-or the end, so that a run is neutralised as one run, whatever the split.
+incremental decoder per stream), and a trailing run of blanks, or the start of an escape
+sequence, is held back until the next piece or the end, so that a run is neutralised as one
+run and a colour code is read whole, whatever the split.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import threading
 from typing import TextIO
 
 from codecoder.environments.base import Stream
-from codecoder.runtime.kernel.display import for_terminal
+from codecoder.runtime.kernel.display import Colours, colours_for, for_terminal
 
-# A trailing run of blanks (after a first newline, which is written at once) waits for more.
-_TRAILING_BLANKS = re.compile(r"\n?([ \t\r\n]*)\Z")
+# A trailing run of blanks (after a first newline, which is written at once), and what may be
+# the start of a colour code, wait for more.
+_TRAILING_BLANKS = re.compile(r"\n?([ \t\r\n]*(?:\x1b(?:\[[0-9;]*)?)?)\Z")
 
 
 class TerminalView:
@@ -32,6 +36,9 @@ class TerminalView:
 
     def __init__(self, stdout: TextIO, stderr: TextIO | None = None, *, limit: int) -> None:
         self._files: dict[Stream, TextIO] = {"stdout": stdout, "stderr": stderr or stdout}
+        self._colours: dict[Stream, Colours] = {
+            stream: colours_for(file) for stream, file in self._files.items()
+        }
         self._decoders = {
             stream: codecs.getincrementaldecoder("utf-8")(errors="replace")
             for stream in ("stdout", "stderr")
@@ -59,7 +66,7 @@ class TerminalView:
             if rest:
                 self._write(
                     "stdout",
-                    for_terminal(self._flush_held())
+                    self._safe("stdout", self._flush_held())
                     + "\n[... the output goes on; its end is shown when the command ends ...]\n",
                 )
                 self._keep_tail(stream, rest)
@@ -73,11 +80,11 @@ class TerminalView:
                 self._held[stream] += self._decoders[stream].decode(b"", final=True)
             held = self._flush_held()
             if held:
-                self._write("stdout", for_terminal(held))
+                self._write("stdout", self._safe("stdout", held))
             if self._cut:
                 dropped = self._cut - len(self._tail.encode())
                 marker = f"[... {max(dropped, 0)} bytes of output not shown ...]\n"
-                self._write("stdout", marker + for_terminal(self._tail))
+                self._write("stdout", marker + self._safe("stdout", self._tail))
             if self._last != "\n":
                 self._write("stdout", "\n")
 
@@ -86,7 +93,10 @@ class TerminalView:
         assert match is not None  # the pattern matches the empty end of any text
         now, self._held[stream] = text[: match.start(1)], match.group(1)
         if now:
-            self._write(stream, for_terminal(now))
+            self._write(stream, self._safe(stream, now))
+
+    def _safe(self, stream: Stream, text: str) -> str:
+        return for_terminal(text, self._colours[stream])
 
     def _flush_held(self) -> str:
         held = self._held["stdout"] + self._held["stderr"]

@@ -51,7 +51,8 @@ if (scenario === "list") {
   out.tools = (await client.listTools()).tools;
 } else if (scenario === "size") {
   await client.listTools(); // the SDK would then check structuredContent against an outputSchema
-  const result = await call("run_command", { command: "seq 1 20000" });
+  // Through sh: a call that asks (a bare `seq` is read-only in @bwrap, never asked).
+  const result = await call("run_command", { command: "sh -c 'seq 1 20000'" });
   out.result = result;
   out.result_chars = JSON.stringify(result).length;
   out.text_chars = result.content[0].text.length;

@@ -35,6 +35,9 @@ ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
     *("host-once", "host-session", "host-session-program", "deny"),
 )
+# runtime.kernel.decision.Source's values, what `codecoder log --source` filters by
+# (tests/runtime/interfaces/test_cli_log.py checks them).
+SOURCES = ("none", "deny", "project", "session", "once", "denied", "read-only")
 
 
 def _answer(text: str) -> Answer:
@@ -277,8 +280,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decision", choices=["allow", "deny"], help="only allowed or refused calls")
     p.add_argument(
         "--source",
-        choices=["none", "deny", "project", "session", "once", "denied"],
-        help="only calls decided so (a deny rule, a project or session grant, an answer …)",
+        choices=SOURCES,
+        help="only calls decided so (a deny rule, a project or session grant, an answer, a"
+        " read-only command …)",
     )
     p.add_argument(
         "--outcome",

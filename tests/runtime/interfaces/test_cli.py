@@ -190,7 +190,7 @@ def test_call_runs_through_the_chain_with_exit_codes(project: Path) -> None:
     ok = codecoder(
         "call",
         "run_command",
-        '{"command": "echo hello"}',
+        '{"command": "sh -c \'echo hello\'"}',
         "--answer",
         "once",
         "--json",
@@ -206,12 +206,13 @@ def test_call_runs_through_the_chain_with_exit_codes(project: Path) -> None:
     denied = codecoder(
         "call",
         "run_command",
-        '{"command": "echo hi"}',
+        '{"command": "touch hi"}',
         "--non-interactive",
         "--json",
         project=project,
     )
     assert (denied.returncode, as_json(denied)["decision"]["source"]) == (3, "denied")
+    assert not (project / "hi").exists()
     usage = codecoder("call", "run_command", '{"command": ', project=project)
     assert usage.returncode == 2
     unknown = codecoder("call", "no_such_tool", "{}", project=project)
@@ -230,10 +231,10 @@ def test_call_with_always_this_project_on_a_shell_tool_is_refused(project: Path)
 
 def test_replay_runs_one_session_so_session_grants_carry_over(project: Path) -> None:
     lines = [
-        {"tool": "run_command", "args": {"command": "echo one"}, "answer": "session"},
-        {"tool": "run_command", "args": {"command": "echo two"}},
-        {"tool": "run_command", "args": {"command": "echo 3 && echo 4"}},
-        {"tool": "run_command", "args": {"command": "ls"}, "answer": "deny"},
+        {"tool": "run_command", "args": {"command": "mkdir -v one"}, "answer": "session"},
+        {"tool": "run_command", "args": {"command": "mkdir -v two"}},
+        {"tool": "run_command", "args": {"command": "mkdir 3 && mkdir 4"}},
+        {"tool": "run_command", "args": {"command": "touch five"}, "answer": "deny"},
     ]
     script = project / "run.jsonl"
     script.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
@@ -246,7 +247,8 @@ def test_replay_runs_one_session_so_session_grants_carry_over(project: Path) -> 
         "denied",
         None,
     ]
-    assert rows[1]["result"]["data"]["stdout"] == "two\n"
+    assert rows[1]["result"]["data"]["stdout"] == "mkdir: created directory 'two'\n"
+    assert sorted(path.name for path in project.iterdir()) == ["one", "run.jsonl", "two"]
     assert rows[4]["error"]["type"] == "UsageError"
     assert proc.returncode == 2
 
@@ -476,7 +478,7 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
         "source": None,
         "matched": None,
         "would_ask": True,
-        "choices": ["once", "session", "deny"],
+        "choices": ["once", "session", "project", "project-any", "deny"],
         "options": [
             {
                 "answer": "once",
@@ -496,6 +498,27 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
                 "covers": "every simple `touch …` command, with any arguments",
                 "lasts": "until this session ends",
                 "kept": "kept in memory only (nothing is written)",
+                "runs_in": None,
+            },
+            {
+                "answer": "project",
+                "letter": "p",
+                "scope": "AlwaysThisProject",
+                "entry": "run_command:touch",
+                "covers": "every simple `touch …` command, with any arguments",
+                "lasts": "until revoked",
+                "kept": f"written to {project.resolve() / 'codecoder.json'}",
+                "runs_in": None,
+            },
+            {
+                "answer": "project-any",
+                "letter": "c",
+                "scope": "AlwaysThisProject",
+                "entry": "run_command:*",
+                "covers": "any simple command in @bwrap (one program with literal arguments;"
+                " never a compound command, nor one that needs the host)",
+                "lasts": "until revoked",
+                "kept": f"written to {project.resolve() / 'codecoder.json'}",
                 "runs_in": None,
             },
             {
@@ -542,21 +565,22 @@ def test_allow_grants_only_its_key_and_refuses_what_a_session_grant_cannot_be(
     ok = codecoder(
         "call",
         "run_command",
-        '{"command": "echo hi"}',
+        '{"command": "touch hi"}',
         "--allow",
-        "run_command:echo",
+        "run_command:touch",
         "--non-interactive",
         "--json",
         project=project,
     )
     assert ok.returncode == 0, ok.stderr
     assert as_json(ok)["decision"]["source"] == "session"
+    assert (project / "hi").exists()
     other = codecoder(
         "call",
         "run_command",
-        '{"command": "touch y"}',
+        '{"command": "mkdir y"}',
         "--allow",
-        "run_command:echo",
+        "run_command:touch",
         "--non-interactive",
         project=project,
     )

@@ -93,13 +93,13 @@ async def test_list_shows_every_grant_in_force_with_where_it_is_kept_what_it_cov
     )
     answer("claude-code", {**hooked, "hook_event_name": "PostToolUse"}, project)
     child = session_in_terminal(project)
-    child.sendline("run_command true")
-    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("run_command mkdir build")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
     human = Human("session")
     async with server(project, human, "run_command:echo") as mcp:
-        result = await mcp.call_tool("run_command", {"command": "printf ok"})
+        result = await mcp.call_tool("run_command", {"command": "touch ok"})
         assert decision_of(result)["source"] == "session"
         everything = listed(project)
     child.sendline("/quit")
@@ -110,7 +110,9 @@ async def test_list_shows_every_grant_in_force_with_where_it_is_kept_what_it_cov
         "key": "write_file:tests/**",
         "source": "project",
         "origin": f"{project / 'codecoder.json'} line 3",
-        "covers": "paths matching tests/**",
+        "covers": "any file under tests/, at any depth; never a protected path (codecoder.json,"
+        " .codecoder/, any .git or .gitmodules, the agents' settings such as .claude/): those are"
+        " asked every time",
         "lasts": "until revoked",
         "expiry": None,
         "environment": None,
@@ -120,12 +122,12 @@ async def test_list_shows_every_grant_in_force_with_where_it_is_kept_what_it_cov
     served = [g for g in everything["grants"] if g["origin"].startswith("codecoder serve (pid ")]
     assert [(g["key"], g["origin"].split(", ", 1)[1]) for g in served] == [
         ("run_command:echo", "--allow"),
-        ("run_command:printf", "answered AlwaysThisSession"),
+        ("run_command:touch", "answered AlwaysThisSession"),
     ]
     assert served[0]["covers"] == "every simple `echo …` command, with any arguments"
     assert served[0]["lasts"].startswith("while codecoder serve (pid ")
-    assert served[0]["environment"] == "@shell"
-    interactive = grants["run_command:true"]
+    assert served[0]["environment"] == "@bwrap"
+    interactive = grants["run_command:mkdir"]
     assert interactive["origin"].startswith("codecoder session (pid ")
     assert interactive["lasts"].endswith(" runs")
     assert grants["run_command:ls"]["origin"] == (
@@ -145,36 +147,39 @@ async def test_revoke_takes_a_grant_back_from_a_running_server_which_then_asks_a
     project: Path,
 ) -> None:
     human = Human("once")
-    async with server(project, human, "run_command:echo") as mcp:
-        first = await mcp.call_tool("run_command", {"command": "echo one"})
+    async with server(project, human, "run_command:mkdir") as mcp:
+        first = await mcp.call_tool("run_command", {"command": "mkdir -v one"})
         assert decision_of(first)["source"] == "session" and not human.asked
-        revoked = codecoder("allowlist", "revoke", "run_command:echo", project=project)
+        revoked = codecoder("allowlist", "revoke", "run_command:mkdir", project=project)
         assert revoked.returncode == 0, revoked.stderr
-        assert revoked.stdout.startswith("revoked run_command:echo from codecoder serve (pid ")
+        assert revoked.stdout.startswith("revoked run_command:mkdir from codecoder serve (pid ")
         assert grants_of(project, "session") == []
-        second = await mcp.call_tool("run_command", {"command": "echo two"})
-        assert (text_of(second), decision_of(second)["source"]) == ("two\n[exit code 0]", "once")
+        second = await mcp.call_tool("run_command", {"command": "mkdir -v two"})
+        assert (text_of(second), decision_of(second)["source"]) == (
+            "mkdir: created directory 'two'\n[exit code 0]",
+            "once",
+        )
         assert len(human.asked) == 1
-    again = codecoder("allowlist", "revoke", "run_command:echo", project=project)
+    again = codecoder("allowlist", "revoke", "run_command:mkdir", project=project)
     assert (again.returncode, again.stdout) == (
         1,
-        "run_command:echo is not granted anywhere (`codecoder allowlist list`)\n",
+        "run_command:mkdir is not granted anywhere (`codecoder allowlist list`)\n",
     )
 
 
 def test_revoke_takes_a_grant_back_from_a_session_in_a_terminal(project: Path) -> None:
     child = session_in_terminal(project)
-    child.sendline("run_command echo hi")
-    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("run_command touch hi")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
-    assert [key for key, _ in grants_of(project, "session")] == ["run_command:echo"]
-    revoked = codecoder("allowlist", "revoke", "run_command:echo", "--json", project=project)
+    assert [key for key, _ in grants_of(project, "session")] == ["run_command:touch"]
+    revoked = codecoder("allowlist", "revoke", "run_command:touch", "--json", project=project)
     assert revoked.returncode == 0
     (where,) = as_json(revoked)["from"]
     assert where == f"codecoder session (pid {child.pid})"
-    child.sendline("run_command echo again")
-    child.expect_exact("choice [o/s/d]: ")  # asked again: the grant is gone
+    child.sendline("run_command touch again")
+    child.expect_exact("choice [o/s/p/c/d]: ")  # asked again: the grant is gone
     child.sendline("d")
     child.expect_exact(PROMPT)
     child.sendline("/quit")
@@ -222,8 +227,8 @@ def test_a_published_grant_is_readable_by_its_user_only_and_outside_the_workspac
     project: Path,
 ) -> None:
     child = session_in_terminal(project)
-    child.sendline("run_command echo hi")
-    child.expect_exact("choice [o/s/d]: ")
+    child.sendline("run_command touch hi")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
     (process,) = live_sessions(project.resolve())

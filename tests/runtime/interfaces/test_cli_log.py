@@ -22,7 +22,7 @@ def records(proc: Any) -> list[dict[str, Any]]:
 
 
 def test_log_json_shows_the_call_just_made_with_the_projects_path(project: Path) -> None:
-    made = codecoder("call", "run_command", "echo hi", "--answer", "once", project=project)
+    made = codecoder("call", "run_command", "touch hi", "--answer", "once", project=project)
     assert made.returncode == 0
     proc = codecoder("log", "--json", "--last", "1", project=project)
     assert proc.returncode == 0
@@ -30,8 +30,8 @@ def test_log_json_shows_the_call_just_made_with_the_projects_path(project: Path)
     assert {k: record[k] for k in ("project", "tool", "key", "environment")} == {
         "project": str(project.resolve()),
         "tool": "run_command",
-        "key": "run_command:echo",
-        "environment": "@shell",
+        "key": "run_command:touch",
+        "environment": "@bwrap",
     }
     assert (record["decision"], record["source"], record["answer"], record["outcome"]) == (
         "allow",
@@ -42,9 +42,10 @@ def test_log_json_shows_the_call_just_made_with_the_projects_path(project: Path)
 
 
 def test_log_filters_by_tool_decision_outcome_and_time(project: Path) -> None:
-    codecoder("call", "run_command", "echo one", "--answer", "once", project=project)
+    codecoder("call", "run_command", "touch one", "--answer", "once", project=project)
     codecoder("call", "run_command", "rm nothing", "--non-interactive", project=project)
     codecoder("call", "reason", '{"thought": "x"}', project=project)
+    codecoder("call", "run_command", "echo two", "--non-interactive", project=project)
     log = project_state_directory(project.resolve()) / "audit.jsonl"
     old = {"ts": time.time() - 3 * 86400, "tool": "run_command", "key": "run_command:old"}
     with log.open("a") as fh:
@@ -56,27 +57,49 @@ def test_log_filters_by_tool_decision_outcome_and_time(project: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         return [r["key"] for r in records(proc)]
 
-    assert keys() == ["run_command:echo", "run_command:rm", None, "run_command:old"]
-    assert keys("--tool", "reason") == [None]
-    assert keys("--tool", "reason", "--tool", "run_command", "--since", "1h") == [
-        "run_command:echo",
+    assert keys() == [
+        "run_command:touch",
         "run_command:rm",
         None,
+        "run_command:echo",
+        "run_command:old",
+    ]
+    assert keys("--tool", "reason") == [None]
+    assert keys("--tool", "reason", "--tool", "run_command", "--since", "1h") == [
+        "run_command:touch",
+        "run_command:rm",
+        None,
+        "run_command:echo",
     ]
     assert keys("--decision", "deny") == ["run_command:rm"]
     assert keys("--outcome", "ok", "--until", "1d") == ["run_command:old"]
-    assert keys("--source", "once", "--last", "5") == ["run_command:echo"]
-    text = codecoder("log", "--tool", "run_command", "--last", "2", project=project)
+    assert keys("--source", "once", "--last", "5") == ["run_command:touch"]
+    assert keys("--source", "read-only") == ["run_command:echo"]
+    text = codecoder("log", "--tool", "run_command", "--last", "3", project=project)
     lines = text.stdout.splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert lines[0].split("  ")[1:6] == [
         "run_command",
         "run_command:rm",
-        "@shell",
+        "@bwrap",
         "deny/denied",
         "denied",
     ]
-    assert lines[1].split("  ")[1:3] == ["run_command", "run_command:old"]
+    assert lines[1].split("  ")[1:6] == [
+        "run_command",
+        "run_command:echo",
+        "@bwrap",
+        "allow/read-only",
+        "ok",
+    ]
+    assert lines[2].split("  ")[1:3] == ["run_command", "run_command:old"]
+
+
+def test_log_filters_by_every_source_a_decision_can_have() -> None:
+    from codecoder.runtime.interfaces.cli.grammar import SOURCES
+    from codecoder.runtime.kernel.decision import Source
+
+    assert tuple(source.value for source in Source) == SOURCES
 
 
 def test_log_shows_what_a_record_holds_harmlessly(project: Path) -> None:
@@ -121,8 +144,8 @@ def test_log_follow_shows_new_calls_as_they_come_until_ctrl_c(project: Path) -> 
     )
     time.sleep(1.0)  # the follower has read the log as it was
     codecoder("call", "reason", '{"thought": "filtered out"}', project=project)
-    codecoder("call", "run_command", "echo followed", "--answer", "once", project=project)
-    child.expect(r"run_command  run_command:echo  @shell  allow/once  ok  \d+ ms  answered once")
+    codecoder("call", "run_command", "touch followed", "--answer", "once", project=project)
+    child.expect(r"run_command  run_command:touch  @bwrap  allow/once  ok  \d+ ms  answered once")
     assert "reason" not in child.before
     child.sendintr()
     child.expect(pexpect.EOF)

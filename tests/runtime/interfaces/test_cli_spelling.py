@@ -49,13 +49,13 @@ def test_an_unknown_answer_names_the_closest_and_every_spelling() -> None:
 
 def test_answer_takes_the_files_scope_names(project: Path) -> None:
     proc = codecoder(
-        "call", "run_command", "echo hi", "--answer", "AlwaysThisSession", "--json", project=project
+        "call", "run_command", "touch a", "--answer", "AlwaysThisSession", "--json", project=project
     )
     assert proc.returncode == 0, proc.stderr
     decision = as_json(proc)["decision"]
     assert (decision["source"], decision["answer"]) == ("session", "session")
     typo = codecoder(
-        "call", "run_command", "echo hi", "--answer", "AlwaysThisSesion", project=project
+        "call", "run_command", "touch hi", "--answer", "AlwaysThisSesion", project=project
     )
     assert typo.returncode == 2
     assert typo.stderr.startswith(
@@ -68,10 +68,10 @@ def test_replay_takes_the_files_scope_names_and_says_when_a_line_gave_no_answer(
     project: Path,
 ) -> None:
     lines = [
-        {"tool": "run_command", "args": {"command": "echo one"}, "answer": "AlwaysThisSession"},
-        {"tool": "run_command", "args": {"command": "echo two"}},
-        {"tool": "run_command", "args": {"command": "ls"}},
-        {"tool": "run_command", "args": {"command": "ls"}, "answer": "Sometimes"},
+        {"tool": "run_command", "args": {"command": "touch one"}, "answer": "AlwaysThisSession"},
+        {"tool": "run_command", "args": {"command": "touch two"}},
+        {"tool": "run_command", "args": {"command": "mkdir three"}},
+        {"tool": "run_command", "args": {"command": "mkdir four"}, "answer": "Sometimes"},
     ]
     script = project / "run.jsonl"
     script.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
@@ -84,10 +84,11 @@ def test_replay_takes_the_files_scope_names_and_says_when_a_line_gave_no_answer(
         None,
     ]
     assert rows[2]["error"]["message"] == (
-        "run_command:ls was not allowed (line 3 of the replay gives no answer, and nothing "
+        "run_command:mkdir was not allowed (line 3 of the replay gives no answer, and nothing "
         "granted it)"
     )
     assert rows[3]["error"]["message"].startswith("line 4: 'Sometimes' is not an answer")
+    assert sorted(path.name for path in project.iterdir()) == ["one", "run.jsonl", "two"]
     assert proc.returncode == 2
 
 
@@ -208,9 +209,15 @@ def test_decide_names_the_file_a_deny_rule_came_from(project: Path) -> None:
 def test_decide_shows_each_choice_with_what_it_records_and_how_long(project: Path) -> None:
     proc = codecoder("decide", "run_command", "cp a b", project=project)
     assert proc.returncode == 4
-    assert proc.stdout.splitlines()[-3:] == [
+    written = f"lasts until revoked; written to {project.resolve() / 'codecoder.json'}"
+    assert proc.stdout.splitlines()[-5:] == [
         "  [o] Once: this call only; nothing is recorded",
         "  [s] AlwaysThisSession: run_command:cp — every simple `cp …` command, with any "
         "arguments (lasts until this session ends; kept in memory only (nothing is written))",
+        "  [p] AlwaysThisProject: run_command:cp — every simple `cp …` command, with any "
+        f"arguments ({written})",
+        "  [c] AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host) "
+        f"({written})",
         "  [d] Deny: nothing runs; nothing is recorded",
     ]

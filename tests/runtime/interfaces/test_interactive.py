@@ -274,19 +274,19 @@ def test_a_contained_command_offers_the_project_and_its_grant_holds_in_the_next_
     project: Path,
 ) -> None:
     child, _ = start(project, contained=True)
-    child.sendline("run_command echo hi")
-    child.expect_exact("choice [o/s/p/d]: ")
+    child.sendline("run_command mkdir -v hi")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     shown = child.before.replace("\r\n", "\n")
     assert "  environment  @bwrap (host processes in bubblewrap namespaces" in shown
     child.sendline("p")
     child.expect_exact(PROMPT)
     lines = child.before.replace("\r\n", "\n").splitlines()
-    assert lines[1:3] == ["hi", "[exit code 0]"]
+    assert lines[1:3] == ["mkdir: created directory 'hi'", "[exit code 0]"]
     assert " · @bwrap · " in lines[3]
     quit(child)
     again, _ = start(project, contained=True)
-    answered = run(again, "run_command echo again")
-    assert answered.splitlines()[:2] == ["again", "[exit code 0]"]
+    answered = run(again, "run_command mkdir -v again")
+    assert answered.splitlines()[:2] == ["mkdir: created directory 'again'", "[exit code 0]"]
     assert "permission required" not in answered
     quit(again)
 

@@ -55,7 +55,8 @@ def test_a_call_shows_the_commands_output_as_it_comes_then_only_its_status(
     ended_at = time.monotonic()
     terminal.close()
     assert ended_at - shown_at > 1.0  # the first line was on screen while the command slept
-    assert terminal.before == "red \\e[31mtext\r\noops\r\n[exit code 3]\r\n"
+    # Red is a colour that hides nothing: shown as red, reset before the line ends.
+    assert terminal.before == "red \x1b[31mtext\x1b[0m\r\noops\r\n[exit code 3]\r\n"
     assert terminal.exitstatus == 1
 
 
@@ -181,13 +182,13 @@ def test_the_interactive_session_shows_output_as_it_comes_and_ctrl_c_keeps_it(
     terminal.sendintr()
     terminal.expect_exact("(interrupted)")
     terminal.expect_exact("codecoder> ")
-    terminal.sendline("run_command echo done")
+    terminal.sendline("run_command mkdir -v done")
     terminal.expect(r"choice \[")
     terminal.sendline("o")
     terminal.expect_exact("codecoder> ")
     # Shown once, as it came, then the status and the call's line.
-    assert terminal.before.count("done\r\n") == 1
-    assert "[exit code 0]\r\n[ok · run_command:echo" in terminal.before
+    assert terminal.before.count("created directory 'done'\r\n") == 1
+    assert "[exit code 0]\r\n[ok · run_command:mkdir" in terminal.before
     terminal.sendline("/quit")
     terminal.expect(pexpect.EOF)
     assert audit(project)[0]["output"].startswith("tick 1\ntick 2\ntick 3\n")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from codecoder.runtime.interfaces.liveview import TerminalView
 
 
@@ -56,3 +58,22 @@ def test_output_past_the_bound_shows_its_head_then_its_end_with_the_cut_counted(
 def test_the_view_ends_at_the_start_of_a_line() -> None:
     assert shown([("stdout", b"no newline at the end")]) == ("no newline at the end\n", "")
     assert shown([]) == ("", "")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_a_colour_code_split_between_pieces_is_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    out = _Terminal()
+    view = TerminalView(out, limit=64 * 1024)
+    for data in (b"\x1b[3", b"1mred\n\x1b", b"[8mhidden \x1b[", b"2Jcleared\n"):
+        view("stdout", data)
+    view.finish()
+    # Red is shown as red, reset before its line ends; conceal and clear-screen are shown.
+    assert out.getvalue() == "\x1b[31mred\x1b[0m\n\\e[8mhidden \\e[2Jcleared\n"

@@ -74,10 +74,10 @@ async def test_with_a_session_ttl_the_session_choice_says_it_ends_at_the_latest_
     write_config(project, {"session_ttl": 600})
     human = Human("deny")
     async with connected(project, human) as session:
-        await session.call_tool("run_command", {"command": "true"})
+        await session.call_tool("run_command", {"command": "touch x"})
     session_title = titles(human)["session"]
     assert session_title.startswith(
-        "AlwaysThisSession: run_command:true — every simple `true …` command, with any "
+        "AlwaysThisSession: run_command:touch — every simple `touch …` command, with any "
         "arguments (lasts while this MCP server runs (until its client disconnects), and at "
         "most until "
     )
@@ -87,7 +87,8 @@ async def test_with_a_session_ttl_the_session_choice_says_it_ends_at_the_latest_
 async def test_the_client_may_answer_in_codecoder_json_s_names(project: Path) -> None:
     human = Human("AlwaysThisSession", "once")
     async with connected(project, human) as session:
-        first = await session.call_tool("run_command", {"command": "echo one"})
-        second = await session.call_tool("run_command", {"command": "echo two"})
+        first = await session.call_tool("run_command", {"command": "touch one"})
+        second = await session.call_tool("run_command", {"command": "touch two"})
     assert [decision_of(r)["source"] for r in (first, second)] == ["session", "session"]
     assert len(human.asked) == 1
+    assert (project / "one").exists() and (project / "two").exists()

@@ -213,10 +213,10 @@ async def test_answered_for_the_session_the_next_call_of_that_key_does_not_ask(
 ) -> None:
     human = Human("session")
     async with connected(project, human) as session:
-        first = await session.call_tool("run_command", {"command": "echo hi"})
-        second = await session.call_tool("run_command", {"command": "echo bye"})
+        first = await session.call_tool("run_command", {"command": "mkdir -v hi"})
+        second = await session.call_tool("run_command", {"command": "mkdir -v bye"})
     assert len(human.asked) == 1
-    assert text_of(second) == "bye\n[exit code 0]"
+    assert text_of(second) == "mkdir: created directory 'bye'\n[exit code 0]"
     assert [decision_of(r)["reason"] for r in (first, second)] == [
         "allowed for this session",
         "session allowlist",
@@ -395,8 +395,8 @@ async def test_the_server_keeps_serving_while_a_question_waits_for_the_human(
             return await super().__call__(context, params)
 
     async with connected(project, SlowHuman("once")) as session:
-        result = await session.call_tool("run_command", {"command": "echo hi"})
-    assert text_of(result) == "hi\n[exit code 0]"
+        result = await session.call_tool("run_command", {"command": "mkdir -v hi"})
+    assert text_of(result) == "mkdir: created directory 'hi'\n[exit code 0]"
     assert listed_meanwhile and listed_meanwhile[0] >= 2
 
 
@@ -432,20 +432,24 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     human = Human("session")
     with log_path.open("w") as log:
         async with connected(project, human, log) as session:
-            first = await session.call_tool("run_command", {"command": "echo one"})
-            write_config(project, {"deny": ["run_command:echo"]})
-            not_yet = await session.call_tool("run_command", {"command": "echo two"})
+            first = await session.call_tool("run_command", {"command": "mkdir -v one"})
+            write_config(project, {"deny": ["run_command:mkdir"]})
+            not_yet = await session.call_tool("run_command", {"command": "mkdir -v two"})
             reload = codecoder("reload", "--project", str(project))
             wait_for(log_path, "codecoder serve: reloaded")
-            refused = await session.call_tool("run_command", {"command": "echo three"})
-    assert [text_of(r) for r in (first, not_yet)] == ["one\n[exit code 0]", "two\n[exit code 0]"]
+            refused = await session.call_tool("run_command", {"command": "mkdir -v three"})
+    assert [text_of(r) for r in (first, not_yet)] == [
+        "mkdir: created directory 'one'\n[exit code 0]",
+        "mkdir: created directory 'two'\n[exit code 0]",
+    ]
+    assert not (project / "three").exists()
     assert reload.returncode == 0, reload.stderr
     (reloaded,) = [line for line in reload.stdout.splitlines() if line.startswith("reloaded")]
     assert reloaded.startswith(f"reloaded 1 server(s) of {project}: ")
     assert refused.is_error
     assert decision_of(refused)["source"] == "deny"
     assert text_of(refused) == (
-        "permission denied: run_command:echo is refused by deny rule 'run_command:echo' of "
+        "permission denied: run_command:mkdir is refused by deny rule 'run_command:mkdir' of "
         "codecoder.json line 3"
     )
     assert len(human.asked) == 1
@@ -583,7 +587,7 @@ async def test_a_2026_client_is_asked_through_input_required(project: Path) -> N
 async def test_a_2026_answer_cannot_be_replayed(project: Path) -> None:
     # The client declares elicitation but answers by hand, as a client keeping its own state.
     async with Client(server_parameters(project), elicitation_callback=Human()) as client:
-        arguments = {"command": "echo hi"}
+        arguments = {"command": "mkdir -v hi"}
         asked = await client.session.call_tool("run_command", arguments, allow_input_required=True)
         assert isinstance(asked, types.InputRequiredResult)
         assert asked.input_requests is not None and asked.request_state is not None
@@ -603,7 +607,7 @@ async def test_a_2026_answer_cannot_be_replayed(project: Path) -> None:
             allow_input_required=True,
         )
     assert isinstance(runs, types.CallToolResult)
-    assert text_of(runs) == "hi\n[exit code 0]"
+    assert text_of(runs) == "mkdir: created directory 'hi'\n[exit code 0]"
     assert isinstance(replayed, types.InputRequiredResult)
 
 
@@ -611,11 +615,12 @@ async def test_a_2026_client_without_elicitation_gets_the_permission_required_er
     project: Path,
 ) -> None:
     async with Client(server_parameters(project)) as client:
-        result = await client.call_tool("run_command", {"command": "echo hi"})
+        result = await client.call_tool("run_command", {"command": "touch hi"})
     assert result.is_error
     assert text_of(result).startswith(
-        "permission denied: permission required: run_command needs approval for run_command:echo"
+        "permission denied: permission required: run_command needs approval for run_command:touch"
     )
+    assert not (project / "hi").exists()
 
 
 # --- in process: tools the built-in registry does not have --------------------------------

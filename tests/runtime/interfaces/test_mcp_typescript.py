@@ -129,7 +129,13 @@ def test_a_cancelled_call_is_stopped_and_audited_and_the_next_call_runs_at_once(
 
 
 def test_a_cancelled_wasm_module_is_stopped_at_once_not_at_its_timeout(project: Path) -> None:
-    (project / "spin.wat").write_text('(module (func (export "_start") (loop $l (br $l))))')
+    # Each turn yields to the kernel: slow on the wall clock for its fuel, so that the module is
+    # still running when the client cancels (a bare loop uses its 2e9 units up in a second).
+    (project / "spin.wat").write_text(
+        '(module (import "wasi_snapshot_preview1" "sched_yield" (func $yield (result i32)))'
+        ' (memory (export "memory") 1)'
+        ' (func (export "_start") (loop $l (drop (call $yield)) (br $l))))'
+    )
     target = {"name": "run_wasm", "arguments": {"path": "spin.wat", "timeout": 60}}
     seen = drive("cancel", project, json.dumps(target))
     assert "the user pressed Esc" in seen["error"]
