@@ -84,7 +84,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
     of this environment. Safe to use from several threads; calls of one mode run one at a time.
 
     `engine`: share one (a runtime's sessions do); the environment then never closes it.
-    Otherwise it makes its own, from `client_factory`.
+    Otherwise it makes its own, from `client_factory`, with the warm pool of `settings.pool`
+    unless `pool=False`.
     """
 
     tag = EnvironmentTag.DOCKER
@@ -98,6 +99,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         client_factory: Callable[[], Any] | None = None,
         resolver: Resolver | None = None,
         engine: DockerEngine | None = None,
+        pool: bool = True,
     ) -> None:
         """`resolver` is what the egress proxy resolves host names with (the system's by
         default; tests point names anywhere without DNS)."""
@@ -106,7 +108,10 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._owns_engine = engine is None
         if engine is None:
-            engine = DockerEngine(client_factory)
+            from codecoder.environments.docker.pool.client import pool_for
+
+            claims = pool_for(self.settings) if pool and client_factory is None else None
+            engine = DockerEngine(client_factory, pool=claims)
         self.engine = engine
         self._prepared = False
         self._lock = threading.Lock()
