@@ -19,6 +19,10 @@ One module per area:
     wasm         @wasm read_file warm and in a fresh process, against compiling and spawning
     docker       @docker warm calls against exec_run and docker run --rm
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
+    pool         a new session's (and process's) first @docker call with the warm pool and
+                 without, against docker run --rm
+    sessions     100 concurrent sessions with a warm sandbox each: host memory per idle
+                 sandbox, call latency (p50, p99) with all active, runc and gVisor
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
     agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
@@ -37,7 +41,9 @@ from codecoder.benchmarks import (
     dockermodes,
     keying,
     permission,
+    pool,
     search,
+    sessions,
     shell,
     throughput,
     wasm,
@@ -55,7 +61,9 @@ AREAS: tuple[Area, ...] = (
     wasm.AREA,
     docker.AREA,
     dockermodes.AREA,
+    pool.AREA,
     search.AREA,
     throughput.AREA,
+    sessions.AREA,
     agents.AREA,
 )

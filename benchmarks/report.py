@@ -52,9 +52,23 @@ __all__ = [
 
 SCHEMA = "codecoder-benchmarks/1"
 
-Unit = Literal["us", "ms", "s", "calls/s", "chars"]
-_SCALE: dict[str, float] = {"us": 1e6, "ms": 1e3, "s": 1.0, "calls/s": 1.0, "chars": 1.0}
-_SHOWN_UNIT = {"us": "µs", "ms": "ms", "s": "s", "calls/s": "calls/s", "chars": "chars"}
+Unit = Literal["us", "ms", "s", "calls/s", "chars", "MiB"]
+_SCALE: dict[str, float] = {
+    "us": 1e6,
+    "ms": 1e3,
+    "s": 1.0,
+    "calls/s": 1.0,
+    "chars": 1.0,
+    "MiB": 1 / 2**20,  # samples in bytes
+}
+_SHOWN_UNIT = {
+    "us": "µs",
+    "ms": "ms",
+    "s": "s",
+    "calls/s": "calls/s",
+    "chars": "chars",
+    "MiB": "MiB",
+}
 
 
 class Status(enum.StrEnum):

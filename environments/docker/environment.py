@@ -220,6 +220,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             if self._owns_engine:
                 engine.close()
 
+    def containers(self) -> list[str]:
+        """The ids of this environment's warm containers (what the benchmarks weigh)."""
+        with self._lock:
+            return [channel.container_id for channel in self._channels.values()]
+
     def runtime_in_use(self) -> str:
         """The engine runtime this environment's containers run under (`check`, `audit`)."""
         if self.settings.runtime is not None:
