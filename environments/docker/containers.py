@@ -94,7 +94,7 @@ class SandboxContainers:
     """The containers of one @docker environment: their configuration, labels and command user;
     starting one and checking what is in force in it; removing the leftovers of dead runtimes.
 
-    `volume` is the environment's workspace volume (sync mode), made on first use.
+    `volume` makes the environment's workspace volume (sync mode only), on first use.
     """
 
     def __init__(
@@ -104,8 +104,8 @@ class SandboxContainers:
         session_id: str,
         *,
         sync: bool,
-        resolver: Resolver | None,
-        volume: Callable[[], WorkspaceVolume],
+        resolver: Resolver | None = None,
+        volume: Callable[[], WorkspaceVolume] | None = None,
     ) -> None:
         self.workspace = workspace
         self.settings = settings
@@ -201,6 +201,8 @@ class SandboxContainers:
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
         mounts: list[TemplateMount]
         if self.sync:
+            if self._volume is None:
+                raise SandboxUnavailable("sync mode needs a workspace volume, and none was given")
             mounts = [
                 TemplateMount(m["Target"], m["Source"], "volume", bool(m.get("ReadOnly")))
                 for m in self._volume().mounts(writable=mode == "rw")

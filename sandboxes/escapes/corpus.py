@@ -23,9 +23,9 @@ from codecoder.runtime.kernel.errors import (
 __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
-Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "docker"]
+Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "docker", "pool"]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
-LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "docker")
+LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "docker", "pool")
 
 ErrorName = Literal[
     "ExecutionTimeout", "OutOfMemory", "OutOfFuel", "ExecutionFailed", "SandboxUnavailable"
@@ -171,12 +171,28 @@ class WasmEntry(_Entry):
     branches: int = Field(default=60_000, gt=0)
 
 
-AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry
+class PoolEntry(_Entry):
+    kind: Literal[
+        "stale-protected",
+        "replaced-protected",
+        "replaced-workspace",
+        "state-across-sessions",
+        "loose-template",
+        "foreign-uid",
+    ]
+    path: str | None = None
+    directory: bool = False
+    write: str | None = None
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
+AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry | PoolEntry
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
     "permission-files": PermissionFileEntry,
     "wasm": WasmEntry,
     "docker": DockerEntry,
+    "pool": PoolEntry,
 }
 
 

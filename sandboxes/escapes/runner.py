@@ -45,6 +45,7 @@ from codecoder.sandboxes.escapes.layer import _LayerRunner
 from codecoder.sandboxes.escapes.options import AuditOptions
 from codecoder.sandboxes.escapes.outcomes import Status, _NotApplicable, _NotRun, _Outcome
 from codecoder.sandboxes.escapes.permission_files import _PermissionFilesLayer
+from codecoder.sandboxes.escapes.pool import _PoolLayer
 from codecoder.sandboxes.escapes.report import AttemptResult, AuditReport
 from codecoder.sandboxes.escapes.wasm import _WasmLayer
 from codecoder.sandboxes.escapes.workspace import _Workspace
@@ -278,6 +279,7 @@ class _Audit:
             "permission-files": _PermissionFilesLayer,
             "wasm": _WasmLayer,
             "docker": _DockerLayer,
+            "pool": _PoolLayer,
         }
         return runners[layer](self)
 

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker.engine import _engine_address
@@ -46,9 +47,14 @@ def pool_for(settings: DockerSettings) -> PoolClient | None:
 class PoolClient:
     """Claims and releases sandboxes through this user's pool server (`WarmPoolClaims`)."""
 
-    def __init__(self, size: int = 1, *, start: bool = True) -> None:
+    def __init__(
+        self, size: int = 1, *, start: bool = True, state_home: Path | None = None
+    ) -> None:
+        """`state_home`: the pool of that state home (what XDG_STATE_HOME would say) rather
+        than the user's (`codecoder audit` attacks a pool of its own)."""
         self.size = size
         self.start = start
+        self.state_home = state_home
         self.ident = wire.identity()
         self.name = wire.socket_name(self.ident)
 
@@ -123,7 +129,7 @@ class PoolClient:
             return wire.receive(sock)
 
     def _connect(self) -> socket.socket | None:
-        directory = wire.socket_directory()
+        directory = wire.socket_directory(self.state_home)
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -147,7 +153,7 @@ class PoolClient:
         """Start a server in the background, handing it the claim that found none; never wait
         for it (this session creates its own sandbox meanwhile). A shell puts it in the
         background and exits at once, so it is nobody's child to reap."""
-        directory = wire.socket_directory()
+        directory = wire.socket_directory(self.state_home)
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             log = os.open(
@@ -156,6 +162,8 @@ class PoolClient:
         except OSError:
             return
         environment = {**os.environ, FIRST_CLAIM: json.dumps(first)}
+        if self.state_home is not None:
+            environment["XDG_STATE_HOME"] = str(self.state_home)
         try:
             subprocess.run(
                 [

@@ -39,7 +39,10 @@ MAX_MESSAGE: Final = 1 << 20
 _PACKAGE_ROOT: Final = Path(__file__).resolve().parents[3]
 
 
-def socket_directory() -> Path:
+def socket_directory(state_home: Path | None = None) -> Path:
+    """`<state dir>/pool`, of `state_home` when given (what XDG_STATE_HOME would say)."""
+    if state_home is not None:
+        return state_home / "codecoder" / "pool"
     return state_directory() / "pool"
 
 

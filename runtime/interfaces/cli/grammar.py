@@ -189,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         metavar="LAYER",
-        help="only these layers: keying, permission-files, wasm, docker (default: all)",
+        help="only these layers: keying, permission-files, wasm, docker, pool (default: all)",
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=audit.audit)
