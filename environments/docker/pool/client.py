@@ -105,7 +105,7 @@ class PoolClient:
             return None
         if fd is not None:
             os.close(fd)
-        return answer
+        return None if "refused" in answer else answer
 
     def stop(self) -> bool:
         """Ask the server to remove its warm sandboxes and exit; False when none runs."""

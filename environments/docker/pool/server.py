@@ -124,27 +124,16 @@ def _serve_locked(
                     return 0
                 continue
             last = time.monotonic()
-            with conn:
-                if wire.peer_uid(conn) != os.geteuid():
-                    continue
-                # The request is read first, even when it is refused: closing a Unix socket
-                # with unread data resets it, and the reply would be lost.
-                try:
-                    conn.settimeout(5.0)
-                    request, fd = wire.receive(conn)
-                except (OSError, ValueError) as exc:
-                    _reply(conn, {"refused": f"unreadable request: {exc}"})
-                    continue
-                if fd is not None:
-                    os.close(fd)
-                if _code_changed(snapshot):
-                    _reply(conn, {"refused": "the installed code changed; start a new server"})
-                    return 0
-                if request.get("op") == "stop":
-                    _reply(conn, {"stopping": True})
-                    stopping.set()
-                    continue
-                _answer(pool, request, conn)
+            if wire.peer_uid(conn) != os.geteuid():
+                conn.close()
+                continue
+            # One thread per connection: a client slow to send holds up nobody else's claim.
+            threading.Thread(
+                target=_serve_connection,
+                args=(pool, conn, snapshot, stopping),
+                name="codecoder-pool-request",
+                daemon=True,
+            ).start()
         return 0
     finally:
         if _still_ours(dir_fd, name, bound):
@@ -152,6 +141,34 @@ def _serve_locked(
         listener.close()
         pool.close()
         engine.close()
+
+
+def _serve_connection(
+    pool: WarmPool,
+    conn: socket.socket,
+    snapshot: dict[str, tuple[int, int]],
+    stopping: threading.Event,
+) -> None:
+    with conn:
+        # The request is read first, even when it is refused: closing a Unix socket with
+        # unread data resets it, and the reply would be lost.
+        try:
+            conn.settimeout(5.0)
+            request, fd = wire.receive(conn)
+        except (OSError, ValueError) as exc:
+            _reply(conn, {"refused": f"unreadable request: {exc}"})
+            return
+        if fd is not None:
+            os.close(fd)
+        if _code_changed(snapshot):
+            _reply(conn, {"refused": "the installed code changed; start a new server"})
+            stopping.set()
+            return
+        if request.get("op") == "stop":
+            _reply(conn, {"stopping": True})
+            stopping.set()
+            return
+        _answer(pool, request, conn)
 
 
 def _answer(pool: WarmPool, request: dict[str, Any], conn: socket.socket | None) -> None:
