@@ -25,10 +25,12 @@ import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.containers import SandboxContainers
+from codecoder.environments.docker.engine import DockerEngine
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.client import PoolClient
 from codecoder.environments.docker.pool.eligible import refusal
+from codecoder.environments.docker.pool.warm import WarmPool
 from codecoder.environments.engine import SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
 
@@ -509,3 +511,65 @@ def test_a_killed_server_leaves_nothing_running_and_the_next_start_removes_it(
 
     assert still.stdout == "still here\n"
     assert pool_containers(docker_engine, server) == []
+
+
+# --- the pool itself: limits, failures --------------------------------------------------------
+
+
+def _pool_labels() -> dict[str, str]:
+    return {
+        "codecoder.runtime": "1",
+        "codecoder.session": f"pool-test-{os.getpid()}",
+        "codecoder.host": socket.gethostname(),
+        "codecoder.pid": str(os.getpid()),
+    }
+
+
+def test_the_pool_keeps_within_its_total_and_half_the_engines_memory(
+    workspace: Path, docker_engine: Any
+) -> None:
+    template = _template(workspace)  # 1 GiB of memory limit each
+    small = WarmPool(DockerEngine(), _pool_labels(), max_total=3, memory=4 * 1024**3)
+    capped = WarmPool(DockerEngine(), _pool_labels(), max_total=2, memory=None)
+    try:
+        for pool in (small, capped):
+            pool.start()
+            assert pool.claim(template, 8) is None
+        wait_until(lambda: len(small.status()["templates"][0]["ready"]) == 2)
+        wait_until(lambda: len(capped.status()["templates"][0]["ready"]) == 2)
+        time.sleep(3.0)  # room to make more, were it allowed
+        ready = [len(p.status()["templates"][0]["ready"]) for p in (small, capped)]
+    finally:
+        small.close()
+        capped.close()
+
+    assert ready == [2, 2]  # half of 4 GiB is two sandboxes of 1 GiB; the total caps the other
+    assert (
+        docker_engine.api.containers(
+            all=True, filters={"label": [f"codecoder.session=pool-test-{os.getpid()}"]}
+        )
+        == []
+    )
+
+
+def test_a_template_that_cannot_start_is_retried_later_and_leaves_nothing(
+    workspace: Path, docker_engine: Any
+) -> None:
+    missing = SandboxTemplate.from_json(
+        {**json.loads(json.dumps(_template(workspace).to_json())), "image": "codecoder-no-such"}
+    )
+    pool = WarmPool(DockerEngine(), _pool_labels())
+    pool.start()
+    try:
+        assert pool.claim(missing, 1) is None
+        entry = wait_until(lambda: (t := pool.status()["templates"][0])["failures"] >= 2 and t)
+    finally:
+        pool.close()
+
+    assert entry["ready"] == [] and "image is missing" in entry["problem"]
+    assert (
+        docker_engine.api.containers(
+            all=True, filters={"label": [f"codecoder.session=pool-test-{os.getpid()}"]}
+        )
+        == []
+    )
