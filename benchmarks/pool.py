@@ -217,16 +217,14 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
                     name
                 ].note = f"{sum(found)} of {len(found)} sessions claimed a warm sandbox"
                 measured[name].extra["claimed"] = [sum(found), len(found)]
-            process = f"{sum(process_hits)} of {len(process_hits)} processes claimed"
             measured[
                 "pool.process.first_call"
-            ].note = (
-                f"{process}; the process's own start-up (imports, codecoder.json) is most of it"
-            )
+            ].note = f"{sum(process_hits)} of {len(process_hits)} processes claimed a warm sandbox"
             measured["pool.process.first_call"].miss_note = (
-                "a new `codecoder call` process imports the runtime before its first call "
-                "(about half a second, the agents area's in-process figures); the sandbox part "
-                "is the claim and one warm call"
+                "The sandbox's part is a new session's first call (above); the rest is the new "
+                "process importing the runtime and reading the project before it, which a "
+                "`call` answered by the decision server (already imported, forking a child per "
+                "call) does not pay"
             )
             yield measured
 
