@@ -10,7 +10,9 @@ The project binds run_command to @docker and grants it, as the docker area does.
 * the claimed first call against a warm call in a session that already has its sandbox;
 * a new process, `codecoder call run_command '{"command": "true"}'`, with and without the pool:
   the start-up of the process is part of it (how it compares with `python -c pass` is the
-  agents area's; routing `call` through the decision server is what brings it down).
+  agents area's; routing `call` through the decision server is what brings it down);
+* the same command line run as the decision server runs a command: a child forked from a
+  process that imported the runtime (a stand-in, `call` not being routed there yet).
 
 The pool's server runs on a state directory of the run's own and is stopped at the end.
 """
@@ -23,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,13 @@ SPECS = (
         "ms",
         COLD_CLI,
         Target("max_ratio", 0.5, "≤ 0.5× docker run --rm"),
+    ),
+    FigureSpec(
+        "pool.forked.first_call",
+        "the same `codecoder call` as the decision server runs a command (a fork of a process "
+        "that imported the runtime), the pool warm",
+        "ms",
+        COLD_CLI,
     ),
     FigureSpec(
         "pool.process.first_call_unpooled",
@@ -136,105 +145,111 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         unpooled = make_project(ctx.scratch / "unpooled", {**grants, "docker": {"pool": 0}})
         for project in (pooled, unpooled):  # trusted, for the `codecoder call` processes
             record_trust(project.resolve(), (project / "codecoder.json").read_bytes(), ())
-        args = {"command": COMMAND}
-        with make_runtime(pooled) as runtime, make_runtime(unpooled) as plain:
-            try:
-                first = runtime.session()
-                _check(first.call("run_command", args))  # starts the pool's server
-            except SandboxUnavailable as exc:
-                raise Skipped(f"no Docker engine or image: {exc}") from exc
-            cli = hardened_run_argv(pooled, "codecoder-sandbox", _user_of(pooled), (COMMAND,))
-            if subprocess.run(cli, capture_output=True, check=False).returncode != 0:
-                raise Skipped("`docker run` of the sandbox image does not work here")
-            hits: dict[str, list[bool]] = {"first": [], "vs_warm": []}
-            process_hits: list[bool] = []
-
-            def new_session(rt: Runtime, pool: str | None) -> float:
-                if pool is not None:
-                    _wait_warm()
-                served = _served()
-                started = time.perf_counter()
-                with rt.session() as session:
-                    outcome = session.call("run_command", args)
-                    took = time.perf_counter() - started
-                _check(outcome)
-                if pool is not None:
-                    hits[pool].append(_served() == served + 1)
-                return took
-
-            def new_process(project: Path, pool: bool) -> float:
-                if pool:
-                    _wait_warm()
-                served = _served()
-                took = _timed_process(project)
-                if pool:
-                    process_hits.append(_served() == served + 1)
-                return took
-
-            warm = first  # has its sandbox: every call after the first is warm
-            measured = compare(
-                {
-                    "pool.session.first_call": (
-                        SelfTimed(lambda: new_session(runtime, "first")),
-                        COLD_CLI,
-                    ),
-                    "pool.session.first_call_unpooled": (
-                        SelfTimed(lambda: new_session(plain, None)),
-                        COLD_CLI,
-                    ),
-                    "pool.process.first_call": (
-                        SelfTimed(lambda: new_process(pooled, True)),
-                        COLD_CLI,
-                    ),
-                    "pool.process.first_call_unpooled": (
-                        SelfTimed(lambda: new_process(unpooled, False)),
-                        COLD_CLI,
-                    ),
-                },
-                {COLD_CLI: lambda: subprocess.run(cli, capture_output=True, check=True)},
-                rounds=ctx.rounds(9, 2),
-                sample_seconds=None,
-            )
-            versus_warm = compare(
-                {
-                    "pool.session.first_call_vs_warm": (
-                        SelfTimed(lambda: new_session(runtime, "vs_warm")),
-                        WARM_CALL,
-                    )
-                },
-                {WARM_CALL: lambda: warm.call("run_command", args)},
-                rounds=ctx.rounds(9, 2),
-                sample_seconds=None,
-            )
-            warm.close()
-            measured.update(versus_warm)
-            for name, which in (
-                ("pool.session.first_call", "first"),
-                ("pool.session.first_call_vs_warm", "vs_warm"),
-            ):
-                found = hits[which]
-                measured[
-                    name
-                ].note = f"{sum(found)} of {len(found)} sessions claimed a warm sandbox"
-                measured[name].extra["claimed"] = [sum(found), len(found)]
-            measured[
-                "pool.process.first_call"
-            ].note = f"{sum(process_hits)} of {len(process_hits)} processes claimed a warm sandbox"
-            measured["pool.process.first_call"].miss_note = (
-                "The sandbox's part is a new session's first call (above); the rest is the new "
-                "process importing the runtime and reading the project before it, which a "
-                "`call` answered by the decision server (already imported, forking a child per "
-                "call) does not pay"
-            )
-            yield measured
+        with (
+            make_runtime(pooled) as runtime,
+            make_runtime(unpooled) as plain,
+            contextlib.closing(_Forker()) as forker,
+        ):
+            yield _measure(ctx, runtime, plain, forker, pooled, unpooled)
 
 
-def _timed_process(project: Path) -> float:
-    """`codecoder call run_command true` in a new process; its wall time."""
-    argv = [
-        sys.executable,
-        "-m",
-        "codecoder.runtime",
+def _measure(
+    ctx: BenchContext,
+    runtime: Runtime,
+    plain: Runtime,
+    forker: _Forker,
+    pooled: Path,
+    unpooled: Path,
+) -> dict[str, Measured]:
+    args = {"command": COMMAND}
+    try:
+        warm = runtime.session()  # has its sandbox after this call: every later call is warm
+        _check(warm.call("run_command", args))  # and starts the pool's server
+    except SandboxUnavailable as exc:
+        raise Skipped(f"no Docker engine or image: {exc}") from exc
+    cli = hardened_run_argv(pooled, "codecoder-sandbox", _user_of(pooled), (COMMAND,))
+    if subprocess.run(cli, capture_output=True, check=False).returncode != 0:
+        raise Skipped("`docker run` of the sandbox image does not work here")
+    claimed: dict[str, list[bool]] = {}
+
+    def pooled_sample(figure: str, sample: Callable[[], float]) -> SelfTimed:
+        """A sample taken with a sandbox warm, counting whether it claimed it."""
+
+        def probe() -> float:
+            _wait_warm()
+            served = _served()
+            took = sample()
+            claimed.setdefault(figure, []).append(_served() == served + 1)
+            return took
+
+        return SelfTimed(probe)
+
+    def new_session(rt: Runtime) -> float:
+        started = time.perf_counter()
+        with rt.session() as session:
+            outcome = session.call("run_command", args)
+            took = time.perf_counter() - started
+        _check(outcome)
+        return took
+
+    measured = compare(
+        {
+            "pool.session.first_call": (
+                pooled_sample("pool.session.first_call", lambda: new_session(runtime)),
+                COLD_CLI,
+            ),
+            "pool.session.first_call_unpooled": (
+                SelfTimed(lambda: new_session(plain)),
+                COLD_CLI,
+            ),
+            "pool.process.first_call": (
+                pooled_sample("pool.process.first_call", lambda: _timed_process(pooled)),
+                COLD_CLI,
+            ),
+            "pool.forked.first_call": (
+                pooled_sample("pool.forked.first_call", lambda: forker.call(_call_argv(pooled))),
+                COLD_CLI,
+            ),
+            "pool.process.first_call_unpooled": (
+                SelfTimed(lambda: _timed_process(unpooled)),
+                COLD_CLI,
+            ),
+        },
+        {COLD_CLI: lambda: subprocess.run(cli, capture_output=True, check=True)},
+        rounds=ctx.rounds(9, 2),
+        sample_seconds=None,
+    )
+    measured.update(
+        compare(
+            {
+                "pool.session.first_call_vs_warm": (
+                    pooled_sample("pool.session.first_call_vs_warm", lambda: new_session(runtime)),
+                    WARM_CALL,
+                )
+            },
+            {WARM_CALL: lambda: warm.call("run_command", args)},
+            rounds=ctx.rounds(9, 2),
+            sample_seconds=None,
+        )
+    )
+    warm.close()
+    for figure, found in claimed.items():
+        measured[figure].note = f"{sum(found)} of {len(found)} samples claimed a warm sandbox"
+        measured[figure].extra["claimed"] = [sum(found), len(found)]
+    measured[
+        "pool.forked.first_call"
+    ].note += "; a client of the decision server adds its own start-up (the agents area's)"
+    measured["pool.process.first_call"].miss_note = (
+        "The sandbox's part is a new session's first call (above); the rest is the new "
+        "process importing the runtime and reading the project before it, which a `call` "
+        "answered by the decision server (already imported, forking a child per call) "
+        "does not pay: the forked figure"
+    )
+    return measured
+
+
+def _call_argv(project: Path) -> list[str]:
+    return [
         "call",
         "run_command",
         json.dumps({"command": COMMAND}),
@@ -242,12 +257,76 @@ def _timed_process(project: Path) -> float:
         str(project),
         "--non-interactive",
     ]
+
+
+def _timed_process(project: Path) -> float:
+    """`codecoder call run_command true` in a new process; its wall time."""
+    argv = [sys.executable, "-m", "codecoder.runtime", *_call_argv(project)]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=project)
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"`codecoder call` failed: {done.stdout} {done.stderr}")
     return took
+
+
+# A stand-in for the decision server (runtime.interfaces.decisiond): a process that imported
+# the runtime and forks a child per request, which runs the command line and exits. Each
+# answer: the exit code and the seconds from the fork to the child's end.
+_FORKER = """
+import json, os, sys, time
+import codecoder.environments.docker.environment
+import codecoder.runtime.session
+from codecoder.runtime.interfaces import cli
+# Parsing compiles argparse's regular expressions once, as a warmed-up server would have.
+cli._parser().parse_args(["call", "run_command", "{}"])
+print("ready", flush=True)
+for line in sys.stdin:
+    argv = json.loads(line)
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    took = time.perf_counter() - started
+    print(json.dumps([os.waitstatus_to_exitcode(status), took]), flush=True)
+"""
+
+
+class _Forker:
+    """The stand-in for the decision server, as a child process of the benchmark."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _FORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline() != "ready\n":
+            raise RuntimeError("the stand-in for the decision server did not start")
+
+    def call(self, argv: list[str]) -> float:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(json.dumps(argv) + "\n")
+        self._process.stdin.flush()
+        code, took = json.loads(self._process.stdout.readline())
+        if code != 0:
+            raise RuntimeError(f"the forked `codecoder call` exited with {code}")
+        return float(took)
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
 
 
 def _user_of(workspace: Path) -> str:

@@ -212,13 +212,12 @@ class Runtime:
         env = self._per_session.get(session)
         if env is not None:
             return env
+        from codecoder.environments.docker.engine import DockerEngine
         from codecoder.environments.docker.environment import DockerEnvironment
         from codecoder.environments.docker.pool.client import pool_for
 
         with self._starting:
             if self._docker_engine is None:
-                from codecoder.environments.docker.engine import DockerEngine
-
                 self._docker_engine = DockerEngine(pool=pool_for(self.config.docker))
             engine = self._docker_engine
         # Made outside the lock: nothing touches the engine before a call needs a sandbox.

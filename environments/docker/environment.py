@@ -49,6 +49,7 @@ from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGon
 from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
 from codecoder.environments.docker.engine import DockerEngine, _engine_errors, engine_is_local
 from codecoder.environments.docker.labels import LABEL_SESSION
+from codecoder.environments.docker.pool.client import pool_for
 from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
 from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.environments.workspaceguard import quarantine
@@ -108,8 +109,6 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         self.session_id = session_id or uuid.uuid4().hex[:12]
         self._owns_engine = engine is None
         if engine is None:
-            from codecoder.environments.docker.pool.client import pool_for
-
             claims = pool_for(self.settings) if pool and client_factory is None else None
             engine = DockerEngine(client_factory, pool=claims)
         self.engine = engine
