@@ -275,9 +275,9 @@ def _timed_process(project: Path) -> float:
 # answer: the exit code and the seconds from the fork to the child's end.
 _FORKER = """
 import json, os, sys, time
-import codecoder.environments.docker.environment
-import codecoder.runtime.session
-from codecoder.runtime.interfaces import cli
+from codecoder.runtime.interfaces import cli, decisiond
+decisiond._warm_up()  # what the decision server imports before it forks
+import codecoder.environments.docker.environment  # and, to run @docker calls, this
 # Parsing compiles argparse's regular expressions once, as a warmed-up server would have.
 cli._parser().parse_args(["call", "run_command", "{}"])
 print("ready", flush=True)
