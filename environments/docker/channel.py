@@ -110,7 +110,8 @@ class _AgentChannel:
         self._hello = threading.Event()
         self.hello: dict[str, Any] = {}
         self._handover = handover
-        self._handed_over = False
+        self._handed_over = False  # hand-over mode: the hello came, the reader stopped
+        self._released = False  # and the stream was taken by `release()`
         if greeted is not None:
             self.hello = dict(greeted.hello)
             self._hello.set()
@@ -188,11 +189,12 @@ class _AgentChannel:
         self._reader.join(timeout)
         if self._reader.is_alive() or not self._handed_over or self.gone is not None:
             return None
+        self._released = True
         return self._sock
 
     def close(self) -> None:
-        if self._handed_over and self.gone is None:
-            return  # released: the stream is the claimer's now
+        if self._released:
+            return  # the stream is the claimer's now
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):

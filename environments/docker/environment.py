@@ -144,7 +144,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         return self
 
     def start(self) -> None:
-        """Connect, check the image, remove dead runtimes' leftovers, warm the read-only container.
+        """Warm the read-only container: claim it from the warm pool, or connect, check the
+        image, remove dead runtimes' leftovers and start one.
 
         Optional: `run()` does the same on first use.
         """
@@ -202,11 +203,13 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             channels = list(self._channels.values())
             self._channels.clear()
         engine = self.engine
+        for channel in channels:
+            channel.close()
+            try:
+                engine.remove(channel.container_id)  # a claimed one: its pool's server does
+            except SandboxUnavailable as exc:
+                log.warning("closing the @docker environment: %s", exc)
         try:
-            for channel in channels:
-                channel.close()
-                with _engine_errors("remove the sandbox containers"):
-                    engine.remove(channel.container_id)
             if engine.connected:
                 mine = {LABEL_SESSION: self.session_id}
                 for summary in engine.list(mine):
@@ -565,8 +568,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         channel.close()
         if channel.claimed or self.engine.connected:
             try:
-                with _engine_errors("remove a sandbox container"):
-                    self.engine.remove(channel.container_id)
+                self.engine.remove(channel.container_id)
             except SandboxUnavailable as exc:
                 log.warning("%s (close() retries)", exc)
 

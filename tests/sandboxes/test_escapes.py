@@ -381,7 +381,8 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
     assert code == 2
     assert capsys.readouterr().err == (
-        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, docker\n"
+        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, "
+        "docker, pool\n"
     )
 
 
