@@ -21,7 +21,7 @@ One module per area:
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
     pool         a new session's (and process's) first @docker call with the warm pool and
                  without, against docker run --rm
-    sessions     100 concurrent sessions with a warm sandbox each: host memory per idle
+    many_sessions  100 concurrent sessions with a warm sandbox each: host memory per idle
                  sandbox, call latency (p50, p99) with all active, runc and gVisor
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
@@ -40,10 +40,10 @@ from codecoder.benchmarks import (
     docker,
     dockermodes,
     keying,
+    manysessions,
     permission,
     pool,
     search,
-    sessions,
     shell,
     throughput,
     wasm,
@@ -64,6 +64,6 @@ AREAS: tuple[Area, ...] = (
     pool.AREA,
     search.AREA,
     throughput.AREA,
-    sessions.AREA,
+    manysessions.AREA,
     agents.AREA,
 )

@@ -60,7 +60,7 @@ FIGURE_NAMES = [
     "search.glob.wasm",
     *(f"throughput.{env}.{n}" for env in ("mock", "shell", "wasm", "docker") for n in (1, 4, 16)),
     *(
-        f"sessions.{runtime}.{figure}"
+        f"many_sessions.{runtime}.{figure}"
         for runtime in ("runc", "runsc")
         for figure in ("memory", "p50", "p99", "saturated")
     ),

@@ -58,25 +58,25 @@ def _specs() -> tuple[FigureSpec, ...]:
         where = "gVisor (runsc)" if runtime == "runsc" else "runc"
         specs += [
             FigureSpec(
-                f"sessions.{runtime}.memory",
+                f"many_sessions.{runtime}.memory",
                 f"host memory per idle sandbox, {SESSIONS} sessions, {where}",
                 "MiB",
                 None,
             ),
             FigureSpec(
-                f"sessions.{runtime}.p50",
+                f"many_sessions.{runtime}.p50",
                 f"a call (p50), {SESSIONS} sessions each calling every {PERIOD:g} s, {where}",
                 "ms",
                 f"{ALONE}, p50",
             ),
             FigureSpec(
-                f"sessions.{runtime}.p99",
+                f"many_sessions.{runtime}.p99",
                 f"a call (p99), {SESSIONS} sessions each calling every {PERIOD:g} s, {where}",
                 "ms",
                 f"{ALONE}, p99",
             ),
             FigureSpec(
-                f"sessions.{runtime}.saturated",
+                f"many_sessions.{runtime}.saturated",
                 f"calls/s, {SESSIONS} sessions calling back-to-back, {where}",
                 "calls/s",
                 f"the {SESSIONS} sessions' environments called directly",
@@ -100,7 +100,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured | Skipped]]:
     for runtime in RUNTIMES:
         if runtime not in engine_runtimes:
             for spec in SPECS:
-                if spec.name.startswith(f"sessions.{runtime}."):
+                if spec.name.startswith(f"many_sessions.{runtime}."):
                     results[spec.name] = Skipped(f"the engine has no {runtime} runtime")
             continue
         config: dict[str, Any] = {
@@ -193,7 +193,7 @@ def _measure(
         "start_all_s": round(start_seconds, 2),
     }
     return {
-        f"sessions.{runtime}.memory": Measured(
+        f"many_sessions.{runtime}.memory": Measured(
             subject=memory,
             note=(
                 f"{len(containers)} sandboxes: {1024 / (statistics.median(memory) / mib):.0f} "
@@ -206,9 +206,13 @@ def _measure(
                 "mem_available_drop_mib": round(system / mib, 1),
             },
         ),
-        f"sessions.{runtime}.p50": Measured(subject=paced_p50, baseline=alone_p50, extra=shared),
-        f"sessions.{runtime}.p99": Measured(subject=paced_p99, baseline=alone_p99, extra=shared),
-        f"sessions.{runtime}.saturated": Measured(
+        f"many_sessions.{runtime}.p50": Measured(
+            subject=paced_p50, baseline=alone_p50, extra=shared
+        ),
+        f"many_sessions.{runtime}.p99": Measured(
+            subject=paced_p99, baseline=alone_p99, extra=shared
+        ),
+        f"many_sessions.{runtime}.saturated": Measured(
             subject=rates,
             baseline=direct,
             note=(
@@ -375,4 +379,4 @@ def _mem_available() -> int:
     return 0
 
 
-AREA = Area("sessions", f"{SESSIONS} sessions at once, a warm sandbox each", SPECS, run)
+AREA = Area("many_sessions", f"{SESSIONS} sessions at once, a warm sandbox each", SPECS, run)
