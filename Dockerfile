@@ -13,8 +13,9 @@
 # Stage 1: the agent and the interpreter it runs on, bundled so that they need nothing of the
 # image they end up in (sandboxes/image/bundle.py).
 FROM codecoder-base:bookworm AS agent
-COPY sandboxes/image/agent.py sandboxes/image/install.py sandboxes/image/bundle.py \
+COPY sandboxes/image/install.py sandboxes/image/bundle.py \
      sandboxes/image/runas-x86_64 sandboxes/image/runas-aarch64 /tmp/codecoder/
+COPY sandboxes/image/agent/ /tmp/codecoder/agent/
 RUN python3 -I -S /tmp/codecoder/bundle.py /tmp/codecoder /opt/codecoder
 
 # Stage 2: the image. What install.py adds: the unprivileged user 10001 (`sandbox`, the fallback
@@ -39,4 +40,4 @@ LABEL org.opencontainers.image.title="codecoder-sandbox" \
 
 ENTRYPOINT []
 CMD ["/opt/codecoder/python/ld.so", "--library-path", "/opt/codecoder/python/lib", \
-     "/opt/codecoder/python/bin/python3", "-I", "-S", "/opt/codecoder/agent.py"]
+     "/opt/codecoder/python/bin/python3", "-I", "-S", "-B", "/opt/codecoder/agent"]

@@ -21,12 +21,15 @@ One module per area:
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
     pool         a new session's (and process's) first @docker call with the warm pool and
                  without, against docker run --rm
-    many_sessions  100 concurrent sessions with a warm sandbox each: host memory per idle
+    many_sessions
+                 100 concurrent sessions with a warm sandbox each: host memory per idle
                  sandbox, call latency (p50, p99) with all active, runc and gVisor
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
     agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
                  another agent) against `python -c pass`; an MCP result's size against its text
+    questions    questions per 100 calls of four recorded agent sessions (sessions/*.json),
+                 first and later session, run_command in @bwrap against @shell
 
 `measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
 the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
@@ -43,6 +46,7 @@ from codecoder.benchmarks import (
     manysessions,
     permission,
     pool,
+    questions,
     search,
     shell,
     throughput,
@@ -66,4 +70,5 @@ AREAS: tuple[Area, ...] = (
     throughput.AREA,
     manysessions.AREA,
     agents.AREA,
+    questions.AREA,
 )

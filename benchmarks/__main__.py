@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--only AREA ...] [--json FILE]`: run, print the table.
+"""`codecoder bench [--quick] [--only AREA ...] [--json FILE]`: run, print the table.
 
 The Markdown table goes to stdout, progress to stderr, the JSON to `--json FILE` (`-` for
 stdout instead of the table). Exit status: 0, or 1 when an area failed with an error (a missed
@@ -18,7 +18,7 @@ from codecoder.benchmarks import AREAS, run_areas
 def main(argv: Sequence[str] | None = None) -> int:
     names = [area.name for area in AREAS]
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog="codecoder bench",
         description="Benchmarks of the codecoder runtime against the alternatives.",
     )
     parser.add_argument("--quick", action="store_true", help="small counts (CI, smoke tests)")

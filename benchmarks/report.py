@@ -52,7 +52,7 @@ __all__ = [
 
 SCHEMA = "codecoder-benchmarks/1"
 
-Unit = Literal["us", "ms", "s", "calls/s", "chars", "MiB"]
+Unit = Literal["us", "ms", "s", "calls/s", "chars", "per100", "MiB"]
 _SCALE: dict[str, float] = {
     "us": 1e6,
     "ms": 1e3,
@@ -60,6 +60,7 @@ _SCALE: dict[str, float] = {
     "calls/s": 1.0,
     "chars": 1.0,
     "MiB": 1 / 2**20,  # samples in bytes
+    "per100": 1.0,
 }
 _SHOWN_UNIT = {
     "us": "µs",
@@ -68,6 +69,7 @@ _SHOWN_UNIT = {
     "calls/s": "calls/s",
     "chars": "chars",
     "MiB": "MiB",
+    "per100": "per 100 calls",
 }
 
 

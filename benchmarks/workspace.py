@@ -8,9 +8,9 @@ audit log, because that is what every real call pays for.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,18 +27,12 @@ __all__ = [
     "SMALL_TEXT",
     "make_project",
     "make_runtime",
-    "repository_root",
     "require_tools",
     "run_python",
 ]
 
 SMALL_FILE = "small.txt"
 SMALL_TEXT = "".join(f"line {n}: the quick brown fox jumps over the lazy dog\n" for n in range(20))
-
-
-def repository_root() -> Path:
-    """The checkout the benchmarks run from (children import the runtime from it)."""
-    return Path(__file__).resolve().parent.parent
 
 
 def make_project(directory: Path, config: Mapping[str, Any] | str | None = None) -> Path:
@@ -88,14 +82,11 @@ def make_runtime(
 
 
 def run_python(code: str, *args: str, timeout: float = 120.0) -> str:
-    """Run `code` in a fresh interpreter that imports this checkout; its stdout."""
-    env = dict(os.environ)
-    root = str(repository_root())
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    """Run `code` in a fresh interpreter of this installation (which imports this codecoder,
+    installed or editable); its stdout."""
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
-        cwd=root,
-        env=env,
+        cwd=tempfile.gettempdir(),
         capture_output=True,
         text=True,
         timeout=timeout,

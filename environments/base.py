@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 
@@ -54,6 +54,21 @@ class NetworkGate(Protocol):
         """Called once for every connection asked for, admitted or not, when it ends."""
 
 
+Stream = Literal["stdout", "stderr"]
+
+
+class OutputListener(Protocol):
+    """Whoever watches a command's output while it runs (`CommandRequest.output`).
+
+    Called with each piece of output as it arrives, in order, from whichever thread reads it:
+    raw bytes (a piece may end inside a character or a line). A command environment calls it
+    for everything the command writes, as it writes it; a sandbox that cannot pass on
+    everything (too much, too fast) passes on a marker saying how much it left out.
+    """
+
+    def __call__(self, stream: Stream, data: bytes) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class CommandRequest:
     """A command to run: either `argv` (executed directly, no shell) or `script` (run by bash).
@@ -65,6 +80,9 @@ class CommandRequest:
     the command runs from, and replaces `cwd`. When `cancel` is set while the command runs, the
     environment stops it (as at a timeout) and raises `Cancelled`. `network` decides the call's
     connections where the sandbox has an egress allowlist (None: every one is refused).
+    `output`, when set, is given the command's output as it comes (`OutputListener`): what a
+    terminal shows while the command runs, and what is kept of it when the call is
+    interrupted, cancelled or killed at its deadline.
     """
 
     cwd: Path
@@ -79,6 +97,7 @@ class CommandRequest:
     snapshot: Snapshot | None = None
     cancel: threading.Event | None = field(default=None, compare=False)
     network: NetworkGate | None = field(default=None, compare=False)
+    output: OutputListener | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):

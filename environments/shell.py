@@ -93,6 +93,7 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float
     ) -> CommandResult:
         out, err = CappedBuffer(request.max_output), CappedBuffer(request.max_output)
+        listener = request.output
         deadline = started + request.timeout
         timed_out = cancelled = False
         cancel = request.cancel
@@ -104,8 +105,8 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             except BrokenPipeError:
                 pass
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, out)
-            sel.register(proc.stderr, selectors.EVENT_READ, err)
+            sel.register(proc.stdout, selectors.EVENT_READ, (out, "stdout"))
+            sel.register(proc.stderr, selectors.EVENT_READ, (err, "stderr"))
             exited_at: float | None = None
             while sel.get_map():
                 now = time.monotonic()
@@ -128,7 +129,10 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                 for selkey, _ in sel.select(timeout=max(wait, 0.0)):
                     chunk = os.read(selkey.fd, 65536)
                     if chunk:
-                        selkey.data.write(chunk)
+                        buffer, stream = selkey.data
+                        buffer.write(chunk)
+                        if listener is not None:
+                            listener(stream, chunk)
                     else:
                         sel.unregister(selkey.fileobj)
         if not (timed_out or cancelled):
@@ -147,13 +151,13 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         duration = time.monotonic() - started
         if cancelled:
             raise Cancelled(
-                f"cancelled after {duration:.1f}s: the command's whole process group was killed"
+                f"cancelled after {duration:.1f}s: the command's whole process group was killed",
+                output=_so_far(out, err),
             )
         if timed_out:
-            tail = (out.text() + err.text())[-2000:]
             raise ExecutionTimeout(
-                f"command killed after {request.timeout:g}s (its whole process group)"
-                + (f"; last output:\n{tail}" if tail else "")
+                f"command killed after {request.timeout:g}s (its whole process group)",
+                output=_so_far(out, err),
             )
         killed_by = None
         if code < 0:
@@ -167,6 +171,11 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             truncated=out.truncated or err.truncated,
             killed_by=killed_by,
         )
+
+
+def _so_far(out: CappedBuffer, err: CappedBuffer) -> str:
+    stdout, stderr = out.text(), err.text()
+    return stdout + ("\n" if stdout and stderr and not stdout.endswith("\n") else "") + stderr
 
 
 @contextlib.contextmanager

@@ -101,6 +101,7 @@ class ProtectedScan:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._root = str(root)
         self._dirs: dict[str, _Dir] = {}
         self._list_tree("")
 
@@ -125,7 +126,9 @@ class ProtectedScan:
             if state is None:
                 continue  # dropped with its parent during this pass
             try:
-                st = os.lstat(self.root / rel)
+                # A string join, not pathlib: this lstat per directory is the whole cost of
+                # a look, and Path's parsing was two thirds of it.
+                st = os.lstat(f"{self._root}/{rel}" if rel else self._root)
             except OSError:
                 st = None
             if st is None or not stat.S_ISDIR(st.st_mode) or st.st_ino != state.ino:

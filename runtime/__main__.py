@@ -1,12 +1,18 @@
 """The `codecoder` command: `decide` and `hook` are answered by the warm decision server when
 one can (`runtime.interfaces.decisiond`), everything else (and every fallback) by
 `runtime.interfaces.cli` in this process. Only the standard library is imported before that
-choice."""
+choice. A shell completing a command line (argcomplete sets `_ARGCOMPLETE`) is answered from the
+grammar alone (`cli.grammar.complete`)."""
 
+import os
 import sys
 
 
 def main() -> int:
+    if "_ARGCOMPLETE" in os.environ:
+        from codecoder.runtime.interfaces.cli.grammar import complete
+
+        return complete()
     argv = sys.argv[1:]
     from codecoder.runtime.interfaces.decisiond import answer
 

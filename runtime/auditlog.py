@@ -2,7 +2,12 @@
 
 It lives in the runtime's state directory (`runtime.kernel.state.project_state_directory`, by
 default `~/.local/state/codecoder/projects/<id>/audit.jsonl`), out of reach of the tools it records:
-a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outcomes:
+a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it.
+
+Sources (SPEC §7): none, deny, project, session, once, denied, and read-only (a read-only
+command run confined read-only, with no question). A call the human chose to run on the host
+instead of its sandbox is an escalation: its record names @shell as its environment and
+carries `escalated_from` (the sandbox it was bound to). Outcomes:
 
     ok / failed     the tool ran and succeeded / reported a failure (exit code, is_error)
     error           the tool could not do its work (ToolError: timeout, sandbox unavailable, ...)
@@ -10,6 +15,9 @@ a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it. Outc
     invalid         the call never got as far as a decision (unknown tool, bad arguments)
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
     cancelled       the MCP client cancelled the call (notifications/cancelled)
+
+A call that ended before its command did (interrupted, cancelled, killed at its deadline) keeps
+the tail of what the command had printed by then, as `output`.
 
 A sandbox's connections through its egress proxy are recorded too, one line each, as tool
 `network` with the key `network:<host>`, outcome ok or denied, and a `network` object (host, port,
@@ -49,6 +57,7 @@ class AuditLog:
         error: str | None = None,
         agent: dict[str, Any] | None = None,
         network: dict[str, Any] | None = None,
+        output: str | None = None,
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "ts": round(time.time(), 6),
@@ -65,10 +74,14 @@ class AuditLog:
             "error": error,
             "duration_ms": round(duration * 1000, 3),
         }
+        if decision is not None and decision.escalated_from is not None:
+            entry["escalated_from"] = decision.escalated_from.value
         if agent:
             entry["agent"] = agent
         if network:
             entry["network"] = network  # a connection of a sandbox (runtime.tools.network)
+        if output:
+            entry["output"] = output  # the tail of what an unfinished command had printed
         if self.path is not None:
             data = (json.dumps(entry, ensure_ascii=True) + "\n").encode()
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT

@@ -3,7 +3,10 @@
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
 `Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
 refused or not, leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM
-(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A call's
+(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A command's
+output is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput) and what it
+printed before it was interrupted, cancelled or killed at its deadline is kept: in the error
+(`ToolError.output`) and in the audit record (its tail). A call's
 duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
 measures the call, not the person.
 """
@@ -20,12 +23,13 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from codecoder.environments.base import Environment
-from codecoder.environments.workspaceguard import unresolved_quarantine
+from codecoder.environments.base import Environment, OutputListener
+from codecoder.environments.host.gitseen import GitGuard, refusal
+from codecoder.environments.workspaceguard import quarantine, unresolved_quarantine
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.project import ProjectConfig
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision
+from codecoder.runtime.kernel.decision import Decision, Source
 from codecoder.runtime.kernel.errors import (
     Cancelled,
     CodecoderError,
@@ -38,7 +42,11 @@ from codecoder.runtime.kernel.errors import (
 from codecoder.runtime.permissions.engine import PermissionEngine
 from codecoder.runtime.permissions.keys import CallSite
 from codecoder.runtime.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.liveoutput import LiveOutput
 from codecoder.runtime.tools.network import SessionNetwork
+
+# How much of an unfinished command's output its audit record keeps (its last characters).
+AUDITED_OUTPUT = 2000
 
 
 class DispatchingRuntime(Protocol):
@@ -48,6 +56,8 @@ class DispatchingRuntime(Protocol):
     def project_dir(self) -> Path: ...
     @property
     def config(self) -> ProjectConfig: ...
+    @property
+    def git_guard(self) -> GitGuard: ...
     def environment_of(self, tool: str) -> EnvironmentTag: ...
     def environment(
         self, tag: EnvironmentTag, *, session: str | None = None
@@ -84,9 +94,11 @@ class CallOutcome:
         return self.result
 
     def to_json(self) -> dict[str, Any]:
-        error = None
+        error: dict[str, Any] | None = None
         if self.error is not None:
             error = {"type": type(self.error).__name__, "message": str(self.error)}
+            if isinstance(self.error, ToolError) and self.error.output:
+                error["output"] = self.error.output  # what it printed before it failed
         decision = self.decision.to_json() if self.decision else None
         return {
             "tool": self.tool,
@@ -104,6 +116,28 @@ def _refuse_while_quarantine_unresolved(workspace: Path) -> None:
     why = unresolved_quarantine(workspace)
     if why is not None:
         raise ExecutionFailed(why)
+
+
+def _quarantine_planted(workspace: Path, planted: list[str], tool: str) -> None:
+    """What a host command created among the runtime's trust files and the agents' settings
+    goes where a sandbox's plants go: out of the workspace, and the call fails."""
+    if not planted:
+        return
+    why = (
+        f"a host command ({tool}) created {', '.join(planted)} in the workspace: the runtime's "
+        "trust files and the agents' settings are written only by the runtime, or by a write "
+        "allowed once"
+    )
+    raise ExecutionFailed(f"{why}. Quarantined: {quarantine(workspace, planted, why)}")
+
+
+def _with_git_changes(result: ToolResult, changes: list[str]) -> ToolResult:
+    """A host command's result, saying at once what it changed of what git runs (the next
+    host command is refused until the human accepts it)."""
+    if not changes:
+        return result
+    note = f"\n[codecoder: {refusal(changes, by_this_command=True)}]"
+    return ToolResult(result.output + note, result.is_error, {**result.data, "git_unseen": changes})
 
 
 class Dispatcher:
@@ -126,13 +160,16 @@ class Dispatcher:
         *,
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
     ) -> CallOutcome:
         """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
-        receives the tool's progress reports."""
+        receives the tool's progress reports (a command's: its latest lines); `output` a
+        command's output as it comes."""
         started = time.monotonic()
         decision: Decision | None = None
         clock = _Clock(started)
         asking = started
+        live = LiveOutput(output, progress, limit=self._runtime.config.limits.max_output)
         try:
             tool = self._tool(name)
             params = validate_arguments(tool, args)
@@ -145,8 +182,16 @@ class Dispatcher:
             finally:
                 if permission.key is not None:
                     clock.waited_since(asking, decision)
+            key = permission.key
+            if decision.escalated_from is not None:
+                # The human chose the host for this call (never the model: no argument can ask
+                # for it): it runs on @shell, under its key there.
+                tag, key = EnvironmentTag.SHELL, permission.host
             if tag is EnvironmentTag.SHELL:
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
+                # Host processes may run git: never while its hooks or configuration hold
+                # what the human has not seen (environments.host.gitseen).
+                runtime.git_guard.before()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
@@ -157,29 +202,46 @@ class Dispatcher:
                 limits=runtime.config.limits,
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
-                key=permission.key,
+                key=key,
                 grant=decision.grant,
+                read_only=decision.source is Source.READ_ONLY,
                 progress=progress,
+                output=live,
                 cancel=cancel,
                 network=SessionNetwork(self._engine, self._audit, self._session.id)
                 if tag is EnvironmentTag.DOCKER
                 else None,
             )
             result = tool.execute(params, ctx)
+            if tag is EnvironmentTag.SHELL:
+                planted, unseen = runtime.git_guard.after()
+                # A command that names a protected path, shown to the human and allowed once,
+                # may create it; any other leaves it quarantined.
+                if not (permission.key and permission.key.protected and decision.answer):
+                    _quarantine_planted(runtime.project_dir, planted, name)
+                result = _with_git_changes(result, unseen)
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
                 clock.waited_since(asking, decision)
+            if isinstance(exc, ToolError) and not exc.output and live.received:
+                exc.output = live.text()
             return self._finish(name, None, exc, decision, clock)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
-            error = ExecutionFailed(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
+            error = ExecutionFailed(
+                f"{name} failed unexpectedly: {type(exc).__name__}: {exc}", output=live.text()
+            )
             error.__cause__ = exc
             return self._finish(name, None, error, decision, clock)
         except (
             KeyboardInterrupt
         ) as exc:  # Ctrl-C, or SIGTERM (runtime.interfaces.cli): audit, go on
-            self._finish(name, None, None, decision, clock, interrupted=type(exc).__name__)
+            self._finish(
+                name, None, None, decision, clock, interrupted=type(exc).__name__, live=live
+            )
             raise
+        finally:
+            live.close()
         return self._finish(name, result, None, decision, clock)
 
     def _tool(self, name: str) -> Tool[Any]:
@@ -197,6 +259,7 @@ class Dispatcher:
         decision: Decision | None,
         clock: _Clock,
         interrupted: str | None = None,
+        live: LiveOutput | None = None,
     ) -> CallOutcome:
         duration = max(time.monotonic() - clock.started - clock.waited, 0.0)
         if interrupted is not None:
@@ -212,6 +275,10 @@ class Dispatcher:
         else:
             outcome = "ok" if result is not None and not result.is_error else "failed"
         session = self._session
+        # What an unfinished command printed is otherwise lost: its tail goes on the record.
+        so_far = error.output if isinstance(error, ToolError) else ""
+        if not so_far and live is not None:
+            so_far = live.text()
         self._audit.record(
             session=session.id,
             tool=name,
@@ -220,6 +287,7 @@ class Dispatcher:
             duration=duration,
             error=str(error) if error else interrupted,
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
+            output=so_far[-AUDITED_OUTPUT:] if so_far else None,
         )
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 

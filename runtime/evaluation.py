@@ -37,12 +37,14 @@ class Evaluation:
     decision: Verdict
     environment: EnvironmentTag
     key: str | None
-    source: str | None  # none / deny / project / session; None when it would ask
+    source: str | None  # none / deny / read-only / project / session; None when it would ask
     matched: str | None  # the allowlist entry or deny rule that decided
     reason: str
     question: AskRequest | None = None  # what the human would be asked
     violations: tuple[str, ...] = ()
     protected: bool = False
+    # The sandbox the call is bound to, when a session grant runs it on the host instead.
+    escalated_from: EnvironmentTag | None = None
 
     @property
     def would_ask(self) -> bool:
@@ -50,7 +52,7 @@ class Evaluation:
 
     def to_json(self) -> dict[str, Any]:
         question = self.question
-        return {
+        shown: dict[str, Any] = {
             "decision": self.decision,
             "tool": self.tool,
             "key": self.key,
@@ -63,6 +65,9 @@ class Evaluation:
             "violations": list(self.violations),
             "protected": self.protected,
         }
+        if self.escalated_from is not None:
+            shown["escalated_from"] = self.escalated_from.value
+        return shown
 
 
 def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
@@ -111,11 +116,12 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
     return Evaluation(
         tool,
         "allow",
-        environment,
+        verdict.environment,
         verdict.key,
         verdict.source.value,
         verdict.matched,
         verdict.reason,
         violations=verdict.violations,
         protected=protected,
+        escalated_from=verdict.escalated_from,
     )

@@ -7,9 +7,12 @@
 
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
-files as they now are. A codecoder.json nobody trusted is obeyed only for what cannot widen
-access (`runtime.config.untrusted`). Session grants live in the session and are dropped with it; the
-audit log is in the runtime's state directory (`runtime.auditlog`).
+files as they now are. A file that cannot be read fails closed (`ProjectConfig.unreadable`:
+every call that needs permission is refused); a `reload()` that meets one keeps the last good
+rules instead, and says so in a `kept_last_good` diagnostic. A codecoder.json nobody trusted
+is obeyed only for what cannot widen access (`runtime.config.untrusted`). Session grants live
+in the session and are dropped with it; the audit log is in the runtime's state directory
+(`runtime.auditlog`).
 
 The runtime's tools are its catalogue (the built-in tools by default) plus, when the catalogue
 has `run_capability`, one tool per capability of the project (`runtime.config.capabilities`), read
@@ -38,7 +41,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from codecoder.environments.base import Environment
+from codecoder.environments.base import Environment, OutputListener
+from codecoder.environments.host.gitseen import GitGuard
 from codecoder.runtime.auditlog import AuditLog
 from codecoder.runtime.config.capabilities import (
     RUN_CAPABILITY,
@@ -56,6 +60,7 @@ from codecoder.runtime.kernel.decision import Answer, Source
 from codecoder.runtime.kernel.errors import (
     CeilingViolation,
     ConfigError,
+    RulesUnreadable,
     SandboxUnavailable,
     UsageError,
 )
@@ -129,11 +134,21 @@ class Runtime:
         assert audit_log is None or isinstance(audit_log, Path)
         self.audit = AuditLog(audit_log)
         self.clock = clock
+        self._git_guard: GitGuard | None = None
         self.config: ProjectConfig = self._load()
 
     @property
     def project_file(self) -> Path:
         return self.project_dir / PROJECT_FILE
+
+    @property
+    def git_guard(self) -> GitGuard:
+        """What host git would run of the workspace, checked around every host command
+        (`environments.host.gitseen`); made at the first one."""
+        guard = self._git_guard
+        if guard is None:
+            guard = self._git_guard = GitGuard(self.project_dir)
+        return guard
 
     def record_grant(self, entry: str, digest: str | None) -> None:
         """Write an AlwaysThisProject answer to codecoder.json (the engine's `GrantRecorder`)."""
@@ -144,18 +159,42 @@ class Runtime:
         return self.config.diagnostics
 
     def reload(self) -> list[Diagnostic]:
-        """Apply the current codecoder.json and capabilities, and return their diagnostics."""
-        self.config = self._load()
-        return list(self.config.diagnostics)
+        """Apply the current codecoder.json and capabilities, and return their diagnostics.
+
+        When a file cannot be read now but the rules in effect were read whole, they stay in
+        effect (with the capabilities they were read with): a broken edit must not turn a deny
+        rule into a question, nor every call into a refusal, in a running session. The
+        diagnostics then say so (`kept_last_good`, an error)."""
+        previous = self.config
+        capabilities, tools, config = self._read()
+        if config.unreadable and not previous.unreadable:
+            kept = Diagnostic(
+                "error",
+                "kept_last_good",
+                "the rules cannot be read now, so the last good rules stay in effect until "
+                "the file is fixed and reloaded",
+                line=config.unreadable[0].line,
+                column=config.unreadable[0].column,
+                file=config.unreadable[0].file,
+            )
+            return [*config.diagnostics, kept]
+        self.capabilities, self.tools, self.config = capabilities, tools, config
+        return list(config.diagnostics)
 
     def _load(self) -> ProjectConfig:
+        self.capabilities, self.tools, config = self._read()
+        return config
+
+    def _read(self) -> tuple[CapabilitySet, dict[str, Tool[Any]], ProjectConfig]:
+        capabilities = self.capabilities
         if RUN_CAPABILITY in self._catalogue:
-            self.capabilities = load_capabilities(self.project_dir, taken=self._catalogue)
+            capabilities = load_capabilities(self.project_dir, taken=self._catalogue)
         # A new dict, never changed in place: the MCP server lists tools while a call runs.
-        self.tools = {**self._catalogue, **capability_tools(self.capabilities)}
+        tools = {**self._catalogue, **capability_tools(capabilities)}
         # `network:<host>` keys are checked as a tool's, though no agent can call it.
-        checked = {**self.tools, NETWORK.name: NETWORK}
-        return load_project(self.project_dir, checked, self.capabilities, trusted=self._trusted)
+        checked = {**tools, NETWORK.name: NETWORK}
+        config = load_project(self.project_dir, checked, capabilities, trusted=self._trusted)
+        return capabilities, tools, config
 
     def install_capability(self, capability: Capability) -> None:
         """Add (or replace) one capability's tool, as `create_capability` just wrote it.
@@ -331,11 +370,13 @@ class Session:
         *,
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
     ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
-        the call; `progress` receives the tool's progress reports."""
-        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress)
+        the call; `progress` receives the tool's progress reports (a command's latest lines);
+        `output` a command's output as it comes (`environments.base.OutputListener`)."""
+        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress, output=output)
         self._record_capability_approval(tool, outcome)
         return outcome
 
@@ -345,9 +386,13 @@ class Session:
 
         `raw` is a key as `codecoder key` prints it (`run_command:npm`); a capability's grant
         is pinned to the capability as it is now. Refused with a clear error: a key that is not
-        one (bad syntax, unknown tool, a wildcard: patterns belong in codecoder.json), and a
-        protected path, which can be allowed only once.
+        one (bad syntax, unknown tool, a wildcard: patterns belong in codecoder.json), a
+        protected path, which can be allowed only once, and any key while a rules file cannot
+        be read (`RulesUnreadable`: its deny rules are unknown).
         """
+        unreadable = self.runtime.config.unreadable_reason
+        if unreadable is not None:
+            raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
         try:
             pattern = KeyPattern.parse(raw)
         except PatternError as exc:

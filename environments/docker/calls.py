@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shlex
 import signal
 import time
@@ -140,15 +141,21 @@ def call_result(
             '"docker": {"disk_budget": ...} in codecoder.json'
         )
     if response.get("timed_out"):
+        stdout, stderr = str(response.get("stdout", "")), str(response.get("stderr", ""))
+        between = "\n" if stdout and stderr and not stdout.endswith("\n") else ""
         raise ExecutionTimeout(
             f"`{call.summary}` did not finish within {request.timeout:g}s and was killed "
-            f"with all its processes{pids_note}"
+            f"with all its processes{pids_note}",
+            output=stdout + between + stderr,
         )
     signal_number = response.get("signal")
+    stderr = str(response["stderr"])
+    if response.get("exit_code") == 127:
+        stderr += _missing_program_hint(call, stderr, settings.image)
     return CommandResult(
         exit_code=int(response["exit_code"]),
         stdout=response["stdout"],
-        stderr=response["stderr"],
+        stderr=stderr,
         duration=time.monotonic() - call.started,
         truncated=bool(response["truncated"]),
         killed_by=_signal_name(signal_number) if signal_number else None,
@@ -159,6 +166,36 @@ def call_result(
             "pids_limit_hit": bool(response.get("pids_limit_hit")),
             "disk_used": response.get("disk_used"),
         },
+    )
+
+
+# A base image that has the program, to name in the hint (any image on the engine will do).
+_IMAGES_WITH = {
+    "node": "node:20", "npm": "node:20", "npx": "node:20", "yarn": "node:20", "pnpm": "node:20",
+    "cargo": "rust:1", "rustc": "rust:1", "go": "golang:1.22", "ruby": "ruby:3",
+    "bundle": "ruby:3", "rake": "ruby:3", "mvn": "maven:3", "gradle": "gradle:8",
+    "java": "eclipse-temurin:21", "make": "gcc:13", "gcc": "gcc:13", "cc": "gcc:13",
+    "pytest": "python:3.12", "pip": "python:3.12",
+}  # fmt: skip
+_NOT_FOUND = re.compile(r"(?:^|: )([^\s:/]+): (?:command )?not found$", re.MULTILINE)
+
+
+def _missing_program_hint(call: _Call, stderr: str, image: str) -> str:
+    """What to do when the sandbox image lacks the program a command needs (exit 127): build
+    a sandbox image of one that has it. Empty when no missing program is named."""
+    found = _NOT_FOUND.findall(stderr)
+    program = found[-1] if found else None
+    if program is None and not call.compound:
+        program = PurePosixPath(call.argv[0]).name
+    if program is None:
+        return ""
+    base = _IMAGES_WITH.get(program, "IMAGE")
+    return (
+        f"{'' if stderr.endswith(chr(10)) or not stderr else chr(10)}"
+        f"codecoder: the sandbox image {image} has no {program}. "
+        f"`codecoder image build --from {base}` makes a sandbox image of an image that has it "
+        f'(one on this engine), then set "docker": {{"image": ...}} in codecoder.json to use '
+        "it (`codecoder check` confirms it)\n"
     )
 
 

@@ -1,10 +1,10 @@
 """The limits the kernel enforces on a container, read on the host from its cgroup.
 
-The agent checks its limits from inside the container (sandboxes/image/agent.py); under gVisor
-(runsc) the inside is gVisor's own kernel, whose cgroup files show no limit at all, while the
-host kernel enforces them on the whole sandbox. There the runtime reads them here instead, from
-the cgroup of the container's first process (the engine's `State.Pid`), which is only possible
-when that process runs on this machine.
+The agent checks its limits from inside the container (sandboxes/image/agent/cgroups.py); under
+gVisor (runsc) the inside is gVisor's own kernel, whose cgroup files show no limit at all, while
+the host kernel enforces them on the whole sandbox. There the runtime reads them here instead,
+from the cgroup of the container's first process (the engine's `State.Pid`), which is only
+possible when that process runs on this machine.
 """
 
 from __future__ import annotations

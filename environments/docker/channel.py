@@ -1,8 +1,8 @@
 """The stream to the agent of a warm container: framing, authentication, one call at a time.
 
-A warm container runs `sandboxes/image/agent.py` as its main process. The runtime keeps the
-container's attached stdin/stdout open and writes one authenticated line per call; the agent
-runs the command and answers with one line (protocol in the agent's docstring). A call
+A warm container runs the agent (`sandboxes/image/agent/`) as its main process. The runtime keeps
+the container's attached stdin/stdout open and writes one authenticated line per call; the agent
+runs the command and answers with one line (protocol in the agent's `channel.py`). A call
 therefore costs one round trip on an open stream, not an exec through the engine API. A
 container runs one call at a time: that is what lets the agent end every process of a call
 before it answers.
@@ -10,6 +10,11 @@ before it answers.
 The stream from the agent is read with bounded buffers: a frame larger than `MAX_FRAME` or a
 line longer than the answer to the pending request can be, an answer with a wrong MAC or for
 no pending request, ends the container.
+
+A call may carry an `OutputListener`: the request then asks the agent to stream the command's
+output (`"stream": true`), and each `output` line for the pending call is handed to the listener
+(from the reader thread) as it arrives; an agent that streams nothing (a short call, an older
+image) leaves the whole output to its answer (`streamed` says which).
 
 A warm pool (`environments.docker.pool`) greets the agent before any session claims the
 container: it opens a channel in hand-over mode, whose reader stops right after the hello, and
@@ -20,6 +25,8 @@ violation: such a container is never handed over.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import hashlib
 import hmac
@@ -32,6 +39,7 @@ import threading
 import time
 from typing import Any, Final, Literal
 
+from codecoder.environments.base import OutputListener
 from codecoder.environments.docker.egress import EgressProxy
 from codecoder.environments.engine import Greeted
 from codecoder.environments.workspaceguard import ProtectedScan
@@ -66,12 +74,14 @@ class _AgentGone(Exception):
 
 
 class _Pending:
-    __slots__ = ("done", "id", "response")
+    __slots__ = ("done", "id", "listener", "response", "streamed")
 
-    def __init__(self, request_id: int) -> None:
+    def __init__(self, request_id: int, listener: OutputListener | None = None) -> None:
         self.id = request_id
         self.done = threading.Event()
         self.response: dict[str, Any] | None = None
+        self.listener = listener
+        self.streamed = False
 
 
 class _AgentChannel:
@@ -128,6 +138,8 @@ class _AgentChannel:
         # Sync mode: the volume's generation when this container last listed it (after its last
         # writable call); while the volume is still at it, the agent's listing stands.
         self.synced_generation: int | None = None
+        # Whether the agent streamed the last call's output (then its listener has it all).
+        self.streamed = False
         self._reader = threading.Thread(
             target=self._read_frames, name=f"codecoder-{name}", daemon=True
         )
@@ -152,17 +164,23 @@ class _AgentChannel:
         wait: float,
         max_output: int,
         cancel: threading.Event | None = None,
+        output: OutputListener | None = None,
     ) -> dict[str, Any] | None:
         """Send one request; its answer, or None when none came within `wait` seconds.
 
-        Raises Cancelled as soon as `cancel` is set (the caller then discards the container)."""
+        `output`, when given, receives the command's output as the agent streams it (see the
+        module docstring). Raises Cancelled as soon as `cancel` is set (the caller then
+        discards the container)."""
         with self._lock:
             if self.gone is not None:
                 raise _AgentGone(self.gone)
-            pending = _Pending(next(self._ids))
+            pending = _Pending(next(self._ids), output)
             self._pending = pending
             self._line_cap = _answer_line_cap(max_output)
+            self.streamed = False
         message["id"] = pending.id
+        if output is not None:
+            message["stream"] = True
         # JSON escapes every control character, so the engine's detach sequence (ctrl-p ctrl-q)
         # can never appear in what we write to the attached stdin.
         self._send(self._seal(b"H", json.dumps(message, separators=(",", ":")).encode()))
@@ -174,6 +192,7 @@ class _AgentChannel:
             return None
         if pending.response is None:
             raise _AgentGone(self.gone or "the sandbox agent stopped")
+        self.streamed = pending.streamed
         return pending.response
 
     def greeted(self) -> Greeted:
@@ -302,6 +321,9 @@ class _AgentChannel:
             self._handed_over = self._handover
             self._hello.set()
             return
+        if "output" in message:
+            self._stream(message)
+            return
         with self._lock:
             pending = self._pending
             if pending is None or message.get("id") != pending.id:
@@ -316,6 +338,32 @@ class _AgentChannel:
         assert pending is not None
         pending.response = message
         pending.done.set()
+
+    def _stream(self, message: dict[str, Any]) -> None:
+        """A piece of the pending call's output, for its listener (the reader thread)."""
+        with self._lock:
+            pending = self._pending
+        if pending is None or message.get("id") != pending.id or pending.listener is None:
+            self._violation(f"output for no streaming call (id {message.get('id')!r})")
+            return
+        piece = message["output"]
+        try:
+            stream = piece["stream"]
+            data = base64.b64decode(piece["data"], validate=True)
+            skipped = int(piece.get("skipped") or 0)
+        except (TypeError, KeyError, ValueError, binascii.Error):
+            self._violation("an output line that is not one")
+            return
+        if stream not in ("stdout", "stderr") or skipped < 0:
+            self._violation("an output line that is not one")
+            return
+        pending.streamed = True
+        if skipped:
+            data = f"\n[... {skipped} bytes of output not streamed ...]\n".encode() + data
+        try:
+            pending.listener(stream, data)
+        except Exception:  # whoever watches must not take the stream down
+            log.exception("the output listener of %s failed", self.name)
 
 
 def _wait_or_cancel(done: threading.Event, wait: float, cancel: threading.Event | None) -> bool:

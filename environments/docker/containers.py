@@ -67,7 +67,8 @@ __all__ = ["AGENT_COMMAND", "AGENT_START_SECONDS", "SandboxContainers"]
 log = logging.getLogger(__name__)
 
 # The agent runs on the interpreter bundled with it (sandboxes/image/bundle.py), through that
-# interpreter's own loader: it needs nothing of the image.
+# interpreter's own loader: it needs nothing of the image. It is a directory of modules, run by
+# its __main__.py; -B keeps the interpreter from writing their bytecode into the image.
 AGENT_COMMAND: Final = (
     "/opt/codecoder/python/ld.so",
     "--library-path",
@@ -75,7 +76,8 @@ AGENT_COMMAND: Final = (
     "/opt/codecoder/python/bin/python3",
     "-I",
     "-S",
-    "/opt/codecoder/agent.py",
+    "-B",
+    "/opt/codecoder/agent",
 )
 # Where the egress proxy's socket directory is mounted (environments.docker.egress).
 EGRESS_MOUNT: Final = "/opt/codecoder/egress"

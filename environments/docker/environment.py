@@ -160,6 +160,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 self._sync_in(mode)
             try:
                 channel, response = self._exchange(mode, call, request)
+                if request.output is not None and not channel.streamed:
+                    # Nothing came as it ran (a short call, an older agent): all of it now.
+                    for stream in ("stdout", "stderr"):
+                        if response.get(stream):
+                            request.output(stream, str(response[stream]).encode())
             except BaseException:
                 if self.sync and mode == "rw":
                     # What the call wrote before it was cut off never comes back, and the
@@ -194,6 +199,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             )
             if synced is not None:
                 result.extra["synced"] = synced
+            said = str(response.get("stderr", ""))
+            if request.output is not None and result.stderr.startswith(said):
+                added = result.stderr[len(said) :]  # what to do about a missing program
+                if added:
+                    request.output("stderr", added.encode())
             return result
 
     def close(self) -> None:
@@ -358,6 +368,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                         request.timeout + HOST_GRACE_SECONDS,
                         request.max_output,
                         cancel=request.cancel,
+                        output=request.output,
                     )
             except _AgentGone as gone:
                 oom = self._container_oom_killed(channel)

@@ -14,7 +14,7 @@ one), and the host keeps the two in step:
   (`put_archive` cannot delete).
 * **Back**, after a writable call: the agent has written what the call changed into the outbox
   (another volume, only in the writable container, only root's: `changes.tar` and
-  `changes.json`, see sandboxes/image/agent.py); `pull()` fetches both with `get_archive` and
+  `changes.json`, see sandboxes/image/agent/sync.py); `pull()` fetches both with `get_archive` and
   applies them:
   - never a protected path (`runtime.kernel.protected.is_protected_path`: at every depth, in every
     spelling), nor a symlink whose target leaves the workspace (absolute, or climbing above
@@ -53,7 +53,7 @@ from docker.types import Mount
 
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
 from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import is_protected_path
+from codecoder.runtime.kernel.protected import is_protected_entry, is_protected_path
 
 __all__ = ["OUTBOX", "SyncReport", "WorkspaceVolume"]
 
@@ -275,6 +275,15 @@ class WorkspaceVolume:
         deleted = [str(path) for path in summary.get("deleted") or []]
         for path in deleted:
             _check_name(path)
+            if _in_protected_entry(path):
+                # Moved or removed in the sandbox's copy (a rename of `.codecoder/`): sandboxed
+                # tools may never move a protected path, and the copy no longer shows what
+                # the workspace holds.
+                raise ExecutionFailed(
+                    f"the call moved or removed {path}, a protected path, in the sandbox's copy "
+                    "of the workspace; sandboxed tools may never move protected paths. Nothing "
+                    "was copied back"
+                )
         report = SyncReport(unreadable=list(summary.get("unreadable") or []))
         with _Tree(self.workspace, self.owner_on_host()) as tree:
             for path in deleted:
@@ -314,6 +323,13 @@ class WorkspaceVolume:
             return None
         info = self.workspace.stat()
         return info.st_uid, info.st_gid
+
+
+def _in_protected_entry(path: str) -> bool:
+    """Whether `path` is, or lies in, what no sandbox may create or move
+    (`runtime.kernel.protected.is_protected_entry`)."""
+    parts = path.split("/")
+    return any(is_protected_entry("/".join(parts[: k + 1])) for k in range(len(parts)))
 
 
 # --- the host side of the workspace ------------------------------------------------------------

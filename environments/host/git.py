@@ -62,7 +62,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.base import CommandRequest, CommandResult, OutputListener
 from codecoder.environments.host.path import host_path, locate
 from codecoder.runtime.kernel.errors import ExecutionFailed
 
@@ -190,12 +190,16 @@ class HostGit:
         timeout: float,
         max_output: int,
         cancel: threading.Event | None = None,
+        output: OutputListener | None = None,
     ) -> Callable[..., CommandResult]:
         """`git(*args)` for this workspace: first lists the drivers, then runs each command
-        with every override. Refuses a hook that leads out of .git/."""
+        with every override (its output passed to `output` as it comes). Refuses a hook that
+        leads out of .git/."""
         self._check_hooks()
 
-        def request(args: tuple[str, ...], overrides: list[str]) -> CommandRequest:
+        def request(
+            args: tuple[str, ...], overrides: list[str], listener: OutputListener | None = None
+        ) -> CommandRequest:
             argv = (self.git, *overrides, *args)
             return CommandRequest(
                 cwd=self.workspace,
@@ -204,6 +208,7 @@ class HostGit:
                 timeout=timeout,
                 max_output=max_output,
                 cancel=cancel,
+                output=listener,
             )
 
         listing = ("config", "--null", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.")
@@ -213,7 +218,7 @@ class HostGit:
         full = self.overrides([name.strip() for name in listed.stdout.split("\0") if name.strip()])
 
         def git(*args: str) -> CommandResult:
-            return run(request(args, full))
+            return run(request(args, full, output))
 
         return git
 

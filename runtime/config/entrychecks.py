@@ -37,7 +37,7 @@ from codecoder.runtime.config.capabilities import (
 )
 from codecoder.runtime.config.projectfile import AllowEntry, Diagnostic, Severity
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.protected import PROTECTED_NAMES
+from codecoder.runtime.kernel.protected import AGENT_SETTINGS, PROTECTED_NAMES
 from codecoder.runtime.permissions.keys import KeyStyle
 from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
 
@@ -181,4 +181,4 @@ def checked_pattern(
 
 def only_protected(pattern: KeyPattern) -> bool:
     head = pattern.action.split("/", 1)[0]
-    return head in PROTECTED_NAMES and pattern.action != head + "*"
+    return head in (*PROTECTED_NAMES, *AGENT_SETTINGS) and pattern.action != head + "*"

@@ -18,6 +18,14 @@ roots, a web policy, defaults) lies under the project's codecoder.json:
 
 `ProjectConfig.rules` says which file each rule came from; `codecoder check` prints it.
 
+Failing closed. A file that exists but cannot be read, parsed or validated (bad JSON, a wrong
+type such as `"deny": "..."`, a top-level `[]`, a duplicated section), and a deny rule that
+cannot be read as a rule for a known tool, leave the rules unknown: any of them could have
+refused a call. `ProjectConfig.unreadable` lists those errors; while there is one, the
+allowlist is `unreadable` and every call that needs permission is refused with the first of
+them (file, line and column), before any grant, deny rule or question. Calls that need no
+permission still run.
+
 Trust. A repository can arrive with a codecoder.json in it, so the project file is obeyed only
 for what cannot widen access until the human trusts it (`runtime.config.trust`, `codecoder trust`);
 what that is, setting by setting, is `runtime.config.untrusted`'s. An untrusted file's widenings
@@ -29,8 +37,9 @@ directory or a directory above it, nor hold the runtime's state or the user's co
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,17 +53,17 @@ from codecoder.runtime.config.entrychecks import (
     checked_pattern,
     only_protected,
 )
-from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile
+from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile, format_diagnostic
 from codecoder.runtime.config.reading import load_project_file, load_user_file, user_file_path
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.config.untrusted import LayerBelow, Trust, untrusted_view
+from codecoder.runtime.config.untrusted import LayerBelow, Trust, Widening, untrusted_view
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.state import state_directory
 from codecoder.runtime.permissions.allowlist import NEVER, Grant, ProjectAllowlist
 from codecoder.runtime.permissions.keys import KeyStyle
 
-__all__ = ["PROJECT_FILE", "ProjectConfig", "Rule", "load_project"]
+__all__ = ["PROJECT_FILE", "ProjectConfig", "Rule", "load_project", "unreadable_reason"]
 
 PROJECT_FILE = "codecoder.json"
 
@@ -88,10 +97,32 @@ class ProjectConfig:
     trust: Trust = field(default_factory=lambda: Trust(TrustState.NOTHING_TO_TRUST))
     user_file: ProjectFile | None = None
     rules: tuple[Rule, ...] = ()
+    # The errors that leave the rules unknown (see the module docstring): it fails closed.
+    unreadable: tuple[Diagnostic, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not any(d.severity == "error" for d in self.diagnostics)
+
+    @property
+    def unreadable_reason(self) -> str | None:
+        """Why every call that needs permission is refused, or None when the rules are known."""
+        return unreadable_reason(self.root / PROJECT_FILE, self.unreadable)
+
+
+def unreadable_reason(path: Path, unreadable: tuple[Diagnostic, ...]) -> str | None:
+    """The refusal of a call while `unreadable` holds errors: the first, where it is, and what
+    to do."""
+    if not unreadable:
+        return None
+    first = format_diagnostic(path, unreadable[0])
+    more = len(unreadable) - 1
+    others = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return (
+        f"the rules cannot be read: {first}{others}. While a rules file is broken, nothing "
+        "that needs permission runs: fix it (`codecoder check` lists every problem), then "
+        "retry or `/reload`"
+    )
 
 
 def load_project(
@@ -113,11 +144,15 @@ def load_project(
     view, found = untrusted_view(pf, root, base, record.approved)
     if not found:
         state = TrustState.NOTHING_TO_TRUST
-    elif trusted if trusted is not None else record.trusts(pf.digest):
+    elif trusted if trusted is not None else _trusted(record, pf, found):
         state = TrustState.TRUSTED
     else:
         state = TrustState.UNTRUSTED
     diagnostics = list(user.diagnostics) + list(pf.diagnostics)
+    if capabilities is None:
+        capabilities = (
+            load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
+        )
     if state is TrustState.UNTRUSTED:
         pf_in_effect = view
         for widening in found:
@@ -137,25 +172,58 @@ def load_project(
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
     config.file = pf
     config.user_file = user if user.exists else None
+    if state is TrustState.UNTRUSTED:
+        # What the file would do if trusted: a widening that could never take effect (a
+        # grant above its tool's ceiling, a tool that does not exist) is marked before the
+        # human trusts it.
+        as_trusted = _layered(root, tools, capabilities, user, pf, [])
+        found = [_marked(w, as_trusted.diagnostics) for w in found]
+    else:
+        found = [_marked(w, config.diagnostics) for w in found]
     config.trust = Trust(
         state, pf.digest, tuple(sorted(found, key=lambda w: (w.line or 0, w.column or 0)))
     )
     return config
 
 
+def _trusted(record: trust.TrustRecord, pf: ProjectFile, found: list[Widening]) -> bool:
+    """The human trusted these bytes, or every widening the file holds now (trust follows
+    meaning: an edit that widens nothing new keeps it)."""
+    return record.trusts(pf.digest) or record.covers(w.setting for w in found)
+
+
+# Diagnostics that mean an entry of the project file grants, binds or opens nothing.
+_NEVER: dict[str, frozenset[str]] = {
+    "allowlist": frozenset(
+        {
+            *("ceiling_violation", "unknown_tool", "invalid_pattern", "never_matches"),
+            *("matches_nothing", "protected_path", "digest_not_approved"),
+            *("capability_not_pinned", "capability_wildcard", "unknown_capability"),
+        }
+    ),
+    "environments": frozenset({"unknown_tool", "invalid_binding"}),
+    "read_roots": frozenset({"read_root_forbidden", "read_root_missing"}),
+    "docker": frozenset({"invalid_docker_settings"}),
+}
+
+
+def _marked(widening: Widening, diagnostics: Sequence[Diagnostic]) -> Widening:
+    codes = _NEVER.get(widening.section, frozenset())
+    for d in diagnostics:
+        if d.file is None and d.code in codes and d.key in (widening.key, widening.section):
+            return dataclasses.replace(widening, never=f"{d.code}: {d.message}")
+    return widening
+
+
 def _layered(
     root: Path,
     tools: Mapping[str, ToolInfo],
-    capabilities: CapabilitySet | None,
+    capabilities: CapabilitySet,
     user: ProjectFile,
     pf: ProjectFile,
     diagnostics: list[Diagnostic],
 ) -> ProjectConfig:
     """`pf` (as far as it is obeyed) over the user's file, checked against the tools."""
-    if capabilities is None:
-        capabilities = (
-            load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
-        )
     for problem in capabilities.problems:
         diagnostics.append(
             Diagnostic(
@@ -213,11 +281,25 @@ def _layered(
         return bindings.get(tool) or tools[tool].environment
 
     grants: list[Grant] = []
+    granted = {entry.pattern for entry in pf.allowlist if entry.grants}
     for entry in pf.allowlist:
         where = {"line": entry.line, "column": entry.column}
         pattern = checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
         if pattern is None or not entry.grants:
             continue
+        sibling = _sibling_grant(entry.pattern, environment_of)
+        if sibling is not None and sibling not in granted:
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    "other_tool",
+                    f"{entry.pattern} grants the run_container tool only; commands the agent "
+                    f"runs with run_command, bound to @docker here, are keyed {sibling}, which "
+                    "nothing grants: add that entry for them to run without asking",
+                    key=entry.pattern,
+                    **where,
+                )
+            )
         environment = environment_of(pattern.tool)
         if pattern.tool == RUN_CAPABILITY:
             capability = capabilities.get(pattern.action)
@@ -246,7 +328,8 @@ def _layered(
                     "warning",
                     "protected_path",
                     f"{entry.pattern} covers only protected paths (codecoder.json, .codecoder/, "
-                    ".git/), which are never granted beyond Once: the entry grants nothing",
+                    ".git/, the agents' settings), which are never granted beyond Once: the "
+                    "entry grants nothing",
                     key=entry.pattern,
                     **where,
                 )
@@ -260,12 +343,20 @@ def _layered(
         rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
 
     denies: list[Grant] = []
+    unreadable = [
+        next(d for d in layer.diagnostics if d.severity == "error")
+        for layer, _ in layers
+        if not layer.usable
+    ]
     for layer, origin in layers:
         for deny in layer.deny:
             where = {"line": deny.line, "column": deny.column}
             if layer is user:
                 where["file"] = origin
+            before = len(diagnostics)
             pattern = checked_pattern(deny.pattern, tools, diagnostics, where, deny=True)
+            # A deny rule that cannot be read as one (or can never match) is a rule lost.
+            unreadable += [d for d in diagnostics[before:] if d.severity == "error"]
             if pattern is not None:
                 denies.append(Grant(pattern, deny.line, deny.column))
                 rules.append(Rule("deny", deny.pattern, origin, deny.line))
@@ -291,7 +382,12 @@ def _layered(
     return ProjectConfig(
         root=root,
         file=pf,
-        allowlist=ProjectAllowlist.build(grants if pf.usable else [], denies, style_of),
+        allowlist=ProjectAllowlist.build(
+            grants if pf.usable else [],
+            denies,
+            style_of,
+            unreadable_reason(root / PROJECT_FILE, tuple(unreadable)),
+        ),
         bindings=bindings,
         limits=limits,
         session_ttl=top("session_ttl", NEVER),
@@ -303,6 +399,7 @@ def _layered(
             sorted(diagnostics, key=lambda d: (d.file or "", d.line or 0, d.column or 0))
         ),
         rules=tuple(rules),
+        unreadable=tuple(unreadable),
     )
 
 
@@ -419,3 +516,15 @@ def _docker_settings(
             )
         )
     return settings
+
+
+def _sibling_grant(pattern: str, environment_of: Callable[[str], EnvironmentTag]) -> str | None:
+    """The run_command entry a run_container grant was likely meant as: where run_command is
+    bound to @docker, both run the same commands in the same sandbox, but each tool's grants
+    are its own (`run_container:npm:test` never lets `run_command:npm:test` run)."""
+    tool, _, rest = pattern.partition(":")
+    if tool != "run_container" or not rest:
+        return None
+    if environment_of("run_command") is not EnvironmentTag.DOCKER:
+        return None
+    return f"run_command:{rest}"

@@ -6,7 +6,8 @@ Reading (`load_project_file`) never raises for bad content. Every problem become
 
     syntax           not JSON (what the json module said, where it said it)
     unreadable       a directory, no permission, not UTF-8
-    schema           a value of the wrong shape, an unknown key, an unknown environment
+    schema           a value of the wrong shape, an unknown key, an unknown environment, a
+                     comment (a top-level key starting with //) that is not text
     invalid_pattern  an empty allowlist/deny pattern, or one with control characters
     invalid_scope    an allowlist value that is not a scope; AlwaysThisSession and Once are
                      only warnings (the entry grants nothing), anything else is an error
@@ -56,7 +57,7 @@ from codecoder.runtime.config.projectfile import (
     Severity,
     WebSection,
 )
-from codecoder.runtime.config.schema import ProjectFileModel, pattern_problem
+from codecoder.runtime.config.schema import COMMENT_PREFIX, ProjectFileModel, pattern_problem
 from codecoder.runtime.kernel.ceiling import Scope
 from codecoder.runtime.kernel.display import quoted as _quote
 from codecoder.runtime.kernel.state import config_directory
@@ -299,6 +300,8 @@ def parse_text(text: str) -> ParsedText:
         return result
     index = result.index = SourceIndex(text)
     for parts, earlier, later in index.duplicates:
+        if len(parts) == 1 and str(parts[0]).startswith(COMMENT_PREFIX):
+            continue  # a comment said twice loses nothing
         # Reported where the ignored occurrence is: that is the line to delete.
         (line, column), (later_line, _) = index.line_column(earlier), index.line_column(later)
         if len(parts) == 1:
@@ -322,7 +325,22 @@ def parse_text(text: str) -> ParsedText:
         for error in exc.errors():
             _report_schema_error(result, error)
     _check_patterns_and_scopes(result)
+    _check_comments(result)
     return result
+
+
+def _check_comments(result: ParsedText) -> None:
+    document = result.document
+    for key, note in document.items() if isinstance(document, dict) else ():
+        if not key.startswith(COMMENT_PREFIX):
+            continue
+        lines = note if isinstance(note, list) else [note]
+        if not all(isinstance(line, str) for line in lines):
+            message = (
+                f"the comment {_quote(key)} should be a string or a list of strings (a key "
+                f"starting with {COMMENT_PREFIX} is a comment)"
+            )
+            result.report("error", "schema", message, (key,), result.value_position((key,)))
 
 
 def _report_schema_error(result: ParsedText, error: ErrorDetails) -> None:

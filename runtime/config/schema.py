@@ -157,7 +157,14 @@ class _Docker(BaseModel):
     pool: int | None = Field(default=None, ge=0, le=MAX_POOL)
 
 
+COMMENT_PREFIX = "//"
+"""A top-level key that starts with it is a comment (JSON has none): `"// limits": "..."`."""
+
+
 class ProjectFileModel(BaseModel):
+    """The file's settings. Top-level keys starting with `//` are comments (a string or a list
+    of strings), read by people and by nothing else: `codecoder init` writes its notes so."""
+
     model_config = _STRICT
 
     schema_: str | None = Field(default=None, alias="$schema")
@@ -172,6 +179,18 @@ class ProjectFileModel(BaseModel):
     # Extra directories the read tools may read (never write), addressed as `@name/path`.
     read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
     docker: _Docker = Field(default_factory=_Docker)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_comments(cls, value: Any) -> Any:
+        # What a comment holds is checked where its line is known (runtime.config.reading).
+        if not isinstance(value, dict):
+            return value
+        return {
+            k: v
+            for k, v in value.items()
+            if not (isinstance(k, str) and k.startswith(COMMENT_PREFIX))
+        }
 
     @field_validator("session_ttl")
     @classmethod

@@ -11,10 +11,17 @@ classified counts as a widening:
               read roots: inside the project, obeyed; outside, a widening
               docker runtime: `runsc` (gVisor) obeyed over runc or the engine's default, any
               other a widening; docker workspace (bind, sync): always obeyed
-    widens    every grant; every environment binding; web allow_hosts, search_url,
-              github_api_url and github_token_env (where queries and a token are sent); agent
-              base_url, api_key_env and model; every other docker setting (image, network and
-              its egress allowlist, user, read_only_rootfs, extra_writable_paths)
+              environment bindings: to a sandbox (an environment whose ceiling admits project
+              grants: @docker, @wasm, @landlock, @bwrap), obeyed, since it contains the tool;
+              to @shell, a widening (it moves the tool onto the host)
+    widens    every grant; web allow_hosts, search_url, github_api_url and github_token_env
+              (where queries and a token are sent); agent base_url, api_key_env and model;
+              every other docker setting (image, network and its egress allowlist, user,
+              read_only_rootfs, extra_writable_paths)
+
+Each widening says what it is (`Widening.setting`: section, name, value), which the trust
+record keeps, so that an edit that widens nothing beyond what was trusted keeps the file trusted
+(`runtime.config.trust.TrustRecord.covers`).
 
 The layer below is the user's file over the defaults (`LayerBelow`): the user's file is the
 human's own and is trusted. `untrusted_view` gives the file as obeyed and every widening it holds
@@ -32,22 +39,37 @@ from typing import Any, Final, Literal
 
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.runtime.config.projectfile import AllowEntry, ProjectFile
+from codecoder.runtime.config.reading import load_user_file, user_file_path
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
-from codecoder.runtime.config.trust import TrustState
+from codecoder.runtime.config.trust import Setting, TrustRecord, TrustState
+from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.permissions.allowlist import NEVER
 
-__all__ = ["SECTIONS", "LayerBelow", "Trust", "Widening", "untrusted_view"]
+__all__ = ["SECTIONS", "LayerBelow", "Trust", "Widening", "covered_by_trust", "untrusted_view"]
 
 
 @dataclass(frozen=True, slots=True)
 class Widening:
-    """One thing a project file gives beyond what is obeyed from a file nobody trusted."""
+    """One thing a project file gives beyond what is obeyed from a file nobody trusted.
+
+    `value` is what the setting is (a grant's digest, a binding's environment, a limit, a
+    host), so that `setting` names it whatever its place in the file; `never` says why it
+    could never take effect even if trusted (a ceiling violation, a tool that does not exist),
+    so the human sees that before trusting it."""
 
     section: str
     key: str
     what: str  # in words, as `codecoder trust` shows it
     line: int | None = None
     column: int | None = None
+    value: Any = None
+    never: str = ""
+
+    @property
+    def setting(self) -> Setting:
+        """(section, name, value): a list item is named by its list (`web.allow_hosts`), not
+        by its index, so that an entry added before it does not make it another setting."""
+        return (self.section, self.key.split("[", 1)[0], self.value)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -56,6 +78,7 @@ class Widening:
             "what": self.what,
             "line": self.line,
             "column": self.column,
+            "never": self.never or None,
         }
 
 
@@ -94,6 +117,8 @@ SECTIONS: Final[dict[str, Literal["inert", "narrows", "compared", "widens"]]] = 
     "read_roots": "compared",
     "docker": "compared",
 }
+# Where a docker limit's value is read as a number, to compare it with a trusted one.
+_DOCKER_NUMBERS: Final = {"memory": "memory_bytes", "tmpfs_size": "tmpfs_bytes"}
 # docker settings where a smaller value is a tighter sandbox; for the others see
 # `_docker_narrows`.
 _DOCKER_LIMITS: Final = {
@@ -163,24 +188,40 @@ def untrusted_view(
     """The file as obeyed while nobody trusts it, and every widening it holds."""
     found: list[Widening] = []
 
-    def widen(section: str, key: str, what: str, pointer: str) -> None:
-        found.append(Widening(section, key, what, *pf.position_of(pointer)))
+    def widen(section: str, key: str, what: str, pointer: str, value: Any) -> None:
+        found.append(Widening(section, key, what, *pf.position_of(pointer), value=value))
 
     kept: list[AllowEntry] = []
     for entry in pf.allowlist:
         if entry.grants and (entry.pattern, entry.digest) not in approved:
             what = f"grants {entry.pattern} for the project"
-            found.append(Widening("allowlist", entry.pattern, what, entry.line, entry.column))
+            found.append(
+                Widening("allowlist", entry.pattern, what, entry.line, entry.column, entry.digest)
+            )
         else:
             kept.append(entry)
+    bindings = []
     for binding in pf.bindings:
-        what = f"runs {binding.tool} in {binding.environment}"
-        found.append(Widening("environments", binding.tool, what, binding.line, binding.column))
+        if _contains(binding.environment):
+            bindings.append(binding)  # a sandbox narrows: obeyed, trusted or not
+            continue
+        what = f"runs {binding.tool} in {binding.environment}, on the host"
+        found.append(
+            Widening(
+                "environments",
+                binding.tool,
+                what,
+                binding.line,
+                binding.column,
+                binding.environment,
+            )
+        )
 
     def at_most(name: str, value: Any, below: Any, pointer: str, what: str) -> Any:
         if value is None or value <= below:
             return value
-        widen(pointer.strip("/").split("/")[0], pointer.strip("/").replace("/", "."), what, pointer)
+        section, key = pointer.strip("/").split("/")[0], pointer.strip("/").replace("/", ".")
+        widen(section, key, what, pointer, value)
         return None
 
     timeout = at_most(
@@ -203,7 +244,13 @@ def untrusted_view(
         and base.session_ttl != NEVER
         and (session_ttl == NEVER or session_ttl > base.session_ttl)
     ):
-        widen("session_ttl", "session_ttl", "makes session grants last longer", "/session_ttl")
+        widen(
+            "session_ttl",
+            "session_ttl",
+            "makes session grants last longer",
+            "/session_ttl",
+            session_ttl,
+        )
         session_ttl = None
 
     web = pf.web
@@ -213,6 +260,7 @@ def untrusted_view(
             f"web.allow_hosts[{i}]",
             f"lets the web tools (which never ask) reach {host}, even at a local address",
             f"/web/allow_hosts/{i}",
+            host,
         )
     for name, what in (
         ("search_url", "sends web_search queries to {}"),
@@ -221,7 +269,7 @@ def untrusted_view(
     ):
         value = getattr(web, name)
         if value is not None:
-            widen("web", f"web.{name}", what.format(value), f"/web/{name}")
+            widen("web", f"web.{name}", what.format(value), f"/web/{name}", value)
     web = dataclasses.replace(
         web,
         allow_hosts=(),
@@ -259,7 +307,7 @@ def untrusted_view(
     ):
         value = getattr(agent, name)
         if value is not None:
-            widen("agent", f"agent.{name}", what.format(value), f"/agent/{name}")
+            widen("agent", f"agent.{name}", what.format(value), f"/agent/{name}", value)
     agent = dataclasses.replace(
         agent,
         base_url=None,
@@ -293,6 +341,7 @@ def untrusted_view(
                 name,
                 f"lets the read tools (which never ask) read {directory}",
                 "/read_roots/" + name.replace("~", "~0"),
+                str(directory),
             )
 
     docker = []
@@ -309,14 +358,19 @@ def untrusted_view(
         elif mine is not None and _docker_narrows(name, mine, base.docker):
             docker.append((name, value))
             continue
+        number = getattr(mine, _DOCKER_NUMBERS[name]) if mine and name in _DOCKER_NUMBERS else None
         widen(
-            "docker", f"docker.{name}", f"sets the sandbox's {name} to {value!r}", f"/docker/{name}"
+            "docker",
+            f"docker.{name}",
+            f"sets the sandbox's {name} to {value!r}",
+            f"/docker/{name}",
+            number if number is not None else _plain(value),
         )
 
     view = dataclasses.replace(
         pf,
         allowlist=tuple(kept),
-        bindings=(),
+        bindings=tuple(bindings),
         timeout=timeout,
         max_output=max_output,
         session_ttl=session_ttl,
@@ -326,3 +380,30 @@ def untrusted_view(
         docker=tuple(docker),
     )
     return view, found
+
+
+def _contains(environment: str) -> bool:
+    """Whether a tool bound to `environment` is contained (a sandbox): its ceiling admits
+    project grants. An unknown tag is not."""
+    try:
+        return EnvironmentTag(environment).allows(Scope.PROJECT)
+    except ValueError:
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as JSON holds it (tuples as lists, at any depth), for the record."""
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def covered_by_trust(root: Path, pf: ProjectFile, record: TrustRecord) -> bool:
+    """Whether the human trusted every widening `pf` holds (by its settings, whatever its
+    bytes): what `runtime.config.writing` asks before a write, so that a grant written to a
+    file trusted by meaning keeps it trusted."""
+    base = LayerBelow.of(load_user_file(user_file_path()))
+    _, found = untrusted_view(pf, root, base, record.approved)
+    return bool(found) and record.covers(w.setting for w in found)

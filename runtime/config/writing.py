@@ -26,6 +26,7 @@ from codecoder.runtime.config import trust
 from codecoder.runtime.config.projectfile import PROJECT_SCOPE
 from codecoder.runtime.config.reading import ParsedText, decode_text, os_reason, parse_text
 from codecoder.runtime.config.schema import pattern_problem
+from codecoder.runtime.config.untrusted import covered_by_trust
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
 from codecoder.runtime.kernel.display import quoted as _quote
 from codecoder.runtime.kernel.errors import ConfigError
@@ -96,13 +97,26 @@ def _update(
             _remove_stale_temporaries(path)
             document, mode, before = _read_for_update(path)
             if change(document):
+                root = path.parent.resolve()
+                trusted = before is not None and _trusted_by_meaning(root, path, before)
                 after = _serialize(document)
                 replace_atomically(path, after, mode)
                 trust.after_write(
-                    path.parent.resolve(), before, after, granted=granted, revoked=revoked
+                    root, before, after, granted=granted, revoked=revoked, trusted=trusted
                 )
     except OSError as exc:
         raise ConfigError(f"cannot update {path.name}: {os_reason(exc)}", path) from exc
+
+
+def _trusted_by_meaning(root: Path, path: Path, data: bytes) -> bool:
+    """Whether the file as it is (readable: `_read_for_update` checked) is trusted, by its
+    digest or because the human trusted every widening it holds."""
+    record = trust.read_record(root)
+    if record.trusts(trust.digest_of(data)):
+        return True
+    text = decode_text(path, data)
+    assert isinstance(text, str)
+    return covered_by_trust(root, parse_text(text).project_file(path), record)
 
 
 def exclusive_lock_of(path: Path) -> contextlib.AbstractContextManager[None]:

@@ -1,7 +1,7 @@
 """codecoder as the permission engine of another agent: hooks for Claude Code and Gemini CLI.
 
-    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox docker]
-    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox docker]
+    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
+    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
 
 The host runs the hook before each tool call with a JSON event on stdin, and reads the answer
 from stdout in its own format:
@@ -19,21 +19,35 @@ from stdout in its own format:
   `deny` blocks, `ask` forces Gemini's confirmation even in YOLO mode, `allow` leaves the call
   to Gemini's approval mode. `AfterTool` and `SessionEnd` arrive on the same command.
 
-Each host tool is mapped to the codecoder call that does the same thing (`map_call`: Bash /
-run_shell_command → run_command, Read / read_file → read_file, Write / write_file →
-write_file, Edit / replace → edit_file, Glob, Grep, LS, WebFetch, WebSearch), and that call
-is evaluated by the same engine as every call (`runtime.evaluation`): deny rules, project
-grants with their ceilings, session grants. A path outside the workspace, a tool codecoder does
-not know, or input it cannot read is never allowed: it is asked. Tools of codecoder's own MCP
-server (`mcp__codecoder__*`) are allowed here, because the server asks for them itself.
+Each host tool is mapped to the codecoder call that does the same thing
+(`runtime.interfaces.hostcalls.map_call`: Bash / run_shell_command → run_command, Read /
+read_file → read_file, Write / write_file → write_file, Edit / replace → edit_file, Glob, Grep,
+LS, WebFetch, WebSearch), and that call is evaluated by the same engine as every call
+(`runtime.evaluation`): deny rules, protected paths (the agents' own settings among them),
+project grants with their ceilings, session grants. A fetch is judged as the web tools judge
+theirs, every URL of it: the web policy, and loopback, private, link-local and metadata
+addresses refused unless the policy names them. A path outside the workspace, a tool codecoder
+does not know, or input it cannot read is never allowed: it is asked. Tools of codecoder's own
+MCP server are allowed here, because the server asks for them itself; a name that could as well
+be another server's is not taken for one of them.
 
 Session grants. The host's prompt is the one the human answers. When the hook answered `ask`
 and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
-approved it, and the question said that approving allows the key for the rest of the host's
-session: the key is recorded as a session grant for that host session, in the runtime's state
-directory (outside the workspace, `runtime.kernel.state.project_state_directory`). It is dropped at
-the host's SessionEnd, expires with the project's `session_ttl`, and a session file untouched
-for a day is removed. A protected path is never recorded: it is asked every time.
+approved it, and the question said what approving allows. Claude Code: the key for the rest of
+the host's session, recorded as a session grant for that host session in the runtime's state
+directory (outside the workspace, `runtime.kernel.state.project_state_directory`), dropped at
+the host's SessionEnd, expired with the project's `session_ttl`, and removed with a session file
+untouched for a day. Gemini CLI: this call only, since its prompt offers "Allow once" beside
+longer choices and tells the hook nothing of which was chosen. A protected path is never
+recorded: it is asked every time.
+
+The user's own rules. Where codecoder would ask, a rule of the user's own home settings of the
+host that allows the call (`Bash(ls:*)` in ~/.claude/settings.json; never a project's settings)
+allows it (`runtime.interfaces.agentsettings`). Deny rules, protected paths and compound
+commands are codecoder's alone to decide.
+
+Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
+person, in the host's transcript (`systemMessage`).
 
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
@@ -42,6 +56,16 @@ field, into `codecoder exec --project DIR --hook HOST:SESSION [--approved TOKEN]
 `codecoder exec` decides again through the same chain before anything runs; a question the host
 asked is passed as a one-time token bound to the key that was asked, kept in the state
 directory, never in the command's reach otherwise.
+
+`--sandbox bwrap` does the same with codecoder's contained environment: shell commands are
+evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec --sandbox bwrap
+…`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed with no
+question and runs with the file system read-only; a project grant for a contained command
+holds. A command that would fail contained (`git push`, `gh …`) is asked as an escalation: the
+host's question says that approving runs it on the host, unconfined, for the rest of the host's
+session (a session grant bound to @shell, recorded when the host reports that it ran), and
+`codecoder exec` runs it on @shell, audited as an escalation, only with that question's token.
+Nothing the model writes can ask for the host: the token comes from the hook.
 """
 
 from __future__ import annotations
@@ -50,7 +74,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import secrets
 import shlex
 import time
@@ -59,7 +82,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from codecoder.runtime.interfaces.hostcalls import Mapped, Sandbox, map_call
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import visible
 from codecoder.runtime.kernel.errors import CodecoderError, UsageError
@@ -67,7 +92,8 @@ from codecoder.runtime.kernel.state import project_state_directory
 
 if TYPE_CHECKING:
     from codecoder.runtime.evaluation import Evaluation
-    from codecoder.runtime.session import Session
+    from codecoder.runtime.interfaces.agentsettings import UserGrant
+    from codecoder.runtime.session import Runtime, Session
 
 __all__ = [
     "HOSTS",
@@ -75,139 +101,15 @@ __all__ = [
     "HookSessions",
     "Mapped",
     "handle",
+    "hook_project",
     "map_call",
 ]
 
 Host = Literal["claude-code", "gemini"]
 HOSTS: Final[tuple[Host, ...]] = ("claude-code", "gemini")
-Sandbox = Literal["docker"]
 
 MAX_IDLE: Final = 24 * 3600.0  # seconds a host session's file may stay untouched
 _PENDING_TTL: Final = 3600.0  # seconds a question waits for the host to run the call
-
-# Tools of the host that act only inside the host's own conversation (plans, to-do lists,
-# sub-agents whose calls come through this hook themselves): the host decides them.
-_HOST_INTERNAL: Final = frozenset(
-    {
-        "TodoWrite",
-        "Task",
-        "Agent",
-        "ExitPlanMode",
-        "EnterPlanMode",
-        "AskUserQuestion",
-        "write_todos",
-        "ask_user",
-        "activate_skill",
-        "get_internal_docs",
-        "save_memory",
-    }
-)
-_URL: Final = re.compile(r"https?://[^\s<>\"')\]]+")
-
-
-# --- mapping a host's tool call to codecoder's ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Mapped:
-    """The codecoder call that does what the host's call does; `tool` None: no mapping, and
-    `problem` says why (asked, never allowed); `host_internal`: the host decides alone."""
-
-    tool: str | None
-    args: dict[str, Any]
-    problem: str = ""
-    host_internal: bool = False
-    shell: bool = False  # a shell command: the one thing `--sandbox docker` rewrites
-    own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
-
-
-def map_call(
-    host_tool: str,
-    tool_input: Mapping[str, Any],
-    workspace: Path,
-    *,
-    sandbox: Sandbox | None = None,
-    mcp_server: str = "codecoder",
-) -> Mapped:
-    """Map one host tool call (either host's names) onto a codecoder call."""
-    if host_tool in _HOST_INTERNAL:
-        return Mapped(None, {}, host_internal=True)
-    prefix = f"mcp__{mcp_server}__"
-    if host_tool.startswith(prefix):
-        name = host_tool[len(prefix) :]
-        return Mapped(name, dict(tool_input), own_server=True)
-    text = _text_fields(tool_input)
-    if host_tool in ("Bash", "run_shell_command"):
-        command = text.get("command")
-        if command is None:
-            return Mapped(None, {}, f"{host_tool} without a command")
-        where = text.get("dir_path") or text.get("directory")
-        if where is not None and _inside(workspace, where) is None:
-            return Mapped(None, {}, f"the command runs in {where}, outside the workspace")
-        tool = "run_container" if sandbox == "docker" else "run_command"
-        return Mapped(tool, {"command": command}, shell=True)
-    if host_tool in ("Read", "read_file"):
-        return _on_path("read_file", text.get("file_path") or text.get("absolute_path"), workspace)
-    if host_tool in ("Write", "write_file"):
-        mapped = _on_path("write_file", text.get("file_path"), workspace)
-        return _with(mapped, content=text.get("content", ""))
-    if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
-        path = text.get("file_path") or text.get("notebook_path")
-        # The key of an edit is its path; the strings only have to make a valid edit.
-        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
-    if host_tool in ("LS", "list_directory"):
-        return _on_path("list_dir", text.get("path") or text.get("dir_path") or ".", workspace)
-    if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
-        base = text.get("path") or text.get("dir_path") or "."
-        pattern = text.get("pattern", "")
-        if host_tool in ("Glob", "glob") and (
-            pattern.startswith(("/", "~")) or ".." in pattern.split("/")
-        ):
-            return Mapped(None, {}, f"the pattern {pattern!r} reaches outside the workspace")
-        return _on_path("list_dir", base, workspace)
-    if host_tool in ("WebFetch", "web_fetch"):
-        url = text.get("url") or next(iter(_URL.findall(text.get("prompt", ""))), None)
-        if url is None:
-            return Mapped(None, {}, "no URL to fetch")
-        return Mapped("web_fetch", {"url": url})
-    if host_tool in ("WebSearch", "google_web_search"):
-        return Mapped("web_search", {"query": text.get("query") or "?"})
-    return Mapped(None, {}, f"codecoder does not know the tool {host_tool!r}")
-
-
-def _text_fields(tool_input: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in tool_input.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def _with(mapped: Mapped, **args: Any) -> Mapped:
-    if mapped.tool is None:
-        return mapped
-    return Mapped(mapped.tool, {**mapped.args, **args})
-
-
-def _on_path(tool: str, path: str | None, workspace: Path) -> Mapped:
-    if not path:
-        return Mapped(None, {}, f"{tool} without a path")
-    relative = _inside(workspace, path)
-    if relative is None:
-        return Mapped(None, {}, f"{path} is outside the workspace {workspace}")
-    return Mapped(tool, {"path": relative})
-
-
-def _inside(workspace: Path, path: str) -> str | None:
-    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
-    if "\x00" in path:
-        return None
-    candidate = Path(os.path.expanduser(path))
-    if not candidate.is_absolute():
-        candidate = workspace / candidate
-    resolved = Path(os.path.realpath(candidate))
-    try:
-        relative = resolved.relative_to(workspace)
-    except ValueError:
-        return None
-    return relative.as_posix() or "."
-
 
 # --- the host session's grants and questions ----------------------------------------------------
 
@@ -265,7 +167,9 @@ class HookSessions:
             if session.runtime.tools.get(tool) is None:
                 continue
             environment = session.runtime.environment_of(tool)
-            if grant.get("environment") != environment.value:
+            if grant.get("escalation") and grant.get("environment") == EnvironmentTag.SHELL.value:
+                environment = EnvironmentTag.SHELL  # approved to run on the host instead
+            elif grant.get("environment") != environment.value:
                 continue  # approved for another environment: asked again here
             expiry = grant.get("expiry", -1)
             ttl = -1.0 if expiry < 0 else max(expiry - self._clock(), 0.0)
@@ -297,42 +201,48 @@ class HookSessions:
             question = data.get("pending", {}).pop(call_id, None)
             if not isinstance(question, dict):
                 return None
-            if not question.get("protected"):
+            escalation = bool(question.get("host_key"))
+            if not question.get("protected") and question.get("scope", "session") == "session":
                 ttl = float(question.get("ttl", -1))
                 expiry = -1.0 if ttl < 0 else self._clock() + ttl
+                key = question["host_key"] if escalation else question["key"]
                 grants = [
                     g
                     for g in data.get("grants", [])
-                    if (g.get("tool"), g.get("key")) != (question["tool"], question["key"])
+                    if (g.get("tool"), g.get("key")) != (question["tool"], key)
                 ]
                 grants.append(
                     {
                         "tool": question["tool"],
-                        "key": question["key"],
-                        "environment": question["environment"],
+                        "key": key,
+                        "environment": EnvironmentTag.SHELL.value
+                        if escalation
+                        else question["environment"],
                         "digest": question.get("digest"),
                         "expiry": expiry,
+                        "escalation": escalation,
                     }
                 )
                 data["grants"] = grants
             self._write(session_id, data)
         return question
 
-    def redeem(self, session_id: str, token: str, key: str) -> bool:
-        """Use a question's one-time token (`codecoder exec --approved`): True when it is
-        open, for this very key. A token is good once."""
+    def redeem(self, session_id: str, token: str, key: str) -> dict[str, Any] | None:
+        """Use a question's one-time token (`codecoder exec --approved`): the question when it
+        is open, for this very key (its `host_key` says the human approved the host); None
+        otherwise. A token is good once."""
         with self._locked():
             data = self._read(session_id)
             for call_id, question in list(data.get("pending", {}).items()):
                 if question.get("token") != token:
                     continue
                 if question.get("key") != key or question.get("redeemed"):
-                    return False
+                    return None
                 question["redeemed"] = True
                 data["pending"][call_id] = question
                 self._write(session_id, data)
-                return True
-        return False
+                return dict(question)
+        return None
 
     def end(self, session_id: str) -> None:
         with self._locked():
@@ -374,9 +284,12 @@ class HookAnswer:
             }
             if self.rewritten is not None:
                 specific["updatedInput"] = {**tool_input, **self.rewritten}
-            return {"hookSpecificOutput": specific}
+            answer: dict[str, Any] = {"hookSpecificOutput": specific}
+            if self.verdict == "deny":
+                answer["systemMessage"] = self.reason  # the person sees it too
+            return answer
         out: dict[str, Any] = {"decision": self.verdict, "reason": self.reason}
-        if self.verdict == "ask":
+        if self.verdict in ("ask", "deny"):
             out["systemMessage"] = self.reason
         if self.rewritten is not None:
             out["hookSpecificOutput"] = {"tool_input": self.rewritten}
@@ -385,7 +298,9 @@ class HookAnswer:
 
 @dataclass(frozen=True, slots=True)
 class HookOptions:
-    project: Path
+    # None: found from the `cwd` the host sends, as git finds its repository
+    # (`runtime.config.discovery`); a project given here overrides it.
+    project: Path | None
     allow: Sequence[str] = ()
     sandbox: Sandbox | None = None
     mcp_server: str = "codecoder"
@@ -406,7 +321,8 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
     session_id = event.get("session_id")
     if not isinstance(name, str) or not isinstance(session_id, str) or not session_id:
         raise UsageError("the hook input has no hook_event_name or session_id")
-    project = options.project.resolve()
+    project = hook_project(event, options.project)
+    options = dataclasses.replace(options, project=project)
     sessions = HookSessions(project, host)
     sessions.sweep()
     if name == "SessionEnd":
@@ -424,8 +340,23 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
         return {}
     if name not in ("PreToolUse", "BeforeTool"):
         return {}
-    answer = _pre_tool(host, session_id, call_id, tool_name, tool_input, options, sessions)
+    answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions)
     return answer.render(host, tool_input)
+
+
+def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
+    """The project a hook event is about: `given` (`--project`), else the one found from the
+    `cwd` the host sends (the agent may have `cd`-ed into a subdirectory), else from the
+    hook's own working directory."""
+    from codecoder.runtime.config.discovery import find_project
+
+    if given is not None:
+        return given.resolve()
+    cwd = event.get("cwd")
+    start = Path(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else None
+    if start is not None and not start.is_dir():
+        start = None
+    return find_project(start).directory.resolve()
 
 
 def _call_id(event: Mapping[str, Any], tool_name: str, tool_input: Mapping[str, Any]) -> str:
@@ -456,21 +387,26 @@ def _original_input(tool_input: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _pre_tool(
     host: Host,
-    session_id: str,
+    event: Mapping[str, Any],
     call_id: str,
     tool_name: str,
     tool_input: Mapping[str, Any],
     options: HookOptions,
     sessions: HookSessions,
 ) -> HookAnswer:
-    project = options.project.resolve()
+    project = options.project
+    assert project is not None  # placed by `handle`
+    session_id = str(event["session_id"])
     mapped = map_call(
-        tool_name, tool_input, project, sandbox=options.sandbox, mcp_server=options.mcp_server
+        tool_name,
+        tool_input,
+        project,
+        sandbox=options.sandbox,
+        mcp_server=options.mcp_server,
+        mcp_context=event.get("mcp_context"),
     )
     if mapped.host_internal:
         return HookAnswer(None)
-    if mapped.own_server:
-        return HookAnswer("allow", "codecoder's MCP server decides (and asks) for its own tools")
     if mapped.tool is None:
         problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
         return HookAnswer("ask" if options.interactive else "deny", problem)
@@ -478,17 +414,68 @@ def _pre_tool(
     from codecoder.runtime.permissions.prompt import non_interactive
     from codecoder.runtime.session import Runtime
 
-    with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
+    bindings = {"run_command": EnvironmentTag.BWRAP} if options.sandbox == "bwrap" else None
+    with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
+        if mapped.own_server:
+            if mapped.tool in runtime.tools:
+                reason = "codecoder's MCP server decides (and asks) for its own tools"
+                return HookAnswer("allow", reason)
+            problem = (
+                f"codecoder: its MCP server has no tool {visible(mapped.tool)}; not allowed by "
+                "codecoder"
+            )
+            return HookAnswer("ask" if options.interactive else "deny", problem)
+        refused = _fetch_refusal(runtime, mapped)
+        if refused is None and mapped.shell and options.sandbox is None:
+            # The host runs the command on the host: never while git would run what the
+            # human has not seen (environments.host.gitseen).
+            refused = _git_refusal(runtime)
+        if refused is not None:
+            return HookAnswer("deny", f"codecoder: {visible(refused)}")
         session = runtime.session()
-        for key in options.allow:
-            session.grant(key)
+        # While a rules file cannot be read, no key is granted: every call that needs
+        # permission is refused with the file's error (calls that need none still run).
+        if runtime.config.unreadable_reason is None:
+            for key in options.allow:
+                session.grant(key)
         sessions.load_into(session, session_id)
         try:
             verdict = evaluate(session, mapped.tool, mapped.args)
         except CodecoderError as exc:
             return HookAnswer("ask", f"codecoder cannot evaluate this call: {visible(str(exc))}")
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
-    return _answer(host, session_id, call_id, mapped, verdict, options, sessions)
+    mine = None
+    if verdict.decision == "ask" and not verdict.protected:
+        from codecoder.runtime.interfaces.agentsettings import user_grant
+
+        mine = user_grant(host, tool_name, tool_input, project)
+    return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
+
+
+def _fetch_refusal(runtime: Runtime, mapped: Mapped) -> str | None:
+    """Why the web tools would refuse one of the URLs the host's call fetches, or None: the
+    web policy, then every address the host resolves to (loopback, private, link-local,
+    metadata refused unless the policy names them)."""
+    from codecoder.runtime.kernel.errors import ExecutionFailed
+    from codecoder.runtime.tools.web import GuardedHttp
+
+    http = GuardedHttp(runtime.config.web)
+    for url in mapped.urls:
+        try:
+            http.checked(url)
+        except ExecutionFailed as exc:
+            return str(exc)
+    return None
+
+
+def _git_refusal(runtime: Runtime) -> str | None:
+    from codecoder.runtime.kernel.errors import ExecutionFailed
+
+    try:
+        runtime.git_guard.before()
+    except (ExecutionFailed, CodecoderError) as exc:
+        return str(exc)
+    return None
 
 
 def _answer(
@@ -499,12 +486,26 @@ def _answer(
     verdict: Evaluation,
     options: HookOptions,
     sessions: HookSessions,
+    mine: UserGrant | None = None,
 ) -> HookAnswer:
     key = visible(verdict.key or verdict.tool)
     where = verdict.environment.value
     if verdict.decision == "deny":
         return HookAnswer("deny", f"codecoder: {key} is refused: {visible(verdict.reason)}")
     token: str | None = None
+    question = {
+        "tool": verdict.tool,
+        "key": verdict.key,
+        "environment": where,
+        "protected": verdict.protected,
+        "ttl": options.session_ttl,
+    }
+    if verdict.decision == "ask" and mine is not None:
+        reason = f"codecoder: {key} ({where}) is allowed by {visible(mine.describe())}"
+        answer = HookAnswer("allow", reason)
+        if mapped.shell and options.sandbox is not None:  # `codecoder exec` takes it once
+            token = sessions.ask(session_id, call_id, {**question, "scope": "once"})
+        return _rewritten(host, session_id, mapped, answer, token, options)
     if verdict.decision == "ask" and not options.interactive:
         reason = f"codecoder: {key} on {where} needs approval, and nobody can answer here"
         if verdict.protected or verdict.question is None:
@@ -513,40 +514,74 @@ def _answer(
             entry = verdict.question.grant_for(Answer.SESSION).entry
             reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
         return HookAnswer("deny", reason)
+    host_key = verdict.question.host_key if verdict.question is not None else ""
     if verdict.decision == "allow":
         reason = f"codecoder: {key} ({where}) is allowed: {visible(verdict.reason)}"
         answer = HookAnswer("allow", reason)
-    else:
-        scope = (
-            "this call only (a protected path is never granted for longer)"
-            if verdict.protected
-            else f"{key} for the rest of this session"
+    elif host_key:
+        # An escalation: the host's question is the only one, so approving it means the host.
+        # Gemini's prompt does not tell the hook which of its choices was made: once there.
+        once = verdict.protected or host == "gemini"
+        scope = "this call only" if once else "the rest of this session"
+        reason = (
+            f"codecoder: {key} would run contained in {where} and would likely fail "
+            f"({visible(verdict.question.note if verdict.question else '')}); approving runs "
+            f"it on the host instead, unconfined (@shell), for {scope}"
         )
-        reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
-        if verdict.reason and verdict.question is not None and verdict.question.note:
-            reason += f" ({visible(verdict.question.note)})"
         token = sessions.ask(
             session_id,
             call_id,
             {
                 "tool": verdict.tool,
                 "key": verdict.key,
+                "host_key": host_key,
                 "environment": where,
                 "protected": verdict.protected,
                 "ttl": options.session_ttl,
+                "scope": "once" if once else "session",
             },
         )
         answer = HookAnswer("ask", reason)
-    if mapped.shell and options.sandbox == "docker":
+    else:
+        once = verdict.protected or host == "gemini"
+        if verdict.protected:
+            scope = "this call only (a protected path is never granted for longer)"
+        elif host == "gemini":
+            # Gemini's prompt does not tell the hook which of its choices was made.
+            scope = "this call only: codecoder asks again next time"
+        else:
+            scope = f"{key} for the rest of this session"
+        reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
+        if verdict.reason and verdict.question is not None and verdict.question.note:
+            reason += f" ({visible(verdict.question.note)})"
+        scoped = {**question, "scope": "once" if once else "session"}
+        token = sessions.ask(session_id, call_id, scoped)
+        answer = HookAnswer("ask", reason)
+    return _rewritten(host, session_id, mapped, answer, token, options)
+
+
+def _rewritten(
+    host: Host,
+    session_id: str,
+    mapped: Mapped,
+    answer: HookAnswer,
+    token: str | None,
+    options: HookOptions,
+) -> HookAnswer:
+    """With `--sandbox docker|bwrap`, a shell command rewritten to run in the sandbox through
+    `codecoder exec` (with the one-time token of the question asked for it, if any)."""
+    if mapped.shell and options.sandbox is not None:
         command = [
             options.exec_program,
             "exec",
             "--project",
-            str(options.project.resolve()),
+            str(options.project),
             "--hook",
             f"{host}:{session_id}",
         ]
-        if token is not None and verdict.decision == "ask":
+        if options.sandbox == "bwrap":
+            command += ["--sandbox", "bwrap"]
+        if token is not None:
             command += ["--approved", token]
         for key_allowed in options.allow:
             command += ["--allow", key_allowed]

@@ -17,8 +17,10 @@ errors with line and column, ceiling violations) instead of dropping it.
 Whatever comes from a tool or a call goes through `visible()` (keys, error messages, audit
 records) or `for_terminal()` (output, which keeps its line breaks and tabs) before it reaches
 the terminal, so an escape sequence in a command's output cannot repaint the screen, fake a
-prompt or hide a line, and a long run of blanks is shown as a marker with its length. The
-duration shown for a call leaves out the time the human took to answer its question.
+prompt or hide a line, and a long run of blanks is shown as a marker with its length. On a
+terminal a command's output is shown as it comes (`runtime.interfaces.liveview`), and Ctrl-C
+stops the command but keeps what it printed. The duration shown for a call leaves out the time
+the human took to answer its question.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
+from codecoder.runtime.interfaces.liveview import TerminalView
 from codecoder.runtime.kernel.display import for_terminal, visible
 from codecoder.runtime.kernel.errors import (
     PermissionDenied,
@@ -47,6 +50,8 @@ from codecoder.runtime.kernel.state import state_directory
 from codecoder.runtime.permissions.allowlist import NEVER
 from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, non_interactive
 from codecoder.runtime.session import Runtime, Session, default_asker
+from codecoder.runtime.tools.execute import command_status
+from codecoder.runtime.tools.liveoutput import LiveOutput
 
 __all__ = ["InteractiveSession", "run_session"]
 
@@ -165,7 +170,22 @@ class InteractiveSession:
         except UsageError as exc:
             self._say(f"codecoder: {visible(str(exc))}")
             return True
-        self._show(self.session.call(name, arguments))
+        live = None
+        if self._out.isatty():
+            live = TerminalView(self._out, limit=self.runtime.config.limits.max_output)
+        kept = LiveOutput(live)  # what the command printed, should it be interrupted
+        try:
+            outcome = self.session.call(name, arguments, output=kept)
+        except KeyboardInterrupt:
+            if live is not None:
+                live.finish()
+            so_far = kept.text()
+            if so_far and not (live is not None and live.shown):
+                self._say(_visible_block(so_far.rstrip("\n")))
+            raise
+        if live is not None:
+            live.finish()
+        self._show(outcome, shown=live is not None and live.shown)
         return True
 
     def _arguments(self, name: str, text: str) -> dict[str, Any]:
@@ -195,9 +215,16 @@ class InteractiveSession:
         field: str = required[0]
         return field if schema["properties"][field].get("type") == "string" else None
 
-    def _show(self, outcome: CallOutcome) -> None:
-        if outcome.result is not None and outcome.result.output:
-            self._say(_visible_block(outcome.result.output.rstrip("\n")))
+    def _show(self, outcome: CallOutcome, *, shown: bool = False) -> None:
+        """The call's result; `shown`: its command's output is on the terminal already."""
+        result = outcome.result
+        if result is not None and shown and isinstance(result.data.get("exit_code"), int):
+            self._say(command_status(result.data["exit_code"], result.data.get("killed_by")))
+        elif result is not None and result.output:
+            self._say(_visible_block(result.output.rstrip("\n")))
+        so_far = outcome.error.output if isinstance(outcome.error, ToolError) else ""
+        if so_far and not shown:
+            self._say(_visible_block(so_far.rstrip("\n")))
         decision = outcome.decision
         for violation in decision.violations if decision else ():
             self._say(f"codecoder: {visible(violation)}")
@@ -257,8 +284,8 @@ class InteractiveSession:
             self._say(f"  {visible(entry.pattern)}  {visible(entry.scope)}  [{state}]")
         if not config.file.allowlist:
             self._say("  (none)")
-        if not config.file.usable:
-            self._say("  (codecoder.json is not usable: no grants are taken from it)")
+        if config.unreadable:
+            self._say("  (the rules cannot be read: every call that needs permission is refused)")
         self._say("deny rules:")
         for deny in config.file.deny:
             self._say(f"  {visible(deny.pattern)}")
@@ -307,8 +334,10 @@ class InteractiveSession:
             self._say(format_diagnostic(self.runtime.project_file, d))
         errors = sum(d.severity == "error" for d in diagnostics)
         state = f"{errors} error(s)" if errors else "ok"
-        if not self.runtime.config.file.usable:
-            state += "; not usable: no grants are taken from it"
+        if self.runtime.config.unreadable:
+            state += "; the rules cannot be read: every call that needs permission is refused"
+        elif any(d.code == "kept_last_good" for d in diagnostics):
+            state += "; the last good rules stay in effect"
         trust = self.runtime.config.trust
         if trust.state is TrustState.UNTRUSTED:
             state += (

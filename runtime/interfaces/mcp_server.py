@@ -24,7 +24,9 @@ one question at a time, and an answer is never given to a call it was not asked 
 Cancellation. `notifications/cancelled` stops the call: a command's process group is killed
 (@shell) or its container discarded (@docker), a question still waiting is withdrawn, and the
 call is audited with the outcome `cancelled`. Progress a tool reports goes to the client as
-`notifications/progress` when the request carried a progress token.
+`notifications/progress` when the request carried a progress token: for a command, from its
+first second on, its latest lines (runtime.tools.liveoutput). A command killed at its deadline
+reports the output it printed before, in the error's text.
 
 Asking. The engine's asker is synchronous and is called inside `Session.call()`, while the
 server is async. Each call therefore runs in a worker thread, and the asker reaches back into
@@ -135,6 +137,9 @@ _LABELS: Final = {
     Answer.SESSION_PROGRAM: "Always allow for this session",
     Answer.PROJECT: "Always allow for this project (writes codecoder.json)",
     Answer.PROJECT_PROGRAM: "Always allow for this project (writes codecoder.json)",
+    Answer.PROJECT_ANY: "Always allow for this project (writes codecoder.json)",
+    Answer.HOST_ONCE: "Run it on the host instead, unconfined (@shell), once",
+    Answer.HOST_SESSION: "Run it on the host instead, unconfined (@shell), for this session",
     Answer.DENY: "Deny",
 }
 
@@ -583,6 +588,9 @@ def tool_result(
         text = f"tool error: {error}"
     else:
         text = f"error: {error}"
+    if isinstance(error, ToolError) and error.output:
+        # What the command printed before it was stopped (its deadline, a cancel) is not lost.
+        text += f"\noutput so far:\n{error.output}"
     meta: dict[str, Any] = {
         f"{_META}/decision": outcome.decision.to_json() if outcome.decision else None,
         f"{_META}/duration_ms": round(outcome.duration * 1000, 3),
@@ -609,8 +617,10 @@ def _log_config(runtime: Runtime, diagnostics: list[Diagnostic], log: TextIO, wh
     for d in diagnostics:
         log.write(f"codecoder serve: {format_diagnostic(runtime.project_file, d)}\n")
     state = "ok" if not any(d.severity == "error" for d in diagnostics) else "errors found"
-    if not runtime.config.file.usable:
-        state += ", not usable: no grants are taken from it"
+    if runtime.config.unreadable:
+        state += ", the rules cannot be read: every call that needs permission is refused"
+    elif any(d.code == "kept_last_good" for d in diagnostics):
+        state += ", the last good rules stay in effect"
     log.write(f"codecoder serve: {what} {runtime.project_file}: {state}\n")
     log.flush()
 

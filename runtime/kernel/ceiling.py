@@ -53,6 +53,13 @@ class EnvironmentTag(enum.StrEnum):
     def containment(self) -> str:
         return _CONTAINMENT[self]
 
+    @property
+    def confines_read_only(self) -> bool:
+        """Whether a command it runs read-only (`CommandRequest.writable=False`) is confined by
+        the kernel to reading: the whole file system read-only, the user's secrets hidden, no
+        network. A read-only command needs no question only there (SPEC §5)."""
+        return self in _CONFINES_READ_ONLY
+
     def allows(self, scope: Scope) -> bool:
         return scope <= self.ceiling
 
@@ -76,6 +83,10 @@ _CEILINGS = {
     EnvironmentTag.LANDLOCK: Scope.PROJECT,
     EnvironmentTag.RUNTIME: Scope.PROJECT,
 }
+
+# @docker with a read-only workspace would qualify too; SPEC §5 names @bwrap, the default for
+# commands, and a project that binds run_command elsewhere keeps its questions.
+_CONFINES_READ_ONLY = frozenset({EnvironmentTag.BWRAP})
 
 _CONTAINMENT = {
     EnvironmentTag.SHELL: "host processes, not sandboxed",

@@ -22,6 +22,7 @@ class Source(enum.StrEnum):
     SESSION = "session"  # the session allowlist, or the human's AlwaysThisSession
     ONCE = "once"  # the human allowed this one call
     DENIED = "denied"  # the human said no, or nobody could be asked
+    READ_ONLY = "read-only"  # a read-only command, run confined read-only: nothing to ask
 
 
 class Answer(enum.StrEnum):
@@ -30,7 +31,11 @@ class Answer(enum.StrEnum):
     SESSION and PROJECT record the narrowest entry naming what the human saw (the key's first
     grant level: `run_command:git:status`); SESSION_PROGRAM and PROJECT_PROGRAM, offered only
     where a command's key names more than its program, record the program-wide entry
-    (`run_command:git`). `AskRequest.grants` says which entry each choice records.
+    (`run_command:git`); PROJECT_ANY, offered for a simple command in a sandbox, records
+    `run_command:*`, every simple command in that sandbox. HOST_ONCE and HOST_SESSION, offered
+    only for a command that would fail contained, run it on the host instead (@shell), once or
+    for the session (a session grant bound to @shell). `AskRequest.grants` says which entry
+    each choice records.
     """
 
     ONCE = "once"
@@ -38,16 +43,29 @@ class Answer(enum.StrEnum):
     SESSION_PROGRAM = "session-program"
     PROJECT = "project"
     PROJECT_PROGRAM = "project-program"
+    PROJECT_ANY = "project-any"
+    HOST_ONCE = "host-once"
+    HOST_SESSION = "host-session"
     DENY = "deny"
 
     @property
     def scope(self) -> Answer:
-        """SESSION or PROJECT for the four "always" answers; the answer itself otherwise."""
-        if self is Answer.SESSION_PROGRAM:
-            return Answer.SESSION
-        if self is Answer.PROJECT_PROGRAM:
-            return Answer.PROJECT
-        return self
+        """ONCE, SESSION or PROJECT for the answers that allow; DENY for DENY."""
+        return _SCOPES.get(self, self)
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the answer runs the call on the host instead of its sandbox."""
+        return self in (Answer.HOST_ONCE, Answer.HOST_SESSION)
+
+
+_SCOPES = {
+    Answer.SESSION_PROGRAM: Answer.SESSION,
+    Answer.PROJECT_PROGRAM: Answer.PROJECT,
+    Answer.PROJECT_ANY: Answer.PROJECT,
+    Answer.HOST_ONCE: Answer.ONCE,
+    Answer.HOST_SESSION: Answer.SESSION,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +80,9 @@ class Decision:
     answer: Answer | None = None  # set when the human was asked
     reason: str = ""
     violations: tuple[str, ...] = field(default=())  # CeilingViolations met on the way
+    # Set when the human chose to run the call on the host instead of the sandbox it is bound
+    # to (an escalation): the sandbox it would have run in. `environment` is then @shell.
+    escalated_from: EnvironmentTag | None = None
 
     @property
     def grant(self) -> str | None:
@@ -75,7 +96,7 @@ class Decision:
         return f"{self.source.value}:{self.matched or self.key}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        shown: dict[str, Any] = {
             "decision": "allow" if self.allowed else "deny",
             "source": self.source.value,
             "key": self.key,
@@ -86,3 +107,6 @@ class Decision:
             "reason": self.reason,
             "violations": list(self.violations),
         }
+        if self.escalated_from is not None:
+            shown["escalated_from"] = self.escalated_from.value
+        return shown

@@ -10,6 +10,7 @@ leak.
     │   └── InvalidArguments        arguments do not fit the tool's parameter model
     ├── PermissionDenied            the call was refused; no tool code ran
     │   ├── DeniedByRule            a deny rule of codecoder.json matched
+    │   │   └── RulesUnreadable     codecoder.json or the user's file is broken: it fails closed
     │   ├── DeniedByUser            the human answered Deny, or nobody could be asked
     │   └── CeilingViolation        a grant above the environment's ceiling was refused
     ├── ConfigError                 codecoder.json cannot be used (carries file, line, column)
@@ -70,6 +71,11 @@ class DeniedByRule(PermissionDenied):
     """A deny rule of the project matched the call's key."""
 
 
+class RulesUnreadable(DeniedByRule):
+    """A project or user file cannot be read or parsed: until it is fixed, nothing that needs
+    permission runs (its rules are unknown, so any of them could have refused the call)."""
+
+
 class DeniedByUser(PermissionDenied):
     """The human answered Deny, or the runtime is non-interactive and nothing granted the key."""
 
@@ -111,7 +117,12 @@ class ConfigError(CodecoderError):
 
 
 class ToolError(CodecoderError):
-    """The tool ran, or tried to run, and failed."""
+    """The tool ran, or tried to run, and failed. `output` is what it had printed by then (a
+    command killed at its deadline or cancelled: its output so far, capped), or ""."""
+
+    def __init__(self, message: str = "", *, output: str = "") -> None:
+        self.output = output
+        super().__init__(message)
 
 
 class ExecutionFailed(ToolError):

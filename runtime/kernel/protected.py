@@ -8,6 +8,15 @@ too) and `.gitmodules` (at any depth). No grant may cover a write to them beyond
 sandbox may create, write, rename onto or link them; otherwise a sandboxed tool could grant
 itself trust, or plant a program the host runs.
 
+The agents' own settings (`AGENT_SETTINGS`: `.claude/`, `.gemini/`, `.codex/`, `.mcp.json`,
+`.vscode/`) are protected paths too: one write there (a hook removed, a tool allowed, a task
+that runs when the folder is opened) takes codecoder out of the loop of the agent that reads
+them. For writes and commands they are protected at every depth, since an agent reads them
+where it is started, and agents are started in subdirectories (a package of a monorepo); as
+entries no sandbox may create, only at the top, like `codecoder.json`: dependencies ship
+their own (`node_modules/*/.vscode`), and what a sandbox installs must not be quarantined for
+that.
+
 This module is the one definition of them, used by the keys of the write tools, by the command
 keyer, and by the sandboxes (docker mounts, wasm preopens, the checks of what a sandbox left
 behind):
@@ -90,31 +99,38 @@ def is_git_name(component: str) -> bool:
 
 
 def is_protected_path(relpath: str) -> bool:
-    """Whether a canonical workspace-relative POSIX path is a protected path or lies under one."""
+    """Whether a canonical workspace-relative POSIX path is a protected path or lies under one
+    (an agent's settings at any depth among them)."""
     parts = relpath.split("/")
-    return _normalized(parts[0]) in TOP_LEVEL_NAMES or any(is_git_name(p) for p in parts)
+    return _normalized(parts[0]) in TOP_LEVEL_NAMES or any(
+        is_git_name(p) or _normalized(p) in AGENT_SETTINGS for p in parts
+    )
 
 
 def is_protected_entry(relpath: str) -> bool:
     """Whether the entry at a canonical workspace-relative path is itself a protected path:
-    `codecoder.json` or `.codecoder` at the top, `.git` or `.gitmodules` at any depth. This is
-    what no sandbox may create or move (what lies inside one is covered as a whole)."""
+    `codecoder.json`, `.codecoder` and the agents' settings at the top, `.git` or `.gitmodules`
+    at any depth. This is what no sandbox may create or move (what lies inside one is covered
+    as a whole)."""
     parts = relpath.split("/")
-    return is_git_name(parts[-1]) or (len(parts) == 1 and _normalized(parts[0]) in TOP_LEVEL_NAMES)
+    return is_git_name(parts[-1]) or (
+        len(parts) == 1 and _normalized(parts[0]) in (*TOP_LEVEL_NAMES, *AGENT_SETTINGS)
+    )
 
 
 _MENTION = re.compile(
     # A path component: not preceded or followed by a character that could continue the name.
     # Case-insensitive because `.GIT/hooks` is `.git/hooks` on macOS and Windows file systems.
     r"(?<![A-Za-z0-9_.-])(?:"
-    + "|".join(re.escape(n) for n in PROTECTED_NAMES)
+    + "|".join(re.escape(n) for n in (*PROTECTED_NAMES, *AGENT_SETTINGS))
     + r"|(?:git|gitmod)~[0-9]+)(?![A-Za-z0-9_.-])",
     re.IGNORECASE,
 )
 
 
 def mentions_protected_path(text: str) -> bool:
-    """Whether free text (a command line) names a protected path as a path component.
+    """Whether free text (a command line) names a protected path as a path component (an
+    agent's settings included).
 
     `.gitignore`, `.github/` and `mycodecoder.jsonx` do not count; `.git` itself does, not only
     `.git/…`: copying a directory onto it plants hooks just as well. Invisible characters are

@@ -8,7 +8,9 @@
   not cover the same command on @shell after the binding changed and the file was reloaded.
 * `ProjectAllowlist`: the grants and deny rules of codecoder.json as last loaded. Edits to the file
   are not picked up until `Runtime.reload()`; grants made by this process are added as they are
-  written.
+  written. While a file whose rules it holds cannot be read, it is `unreadable` (the reason, with
+  the file, line and column): the rules are unknown, so the engine refuses every call that needs
+  permission instead of deciding with what could be read.
 """
 
 from __future__ import annotations
@@ -105,16 +107,22 @@ class Grant:
 
 
 class ProjectAllowlist:
-    def __init__(self, style_of: Callable[[str], KeyStyle]) -> None:
+    def __init__(self, style_of: Callable[[str], KeyStyle], unreadable: str | None = None) -> None:
         self._style_of = style_of
+        # Why the rules are unknown (a broken file), or None: see the module docstring.
+        self.unreadable = unreadable
         self._grants: PatternIndex[Grant] = PatternIndex()
         self._denies: PatternIndex[Grant] = PatternIndex(deny=True)
 
     @classmethod
     def build(
-        cls, grants: Iterable[Grant], denies: Iterable[Grant], style_of: Callable[[str], KeyStyle]
+        cls,
+        grants: Iterable[Grant],
+        denies: Iterable[Grant],
+        style_of: Callable[[str], KeyStyle],
+        unreadable: str | None = None,
     ) -> ProjectAllowlist:
-        allowlist = cls(style_of)
+        allowlist = cls(style_of, unreadable)
         for grant in grants:
             allowlist.add_grant(grant)
         for deny in denies:

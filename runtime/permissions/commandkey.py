@@ -47,6 +47,17 @@ every word that could be a program (so `sudo git push` is seen as `git push` too
 textual scan of the whole string with quotes and backslashes removed, which stands in where
 bashlex cannot parse and errs towards refusal. Words bash would expand are `ANY`.
 
+**Read-only command lines and output filters** (`runtime.permissions.commandline`,
+`runtime.permissions.programs.readonly`). A simple command in a read-only form has `read_only`
+set (the programs, `ls`); so does a compound command made only of read-only forms joined by
+`|`, `&&`, `||`, `;` with no redirection but descriptor duplication and `/dev/null`, which
+stays keyed by the whole string. A pipeline whose first command is simple and whose other
+commands are output filters (`npm test 2>&1 | tail -20`) is keyed as its first command
+(`run_command:npm:test`): the filters read only its output, so they add nothing a grant for it
+does not cover; `filters` is what follows its argv, run by bash after it, and deny rules see
+every command of the line. `needs_host` says why a command would fail contained
+(`runtime.permissions.programs.host`).
+
 `CommandKey.protected` says the command names one of the runtime's protected paths
 (`codecoder.json`, `.codecoder/`, `.git/`), the runtime's state or the user's configuration
 directory, or runs the runtime's own CLI (`codecoder`): no grant beyond Once may cover it. On
@@ -61,6 +72,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import string
 import threading
 import unicodedata
@@ -72,6 +84,11 @@ from codecoder.runtime.kernel.protected import (
     mentions_protected_path,
     mentions_runtime_directory,
 )
+from codecoder.runtime.permissions.commandline import (
+    CommandLine,
+    parser_agrees,
+    split_command_line,
+)
 from codecoder.runtime.permissions.keys import (
     DenyView,
     GrantLevel,
@@ -80,6 +97,8 @@ from codecoder.runtime.permissions.keys import (
     escape_literal,
 )
 from codecoder.runtime.permissions.programs import ANY, classify, deny_view
+from codecoder.runtime.permissions.programs.host import needs_host
+from codecoder.runtime.permissions.programs.readonly import why_not_filter, why_not_read_only
 
 __all__ = [
     "CommandKey",
@@ -116,6 +135,9 @@ class CommandKey:
     workspace: str = (
         ""  # the workspace's code it runs (`runtime.permissions.programs.WORKSPACE_CODE`)
     )
+    read_only: str = ""  # the programs of a read-only command or command line (`ls, head`)
+    filters: str = ""  # what follows the first command of an output-filter pipeline
+    needs_host: str = ""  # why it would fail contained (`git push talks to a remote …`)
 
     def permission_key(self, tool: str = "run_command") -> PermissionKey:
         """The key a grant must match: the program and its levels, or the whole command."""
@@ -153,6 +175,9 @@ class CommandKey:
             levels=levels,
             path=path,
             views=self.views,
+            read_only=self.read_only,
+            filters=self.filters,
+            needs_host=self.needs_host,
         )
 
 
@@ -291,13 +316,23 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         if form.compound is not None:
             raise _Compound(form.compound)
     except _Compound as compound:
+        protected = protected or _runs_runtime_cli(textual_words(command))
+        read = _read_line(command)
+        if read is not None:
+            line, argvs = read
+            keyed = _command_line_key(command, search_path, protected, str(compound), line, argvs)
+            if keyed is not None:
+                return keyed
+        else:
+            argvs = _parsed_commands(command)
         return CommandKey(
             command=command,
             compound=True,
             argv=None,
             program=None,
             reason=str(compound),
-            protected=protected or _runs_runtime_cli(textual_words(command)),
+            protected=protected,
+            needs_host=_needs_host(argvs),
         )
     # Quote removal can reveal a name the raw text hides (`.g'i't/hooks`).
     protected = (
@@ -316,7 +351,98 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         covers=form.covers,
         views=(deny_view(tuple(word.lower() for word in argv)),),
         workspace=form.workspace,
+        read_only="" if why_not_read_only(argv) else argv[0],
+        needs_host=needs_host(argv) or "",
     )
+
+
+def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]]] | None:
+    """A command line of several parts (or one with redirections) and each part's words, as our
+    own lexer reads them; None when it is not one (bashlex is not asked here: it is slow, and
+    `_command_line_key` asks it only for a line that could be read-only or filtered)."""
+    line = split_command_line(command)
+    if line is None or (len(line.parts) == 1 and not line.parts[0].redirects):
+        return None
+    try:
+        return line, [_lex(part.words) for part in line.parts]
+    except _Compound:
+        return None
+
+
+def _command_line_key(
+    command: str,
+    search_path: str,
+    protected: bool,
+    reason: str,
+    line: CommandLine,
+    argvs: list[tuple[str, ...]],
+) -> CommandKey | None:
+    """The key of a command line of simple commands (see the module docstring), when it is
+    read-only as a whole (still compound, for `reason`) or an output-filter pipeline; None
+    otherwise (it stays compound)."""
+    read_only = all(why_not_read_only(argv) is None for argv in argvs)
+    filtered = (
+        not read_only and line.pipeline and all(why_not_filter(argv) is None for argv in argvs[1:])
+    )
+    if not (read_only or filtered) or not _parser_agrees_on(command, line, argvs):
+        return None
+    if read_only:
+        return CommandKey(
+            command=command,
+            compound=True,
+            argv=None,
+            program=None,
+            reason=reason,
+            protected=protected,
+            read_only=", ".join(dict.fromkeys(argv[0] for argv in argvs)),
+            needs_host=_needs_host(argvs),
+        )
+    head = _key_command(line.parts[0].words, search_path)
+    if head.compound or head.levels is None or head.argv is None:
+        return None  # the first command names no grant of its own to stand under
+    return CommandKey(
+        command=command,
+        compound=False,
+        argv=head.argv,
+        program=head.program,
+        reason=f"{head.program} with output filters",
+        protected=protected or head.protected,
+        levels=head.levels,
+        covers=head.covers,
+        views=compound_views(command),
+        workspace=head.workspace,
+        filters=_filters(line, argvs),
+        needs_host=head.needs_host,
+    )
+
+
+def _parser_agrees_on(command: str, line: CommandLine, argvs: list[tuple[str, ...]]) -> bool:
+    """bashlex reads every part as our lexer did, and the whole line as the same parts."""
+    try:
+        for part, argv in zip(line.parts, argvs, strict=True):
+            _check_parser_agrees(part.words, argv)
+    except _Compound:
+        return False
+    return parser_agrees(command, line, argvs, _BASHLEX_LOCK)
+
+
+def _filters(line: CommandLine, argvs: Sequence[tuple[str, ...]]) -> str:
+    """What bash runs after the first command's argv: its redirections, then each operator and
+    filter, re-quoted from the words read (`2>&1 | tail -20`)."""
+    pieces = list(line.parts[0].redirects)
+    for operator, part, argv in zip(line.operators, line.parts[1:], argvs[1:], strict=True):
+        pieces += [operator, shlex.join(argv), *part.redirects]
+    return " ".join(pieces)
+
+
+def _needs_host(commands: Sequence[Sequence[str]]) -> str:
+    """Why one of `commands` would fail contained, or ""."""
+    for argv in commands:
+        if argv and ANY not in argv[:1]:
+            why = needs_host(argv)
+            if why is not None:
+                return why
+    return ""
 
 
 def _runs_runtime_cli(words: Sequence[str]) -> bool:

@@ -1,7 +1,10 @@
 """The permission lookup chain (SPEC §4), in one function.
 
     None                    → allow                      (source none)
+    a file is unreadable    → refuse, never ask          (source deny: its rules are unknown)
     deny rule matches       → refuse, never ask          (source deny)
+    read-only command, confined read-only → allow        (source read-only)
+    would fail contained, host granted for the session → run on the host (session, escalated)
     project entry matches   → ceiling ok → allow         (source project)
                               ceiling too low → report CeilingViolation, fall through
     session entry matches   → not expired → allow        (source session)
@@ -17,6 +20,17 @@ What an "always" answer records is as narrow as the question: the key's first gr
 names more than its program, the human is also offered the program-wide entry
 (`run_command:git`), as separate choices whose labels say what it covers.
 
+A read-only command (`Permission.read_only`) needs no question where its environment confines
+it read-only (@bwrap: `EnvironmentTag.confines_read_only`), after the deny rules: anywhere
+else it goes down the chain like any command. A command that would fail contained
+(`Permission.host`: `git push` in @bwrap) is covered there only by a grant of its own narrow
+key, and its question offers running it on the host instead, once or for the session (a
+session grant bound to @shell, never a project grant: @shell's ceiling). Only the human's
+answer escalates; the Decision then names @shell and the sandbox it was escalated from.
+
+For a simple command in a sandbox the question also offers every simple command there
+(`run_command:*`, AlwaysThisProject), which never covers a compound command.
+
 Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
 runtime's state and the user's configuration directory, and commands that run the codecoder
 CLI; `runtime.kernel.protected`) skip both allowlists and can be allowed only once: a standing grant
@@ -28,6 +42,7 @@ standing decision, or the question the human would be asked (`codecoder decide`,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import NoReturn, Protocol
@@ -39,9 +54,10 @@ from codecoder.runtime.kernel.errors import (
     ConfigError,
     DeniedByRule,
     DeniedByUser,
+    RulesUnreadable,
 )
 from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
-from codecoder.runtime.permissions.keys import Permission
+from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
 from codecoder.runtime.permissions.patterns import KeyPattern
 from codecoder.runtime.permissions.prompt import Asker, AskRequest, non_interactive
 
@@ -54,8 +70,9 @@ class GrantRecorder(Protocol):
 
 
 PROTECTED_NOTE = (
-    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the runtime's state "
-    "and the user's configuration, the codecoder command itself) can be allowed only once"
+    "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' own "
+    "settings: .claude/, .gemini/, .codex/, .mcp.json, .vscode/; the runtime's state and the "
+    "user's configuration, the codecoder command itself) can be allowed only once"
 )
 
 
@@ -98,23 +115,58 @@ class PermissionEngine:
         if key is None:
             return _standing(Source.NONE, tool, environment, None, None, "needs no permission")
         project = self._project()
-        deny = project.denied_by(key)
-        if deny is not None:
+        if project.unreadable is not None:
+            # Fail closed: any rule of the broken file could have refused this call.
             decision = Decision(
                 False,
                 Source.DENY,
                 tool,
                 environment,
                 key.raw,
-                deny.pattern.raw,
-                reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+                None,
+                reason=project.unreadable,
             )
-            raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
+            raise RulesUnreadable(f"{key.raw} is refused: {project.unreadable}", decision)
+        host = permission.host
+        _refuse_denied(project, tool, environment, key)
+        if host is not None:
+            _refuse_denied(project, tool, EnvironmentTag.SHELL, host)
+        if permission.reads_only and key.read_only and environment.confines_read_only:
+            return _standing(
+                Source.READ_ONLY,
+                tool,
+                environment,
+                key.raw,
+                None,
+                f"a read-only command ({key.read_only}), run confined read-only in "
+                f"{environment.value}: the file system read-only, your secrets hidden, no "
+                "network",
+            )
+        if host is not None and not host.protected:
+            escalated = self.session.find(host, EnvironmentTag.SHELL, host.digest)
+            if escalated is not None and escalated[1]:
+                return Decision(
+                    True,
+                    Source.SESSION,
+                    tool,
+                    EnvironmentTag.SHELL,
+                    host.raw,
+                    escalated[0],
+                    reason="session grant to run it on the host, unconfined (an escalation)",
+                    escalated_from=environment,
+                )
+        # A command that would fail contained is covered in its sandbox only by a grant of its
+        # own key: `run_command:*` and `run_command:git` cover what can work there, and `git
+        # push` is asked, so that the question can offer the host.
+        narrow_only = host is not None
+        looked_up = dataclasses.replace(key, levels=key.grant_levels[:1]) if narrow_only else key
 
         violations: list[str] = []
         notes: list[str] = []
         if not key.protected:
             for grant in project.granted_by(key):
+                if narrow_only and grant.pattern.raw not in (key.raw, looked_up.levels[0].entry):
+                    continue
                 if key.digest is not None and grant.digest != key.digest:
                     notes.append(_digest_note(grant, key.digest))
                     continue
@@ -128,7 +180,7 @@ class PermissionEngine:
                         "codecoder.json allowlist",
                     )
                 violations.append(self._violation(grant, key.raw, environment))
-            session_entry = self.session.find(key, environment, key.digest)
+            session_entry = self.session.find(looked_up, environment, key.digest)
             if session_entry is not None:
                 entry, valid, _ = session_entry
                 if valid:
@@ -144,6 +196,12 @@ class PermissionEngine:
                 notes.append("the session grant for this key has expired")
         else:
             notes.append(PROTECTED_NOTE)
+        if host is not None:
+            notes.append(
+                f"{key.needs_host}: contained in {environment.value} (no network, your "
+                "credentials hidden) it would likely fail; the host choices run it on the host "
+                "instead, unconfined (@shell)"
+            )
         notes.extend(violations)
         return self._ask(
             tool, environment, permission, violations, "; ".join(notes), asker or self.asker
@@ -160,24 +218,25 @@ class PermissionEngine:
     ) -> Decision:
         key = permission.key
         assert key is not None
+        host = permission.host
         levels = key.grant_levels
-        narrow, wide = levels[0], levels[1] if len(levels) > 1 else None
-        session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
-        project = (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
-        if key.protected:
-            choices: tuple[Answer, ...] = (Answer.ONCE, Answer.DENY)
-            why_not = PROTECTED_NOTE
-        elif environment.allows(Scope.PROJECT):
-            choices = (Answer.ONCE, *session, *project, Answer.DENY)
-            why_not = ""
-        else:
-            choices = (Answer.ONCE, *session, Answer.DENY)
-            why_not = environment.refusal(key.raw)
-        grants = tuple(
-            (answer, narrow if answer in (Answer.SESSION, Answer.PROJECT) else wide or narrow)
-            for answer in choices
-            if answer.scope in (Answer.SESSION, Answer.PROJECT)
+        narrow, wide = levels[0], levels[1] if len(levels) > 1 and host is None else None
+        choices, why_not = _choices(key, environment, host, wide is not None)
+        any_command = GrantLevel(
+            f"{key.tool}:*",
+            f"any simple command in {environment.value} (one program with literal arguments; "
+            "never a compound command, nor one that needs the host)",
         )
+        recorded_by = {
+            Answer.SESSION: narrow,
+            Answer.PROJECT: narrow,
+            Answer.SESSION_PROGRAM: wide or narrow,
+            Answer.PROJECT_PROGRAM: wide or narrow,
+            Answer.PROJECT_ANY: any_command,
+        }
+        if host is not None:
+            recorded_by[Answer.HOST_SESSION] = host.grant_levels[0]
+        grants = tuple((answer, recorded_by[answer]) for answer in choices if answer in recorded_by)
         request = AskRequest(
             tool=tool,
             environment=environment,
@@ -187,16 +246,16 @@ class PermissionEngine:
             why_not_project=why_not,
             note=note,
             grants=grants,
+            host_key=host.raw if host is not None else "",
         )
         answer = asker(request)
         done = tuple(violations)
-        # An answer that was not offered (a fixed asker's program-wide choice for a key that
-        # has none) records the narrowest entry.
-        entry = request.grant_for(answer).entry if answer in choices else narrow.entry
-        if answer.scope in (Answer.SESSION, Answer.PROJECT):
-            recorded: str | None = entry
-        else:
-            recorded = None
+        # An answer that was not offered (a fixed asker's program-wide or host choice for a key
+        # that has none) counts as its plain scope: the narrowest entry, in the call's own
+        # environment; it never runs anything on the host.
+        effective = answer if answer in choices else answer.scope
+        entry = request.grant_for(effective).entry if effective in choices else narrow.entry
+        recorded = entry if effective.scope in (Answer.SESSION, Answer.PROJECT) else None
 
         def decided(allowed: bool, source: Source, reason: str, *more: str) -> Decision:
             return Decision(
@@ -215,7 +274,7 @@ class PermissionEngine:
             error.decision = decided(False, Source.DENIED, error.reason, error.reason)
             raise error
 
-        if answer is Answer.DENY:
+        if effective is Answer.DENY:
             reason = (
                 "non-interactive: nothing granted this key"
                 if asker is non_interactive
@@ -224,11 +283,30 @@ class PermissionEngine:
             raise DeniedByUser(
                 f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
             )
-        if answer is Answer.ONCE:
+        if effective.on_host:
+            assert host is not None
+            if effective is Answer.HOST_SESSION:
+                self.session.grant(host, EnvironmentTag.SHELL, digest=host.digest, entry=entry)
+            source = Source.SESSION if effective is Answer.HOST_SESSION else Source.ONCE
+            how = "for this session" if source is Source.SESSION else "once"
+            return Decision(
+                True,
+                source,
+                tool,
+                EnvironmentTag.SHELL,
+                host.raw,
+                recorded,
+                answer,
+                f"allowed on the host, unconfined, {how} (an escalation from "
+                f"{environment.value}: {key.needs_host})",
+                done,
+                escalated_from=environment,
+            )
+        if effective is Answer.ONCE:
             return decided(True, Source.ONCE, "allowed once")
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
-        if answer.scope is Answer.SESSION:
+        if effective.scope is Answer.SESSION:
             self.session.grant(key, environment, digest=key.digest, entry=entry)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
@@ -273,6 +351,52 @@ def _standing(
     """An allow decision from a standing rule. Decisions are frozen values, so the same one is
     shared by every call it decides; building one each time was a third of a decision's cost."""
     return Decision(True, source, tool, environment, key, matched, None, reason, violations)
+
+
+def _refuse_denied(
+    project: ProjectAllowlist, tool: str, environment: EnvironmentTag, key: PermissionKey
+) -> None:
+    """Raise DeniedByRule when a deny rule of codecoder.json matches `key`."""
+    deny = project.denied_by(key)
+    if deny is None:
+        return
+    decision = Decision(
+        False,
+        Source.DENY,
+        tool,
+        environment,
+        key.raw,
+        deny.pattern.raw,
+        reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+    )
+    raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
+
+
+def _choices(
+    key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None, wide: bool
+) -> tuple[tuple[Answer, ...], str]:
+    """What the human is offered for `key`, and why AlwaysThisProject is not, where it is not.
+
+    A protected key: once (or once on the host), or deny. Otherwise once, the session and, where
+    the ceiling allows, the project choices: the narrow entry, the program-wide one where the
+    key names more than its program, and for a simple command in a sandbox every simple command
+    there (`run_command:*`); then, for a command that would fail contained, running it on the
+    host, once or for the session (never for the project: @shell's ceiling).
+    """
+    on_host: tuple[Answer, ...] = ()
+    if host is not None:
+        on_host = (Answer.HOST_ONCE,) if host.protected else (Answer.HOST_ONCE, Answer.HOST_SESSION)
+    if key.protected:
+        return (Answer.ONCE, *on_host, Answer.DENY), PROTECTED_NOTE
+    session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
+    if not environment.allows(Scope.PROJECT):
+        return (Answer.ONCE, *session, *on_host, Answer.DENY), environment.refusal(key.raw)
+    project: tuple[Answer, ...] = (
+        (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
+    )
+    if key.style is KeyStyle.COMMAND and not key.compound and host is None:
+        project += (Answer.PROJECT_ANY,)
+    return (Answer.ONCE, *session, *project, *on_host, Answer.DENY), ""
 
 
 def _digest_note(grant: Grant, digest: str) -> str:

@@ -110,6 +110,12 @@ class PermissionKey:
     the parser can see in the string) are read when a deny rule needs them
     (`runtime.permissions.commandkey.compound_views`).
     A key that names several paths (a move: source and destination) lists them in `paths`.
+
+    Command keys also say what the runtime knows of the command's form
+    (`runtime.permissions.commandkey`): `read_only` names the programs of a read-only command
+    or command line (it may then run with no question where it runs confined read-only),
+    `filters` is what follows the argv of an output-filter pipeline (bash runs the argv, then
+    this), `needs_host` why it would fail contained (its question offers the host).
     """
 
     tool: str
@@ -127,6 +133,9 @@ class PermissionKey:
     path: tuple[str, ...] = ()
     views: tuple[DenyView, ...] = ()
     paths: tuple[str, ...] = ()
+    read_only: str = ""
+    filters: str = ""
+    needs_host: str = ""
 
     @classmethod
     def named(cls, tool: str, action: str = "", **kw: Any) -> PermissionKey:
@@ -149,17 +158,30 @@ class CallSite:
 
 @dataclass(frozen=True, slots=True)
 class Permission:
-    """`Permission.none()` runs without asking; `Permission.ask(key)` goes through the chain."""
+    """`Permission.none()` runs without asking; `Permission.ask(key)` goes through the chain.
+
+    `Permission.read_only(key)` is a read-only command that will run confined read-only: deny
+    rules still apply to it, then it runs with no question (SPEC §5), where its environment
+    confines it read-only (`EnvironmentTag.confines_read_only`); anywhere else it is asked as
+    `ask(key)` would be. `host`, for a command that would fail contained, is its key where it
+    would run on the host: the question offers that as an explicit choice.
+    """
 
     key: PermissionKey | None = None
+    reads_only: bool = False
+    host: PermissionKey | None = None
 
     @classmethod
     def none(cls) -> Permission:
         return cls(None)
 
     @classmethod
-    def ask(cls, key: PermissionKey) -> Permission:
-        return cls(key)
+    def ask(cls, key: PermissionKey, *, host: PermissionKey | None = None) -> Permission:
+        return cls(key, host=host)
+
+    @classmethod
+    def read_only(cls, key: PermissionKey) -> Permission:
+        return cls(key, reads_only=True)
 
     @property
     def needs_asking(self) -> bool:

@@ -7,7 +7,9 @@ goes through `visible()` (runtime.kernel.display), so a command cannot hide part
 Each "always" choice records one entry (`AskRequest.grants`), and its label says what that
 entry covers: the narrowest key naming what the human saw (`run_command:git:status`) unless
 the human picks the program-wide choice, whose label says it covers every simple command of
-that program.
+that program, or, for a command in a sandbox, every simple command there (`run_command:*`).
+A command that would fail contained is also offered the host, unconfined, once or for the
+session: those choices say so, and name the key they run under there.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class AskRequest:
     why_not_project: str = ""  # why AlwaysThisProject is not offered, when it is not
     note: str = ""  # e.g. a CeilingViolation met on the way, an expired session grant
     grants: tuple[tuple[Answer, GrantLevel], ...] = ()
+    host_key: str = ""  # the key on the host, where the host choices are offered
 
     def grant_for(self, answer: Answer) -> GrantLevel:
         """The entry `answer` records (the key itself where the request names none)."""
@@ -73,6 +76,9 @@ _LETTERS = {
     Answer.SESSION_PROGRAM: "a",
     Answer.PROJECT: "p",
     Answer.PROJECT_PROGRAM: "w",
+    Answer.PROJECT_ANY: "c",
+    Answer.HOST_ONCE: "h",
+    Answer.HOST_SESSION: "r",
     Answer.DENY: "d",
 }
 _SCOPES = {
@@ -80,16 +86,25 @@ _SCOPES = {
     Answer.SESSION_PROGRAM: "always this session",
     Answer.PROJECT: "always this project",
     Answer.PROJECT_PROGRAM: "always this project",
+    Answer.PROJECT_ANY: "always this project",
+    Answer.HOST_SESSION: "on the host, unconfined (@shell), for the rest of this session",
 }
+# Choices whose entry is worth naming whenever they are offered, and that make the narrow
+# choices name theirs too.
+_NAMED = (Answer.SESSION_PROGRAM, Answer.PROJECT_PROGRAM, Answer.PROJECT_ANY)
 
 
 def choice_label(request: AskRequest, answer: Answer) -> str:
     """What choosing `answer` does, in words, including the entry it records and what that
     covers when the request has a choice between a narrow and a program-wide entry."""
     if answer is Answer.ONCE:
+        if request.host_key:
+            return f"allow once, contained in {request.environment.value} (it would likely fail)"
         return "allow once"
     if answer is Answer.DENY:
         return "deny"
+    if answer is Answer.HOST_ONCE:
+        return f"run it on the host, unconfined (@shell), once [{visible(request.host_key)}]"
     writes = " (writes codecoder.json)" if answer.scope is Answer.PROJECT else ""
     detail = choice_detail(request, answer)
     return f"{_SCOPES[answer]}{': ' + detail if detail else ''}{writes}"
@@ -97,9 +112,12 @@ def choice_label(request: AskRequest, answer: Answer) -> str:
 
 def choice_detail(request: AskRequest, answer: Answer) -> str:
     """What an "always" choice's entry covers and the entry itself, where the request offers
-    a narrow and a program-wide choice (otherwise the key shown is what is recorded: "")."""
-    wide = Answer.SESSION_PROGRAM in request.choices or Answer.PROJECT_PROGRAM in request.choices
-    if not wide or answer.scope not in (Answer.SESSION, Answer.PROJECT):
+    a wider choice than the key (program-wide, any command in the sandbox) or the host for the
+    session (otherwise the key shown is what is recorded: "")."""
+    named = answer in (*_NAMED, Answer.HOST_SESSION) or any(
+        offered in _NAMED for offered in request.choices
+    )
+    if not named or answer.scope not in (Answer.SESSION, Answer.PROJECT):
         return ""
     level = request.grant_for(answer)
     return f"{visible(level.covers)} [{visible(level.entry)}]"
@@ -117,6 +135,8 @@ def describe(request: AskRequest) -> list[tuple[str, str]]:
     ]
     if request.subject:
         rows.append(("runs", visible(request.subject)))
+    if request.host_key:
+        rows.append(("on the host", f"{visible(request.host_key)} (@shell, unconfined)"))
     odd = lookalikes(request.subject or request.key)
     if odd:
         rows.append(("warning", f"non-ASCII characters: {', '.join(odd)}"))

@@ -37,6 +37,7 @@ from codecoder.runtime.kernel.decision import Decision
 from codecoder.runtime.kernel.errors import CodecoderError
 from codecoder.runtime.permissions.allowlist import SessionAllowlist
 from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
+from codecoder.runtime.tools.liveoutput import LiveOutput
 
 if TYPE_CHECKING:
     from codecoder.environments.base import Environment, NetworkGate
@@ -133,6 +134,12 @@ class ToolContext:
     # Set when the caller gave up on the call (an MCP client's cancel): what the tool started
     # should stop (environments take it as `CommandRequest.cancel`), and the call ends Cancelled.
     cancel: threading.Event | None = None
+    # The call was allowed because it only reads (Source.READ_ONLY): it must run confined
+    # read-only (`CommandRequest.writable=False`).
+    read_only: bool = False
+    # The call's output as it comes (runtime.tools.liveoutput): a tool that runs a command calls
+    # `output.running(name)` and hands it to the environment as `CommandRequest.output`.
+    output: LiveOutput | None = None
 
     @property
     def site(self) -> CallSite:

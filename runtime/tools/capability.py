@@ -242,7 +242,10 @@ def _run_command(capability: Capability, stdin: bytes, ctx: ToolContext) -> Comm
         grant=None,
         cancel=ctx.cancel,
         network=ctx.network,
+        output=ctx.output,
     )
+    if ctx.output is not None:
+        ctx.output.running(capability.name)
     result: CommandResult = ctx.environment.run(request)
     return result
 

@@ -7,6 +7,14 @@ from the workspace the program runs (`runtime.permissions.programs.WORKSPACE_COD
 test` is a grant for whatever package.json's test script is when it runs), and marks protected a
 command whose words reach a protected path through a symlink (`runtime.kernel.protected`). `commit`
 runs git hardened as `environments.host.git` describes.
+
+In @bwrap, a command in a read-only form (`runtime.permissions.programs.readonly`) is
+`Permission.read_only`: it runs with no question, with the whole file system read-only
+(`CommandRequest.writable=False`), once the deny rules let it through. A command that would
+fail contained (`git push`) carries its key on the host (`Permission.host`), which the question
+offers as an explicit escalation; the dispatcher then runs that one call on @shell. An
+output-filter pipeline (`npm test 2>&1 | tail -20`) is keyed as its first command and run by
+bash as that argv followed by its filters (`PermissionKey.filters`).
 """
 
 from __future__ import annotations
@@ -77,16 +85,18 @@ COMMAND_OUTPUT_SCHEMA: dict[str, Any] = {
 """What a command's result carries beyond its text (`result_of`'s data has these and more)."""
 
 
+def command_status(exit_code: int, killed_by: str | None) -> str:
+    """The line that ends a command's result: `[exit code 2]`, `[exit code 137, killed by
+    SIGKILL]` (a terminal that showed the output as it came shows this line after it)."""
+    return f"[exit code {exit_code}" + (f", killed by {killed_by}" if killed_by else "") + "]"
+
+
 def result_of(res: CommandResult) -> ToolResult:
     parts = [res.stdout]
     if res.stderr:
         parts.append(("\n" if res.stdout and not res.stdout.endswith("\n") else "") + res.stderr)
     text = "".join(parts)
-    status = (
-        f"[exit code {res.exit_code}"
-        + (f", killed by {res.killed_by}" if res.killed_by else "")
-        + "]"
-    )
+    status = command_status(res.exit_code, res.killed_by)
     data: dict[str, Any] = {
         "exit_code": res.exit_code,
         "stdout": res.stdout,
@@ -106,11 +116,12 @@ class RunCommand(Tool[RunCommandParameters]):
     name = "run_command"
     description = (
         "Run a command line in the project workspace and return its output and exit code. "
-        "Runs on the host by default (@shell); a project may bind it to a container (@docker)."
+        "Runs on the host by default (@shell); a project may bind it to a contained sandbox "
+        "(@bwrap) or a container (@docker)."
     )
     category = Category.EXECUTE
     environment = EnvironmentTag.SHELL
-    bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.DOCKER})
+    bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.BWRAP, EnvironmentTag.DOCKER})
     parameters = RunCommandParameters
     key_style = KeyStyle.COMMAND
     output_schema = COMMAND_OUTPUT_SCHEMA
@@ -122,11 +133,22 @@ class RunCommand(Tool[RunCommandParameters]):
         key = self.permission(args).key
         assert key is not None
         if site.environment is not EnvironmentTag.SHELL:
-            return Permission.ask(key)  # in a sandbox: its own PATH, its own file system
+            # In a sandbox: its own PATH, its own file system.
+            if key.read_only and site.environment.confines_read_only:
+                return Permission.read_only(key)
+            if (
+                key.needs_host
+                and site.environment is EnvironmentTag.BWRAP
+                and EnvironmentTag.SHELL in self.bindable
+            ):
+                on_host = self.permission_in(args, CallSite(site.workspace, EnvironmentTag.SHELL))
+                return Permission.ask(key, host=on_host.key)
+            return Permission.ask(key)
         if not key.protected:
             # A word that leads to a protected path or the runtime's directories through a
             # symlink (planted by a sandbox, or cloned) is a protected command, shown as such.
-            said = key.argv[1:] if key.argv is not None else textual_words(args.command)
+            simple = key.argv is not None and not key.filters
+            said = key.argv[1:] if simple and key.argv else textual_words(args.command)
             reached = reaches_protected(said, site.workspace)
             if reached is not None:
                 key = dataclasses.replace(
@@ -170,6 +192,8 @@ class RunCommand(Tool[RunCommandParameters]):
                 argv=argv,
                 protected=key.protected or by_path.protected,
                 subject=f"{key.subject}\n({name} is {program.where()})",
+                filters=key.filters,
+                views=key.views if key.filters else by_path.views,
             )
         )
 
@@ -177,24 +201,36 @@ class RunCommand(Tool[RunCommandParameters]):
         key = ctx.key or self.permission_in(args, ctx.site).key
         assert key is not None
         timeout = min(args.timeout or ctx.limits.timeout, 86_400.0)
-        env = None
-        if key.argv is None and ctx.environment_tag is EnvironmentTag.SHELL:
-            env = {**os.environ, "PATH": host_path(ctx.workspace)}
         # What runs is exactly what was keyed: the argv decided (its program as found at key
-        # time) without a shell, or, for a compound command approved as a whole, that very
-        # string given to bash.
+        # time) without a shell; for an output-filter pipeline that argv, re-quoted, followed
+        # by the filters as read; for a compound command approved as a whole (or read-only),
+        # that very string given to bash.
+        argv: tuple[str, ...] | None = key.argv
+        script: str | None = None
+        if key.argv is None:
+            script = args.command
+        elif key.filters:
+            argv, script = None, f"{shlex.join(key.argv)} {key.filters}"
+        env = None
+        if script is not None and ctx.environment_tag is EnvironmentTag.SHELL:
+            env = {**os.environ, "PATH": host_path(ctx.workspace)}
         request = CommandRequest(
             cwd=ctx.workspace,
-            argv=key.argv,
-            script=None if key.argv is not None else args.command,
+            argv=argv,
+            script=script,
             timeout=timeout,
             max_output=ctx.limits.max_output,
             env=env,
-            writable=True,  # builds write the workspace; protected paths stay read-only
+            # Builds write the workspace (protected paths stay read-only); a read-only command
+            # runs with the whole file system read-only, which is what let it run unasked.
+            writable=not ctx.read_only,
             grant=ctx.grant,
             cancel=ctx.cancel,
             network=ctx.network,
+            output=ctx.output,
         )
+        if ctx.output is not None:
+            ctx.output.running(self.name)
         result: CommandResult = ctx.environment.run(request)
         return result_of(result)
 
@@ -235,7 +271,7 @@ class Commit(Tool[CommitParameters]):
     )
     category = Category.GIT
     environment = EnvironmentTag.SHELL
-    bindable = frozenset({EnvironmentTag.SHELL})
+    bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.BWRAP})
     parameters = CommitParameters
     output_schema = COMMAND_OUTPUT_SCHEMA
 
@@ -258,7 +294,10 @@ class Commit(Tool[CommitParameters]):
             timeout=ctx.limits.timeout,
             max_output=ctx.limits.max_output,
             cancel=ctx.cancel,
+            output=ctx.output,
         )
+        if ctx.output is not None:
+            ctx.output.running(self.name)
         if args.paths:
             staged = git("add", "--", *args.paths)
             if staged.exit_code != 0:

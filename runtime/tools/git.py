@@ -31,7 +31,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.ignore import IgnoreFilter, IgnoreFilterManager, read_ignore_patterns
 from dulwich.index import ConflictedIndexEntry, Index, IndexEntry, cleanup_mode
 from dulwich.object_store import iter_tree_contents
-from dulwich.objects import S_ISGITLINK, Blob, Commit, ObjectID, Tag
+from dulwich.objects import S_ISGITLINK, Blob, Commit, ObjectID, Tag, sha_to_hex
 from dulwich.objectspec import parse_commit, parse_object
 from dulwich.patch import gen_diff_header, is_binary, patch_filename, unified_diff
 from dulwich.refs import Ref
@@ -68,6 +68,55 @@ def _git_errors(what: str) -> Iterator[None]:
         raise
 
 
+# What dulwich reads of `.git` besides the objects: none may lead out of it through a link.
+_READ_IN_GIT = ("objects", "objects/pack", "objects/info", "index", "packed-refs", "HEAD", "refs")
+
+
+def _confine_objects(workspace: Path, repo: Repo) -> None:
+    """Keep every read of the repository inside the workspace's own `.git`.
+
+    `objects/info/alternates` (and GIT_ALTERNATE_OBJECT_DIRECTORIES) name object stores
+    anywhere on the machine: they are never consulted, so an object only they hold is not
+    found. A link among what dulwich reads (`objects`, a pack, a loose object, the index) would
+    lead to another repository's files: refused, the whole read when it is a directory or the
+    index, the one object when it is a loose object.
+    """
+    git_dir = os.path.realpath(workspace / ".git")
+    for name in _READ_IN_GIT:
+        path = workspace / ".git" / name
+        if os.path.islink(path):
+            raise ExecutionFailed(
+                f".git/{name} is a symbolic link: the git tools read only what is inside the "
+                "workspace's .git; use run_command to run git here"
+            )
+    store = repo.object_store
+    if not os.path.realpath(getattr(store, "path", git_dir)).startswith(git_dir + os.sep):
+        raise ExecutionFailed("the repository's objects are outside its .git directory")
+    store._alternates = []
+    pack_dir = getattr(store, "pack_dir", None)
+    if pack_dir is not None and os.path.isdir(pack_dir):
+        for entry in os.scandir(pack_dir):
+            if entry.is_symlink():
+                raise ExecutionFailed(
+                    f".git/objects/pack/{entry.name} is a symbolic link: the git tools read only "
+                    "objects inside the workspace's .git; use run_command to run git here"
+                )
+    loose = store._get_loose_object
+    shafile_path = store._get_shafile_path
+
+    def confined_loose(sha: Any) -> Any:
+        raw_length = store.object_format.oid_length
+        hex_sha = sha_to_hex(sha) if len(sha) == raw_length else sha
+        if os.path.islink(shafile_path(hex_sha)):
+            raise ExecutionFailed(
+                "a loose object of the repository is a symbolic link: the git tools read only "
+                "objects inside the workspace's .git; use run_command to run git here"
+            )
+        return loose(sha)
+
+    store._get_loose_object = confined_loose  # type: ignore[method-assign]
+
+
 class _Repository:
     """A read-only view of the workspace's repository: HEAD, index, work tree."""
 
@@ -89,6 +138,7 @@ class _Repository:
         # worktree= pins the work tree: core.worktree in a hostile config could point it at
         # any directory on the machine.
         self.repo = Repo(str(workspace), worktree=str(workspace))
+        _confine_objects(workspace, self.repo)
         self.root = workspace
         # Every read of the work tree goes through this: nothing behind a symlink, nothing
         # outside the workspace, whatever a sandbox planted (see runtime.kernel.confined).

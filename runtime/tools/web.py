@@ -160,6 +160,11 @@ class GuardedHttp:
             redirects.append(following.url)
             target = following
 
+    def checked(self, url: str) -> list[str]:
+        """The addresses `get` would connect to for `url` (before any redirect), or
+        ExecutionFailed saying why it refuses: how a hook judges another agent's fetch."""
+        return self._addresses(_target(url))
+
     def _addresses(self, target: _Target) -> list[str]:
         """The addresses to connect to, each checked, or ExecutionFailed saying why not."""
         verdict = self.settings.verdict(target.host, target.port, self._trusted)

@@ -23,9 +23,20 @@ from codecoder.runtime.kernel.errors import (
 __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
-Layer: TypeAlias = Literal["keying", "permission-files", "wasm", "docker", "pool"]
+Layer: TypeAlias = Literal[
+    "keying", "contained", "permission-files", "rules", "hooks", "wasm", "docker", "pool"
+]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
-LAYERS: Final[tuple[Layer, ...]] = ("keying", "permission-files", "wasm", "docker", "pool")
+LAYERS: Final[tuple[Layer, ...]] = (
+    "keying",
+    "contained",
+    "permission-files",
+    "rules",
+    "hooks",
+    "wasm",
+    "docker",
+    "pool",
+)
 
 ErrorName = Literal[
     "ExecutionTimeout", "OutOfMemory", "OutOfFuel", "ExecutionFailed", "SandboxUnavailable"
@@ -50,6 +61,17 @@ class KeyingEntry(_Entry):
     expect: Literal["refused", "argv"] = "refused"
     argv: tuple[str, ...] | None = None
     display: bool = False
+
+
+class ContainedEntry(_Entry):
+    kind: Literal["read-only", "filter", "escalation"]
+    command: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    grants: tuple[str, ...] = ()
+    innocent: str | None = None
+    answer: Literal[
+        "deny", "once", "session", "session-program", "project", "project-program", "project-any"
+    ] = "deny"
 
 
 class ToolCall(BaseModel):
@@ -98,6 +120,45 @@ class PermissionFileEntry(_Entry):
     document: dict[str, Any] | None = None
     expect_error: str | None = None
     links: dict[str, str] = Field(default_factory=dict)
+
+
+class RulesEntry(_Entry):
+    """An attempt of the rules layer (rules.json: its `about` says how each field is used)."""
+
+    kind: Literal[
+        "broken-rules",
+        "reload-broken",
+        "from-subdirectory",
+        "untrusted-binding",
+        "trusted-edit",
+        "host-git-plant",
+        "host-plant",
+        "borrowed-objects",
+    ]
+    text: str | None = None
+    edited: str | None = None
+    command: str | None = None
+    allow: tuple[str, ...] = ()
+    plant: dict[str, str] = Field(default_factory=dict)
+    copy_command: str | None = None
+    then: str | None = None
+    call: ToolCall | None = None
+
+
+class HooksEntry(_Entry):
+    """An attempt of the hooks layer (hooks.json): another agent's call, as its host sends it."""
+
+    host: Literal["claude-code", "gemini"]
+    tool: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    text: str | None = None
+    allow: tuple[str, ...] = ()
+    mcp_context: dict[str, Any] | None = None
+    cwd: str = "."
+    files: dict[str, str] = Field(default_factory=dict)
+    links: dict[str, str] = Field(default_factory=dict)
+    plant_hook: bool = False
 
 
 DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
@@ -186,10 +247,22 @@ class PoolEntry(_Entry):
     template: dict[str, Any] = Field(default_factory=dict)
 
 
-AnyEntry: TypeAlias = KeyingEntry | PermissionFileEntry | DockerEntry | WasmEntry | PoolEntry
+AnyEntry: TypeAlias = (
+    KeyingEntry
+    | ContainedEntry
+    | PermissionFileEntry
+    | RulesEntry
+    | HooksEntry
+    | DockerEntry
+    | WasmEntry
+    | PoolEntry
+)
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
+    "contained": ContainedEntry,
     "permission-files": PermissionFileEntry,
+    "rules": RulesEntry,
+    "hooks": HooksEntry,
     "wasm": WasmEntry,
     "docker": DockerEntry,
     "pool": PoolEntry,

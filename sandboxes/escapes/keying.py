@@ -13,7 +13,7 @@ from codecoder.runtime.config.project import PROJECT_FILE
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.kernel.ceiling import Scope
 from codecoder.runtime.kernel.decision import Source
-from codecoder.runtime.kernel.display import SPACE_RUN
+from codecoder.runtime.kernel.display import SPACE_RUN, renders_blank
 from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.prompt import describe, render
 from codecoder.runtime.session import Runtime
@@ -141,9 +141,19 @@ class _KeyingLayer(_LayerRunner):
         if not asker.requests:
             return "no prompt was shown"
         shown = render(asker.requests[0])
-        raw = sorted({f"U+{ord(ch):04X}" for ch in shown if ch != "\n" and not ch.isprintable()})
+        raw = sorted(
+            {
+                f"U+{ord(ch):04X}"
+                for ch in shown
+                if ch not in " \n" and (renders_blank(ch) or not ch.isprintable())
+            }
+        )
         if raw:
-            _escaped(f"the prompt would print raw control characters {', '.join(raw)}")
+            _escaped(f"the prompt would print raw invisible or blank characters {', '.join(raw)}")
+        # Any other blank character shown raw was caught above: only spaces can still pad.
         if any(" " * SPACE_RUN in text for _, text in describe(asker.requests[0])):
             _escaped("the prompt would print a run of spaces that can push text out of view")
-        return "the prompt shows every control character and long run of spaces made visible"
+        return (
+            "the prompt shows every control character made visible, and every long run of "
+            "characters that render blank as a marker with its length"
+        )

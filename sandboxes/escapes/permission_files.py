@@ -581,8 +581,10 @@ def _widenings_in_effect(config: Any, workspace: Path) -> list[str]:
     found: list[str] = []
     if len(config.allowlist):
         found.append(f"{len(config.allowlist)} grant(s)")
-    if config.bindings:
-        found.append(f"bindings {config.bindings}")
+    # A binding to a sandbox narrows and is obeyed whatever the trust; to the host it widens.
+    host = {t: e for t, e in config.bindings.items() if not e.allows(Scope.PROJECT)}
+    if host:
+        found.append(f"bindings {host}")
     for name, directory in config.read_roots.items():
         if workspace.resolve() not in (directory, *directory.parents):
             found.append(f"read root {name} = {directory}")

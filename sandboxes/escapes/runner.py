@@ -38,8 +38,10 @@ from codecoder.runtime.permissions.prompt import non_interactive
 from codecoder.runtime.session import Runtime
 from codecoder.sandboxes.escapes.calls import _last_line
 from codecoder.sandboxes.escapes.canary import _Canary
+from codecoder.sandboxes.escapes.contained import _ContainedLayer
 from codecoder.sandboxes.escapes.corpus import LAYERS, Attempt, Layer, ToolCall, load_corpus
 from codecoder.sandboxes.escapes.docker import _DockerLayer
+from codecoder.sandboxes.escapes.hooks import _HooksLayer
 from codecoder.sandboxes.escapes.keying import _KeyingLayer
 from codecoder.sandboxes.escapes.layer import _LayerRunner
 from codecoder.sandboxes.escapes.options import AuditOptions
@@ -47,6 +49,7 @@ from codecoder.sandboxes.escapes.outcomes import Status, _NotApplicable, _NotRun
 from codecoder.sandboxes.escapes.permission_files import _PermissionFilesLayer
 from codecoder.sandboxes.escapes.pool import _PoolLayer
 from codecoder.sandboxes.escapes.report import AttemptResult, AuditReport
+from codecoder.sandboxes.escapes.rules import _RulesLayer
 from codecoder.sandboxes.escapes.wasm import _WasmLayer
 from codecoder.sandboxes.escapes.workspace import _Workspace
 
@@ -276,7 +279,10 @@ class _Audit:
     def layer(self, layer: Layer) -> _LayerRunner:
         runners: dict[Layer, Callable[[_Audit], _LayerRunner]] = {
             "keying": _KeyingLayer,
+            "contained": _ContainedLayer,
             "permission-files": _PermissionFilesLayer,
+            "rules": _RulesLayer,
+            "hooks": _HooksLayer,
             "wasm": _WasmLayer,
             "docker": _DockerLayer,
             "pool": _PoolLayer,

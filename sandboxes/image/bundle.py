@@ -4,14 +4,14 @@ Run by the first stage of the top-level Dockerfile, with the base image's own py
 
     python3 -I -S bundle.py SOURCE_DIR TARGET_DIR
 
-TARGET_DIR (/opt/codecoder) receives the agent (agent.py), its install step (install.py) and the
-static runas helpers from SOURCE_DIR, and `python/`: the interpreter, its dynamic loader, the
-shared libraries it and the bundled extension modules link against, and the standard library
-without what the agent can never use (tests, IDLE, Tk, ...). The agent is started through the
-bundled loader (`python/ld.so --library-path python/lib python/bin/python3`), so it runs the same
-in an image with another C library (Alpine's musl), an older glibc, or none at all (a `FROM
-scratch` image): every file it loads comes from the bundle. Commands the agent starts are the
-image's own programs, loaded by the image's own loader.
+TARGET_DIR (/opt/codecoder) receives the agent (the directory agent/, run by its __main__.py), its
+install step (install.py) and the static runas helpers from SOURCE_DIR, and `python/`: the
+interpreter, its dynamic loader, the shared libraries it and the bundled extension modules link
+against, and the standard library without what the agent can never use (tests, IDLE, Tk, ...).
+The agent is started through the bundled loader (`python/ld.so --library-path python/lib
+python/bin/python3`), so it runs the same in an image with another C library (Alpine's musl), an
+older glibc, or none at all (a `FROM scratch` image): every file it loads comes from the bundle.
+Commands the agent starts are the image's own programs, loaded by the image's own loader.
 
 An extension module is bundled only when every library it links against is bundled too (the
 interpreter's own, plus libffi for ctypes): `_ssl`, `_sqlite3`, `readline` and the like are left
@@ -60,7 +60,8 @@ LEFT_OUT = {
 }
 # Extension modules needed beyond what links against the interpreter's libraries alone.
 EXTRA_EXTENSIONS = ("_ctypes",)
-AGENT_FILES = ("agent.py", "install.py", "runas-x86_64", "runas-aarch64")
+AGENT_DIR = "agent"
+AGENT_FILES = ("install.py", "runas-x86_64", "runas-aarch64")
 _LDD_LINE = re.compile(r"^\s*(?:\S+ => )?(/\S+) \(0x[0-9a-f]+\)$")
 
 
@@ -129,6 +130,11 @@ def main(source: str, target: str) -> None:
         if needs <= allowed:
             shutil.copy2(path, os.path.join(kept_dynload, extension))
 
+    shutil.copytree(
+        os.path.join(source, AGENT_DIR),
+        os.path.join(target, AGENT_DIR),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     for name in AGENT_FILES:
         shutil.copy2(os.path.join(source, name), os.path.join(target, name))
         os.chmod(os.path.join(target, name), 0o755 if name.startswith("runas") else 0o644)

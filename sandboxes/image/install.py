@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 HOME = "/opt/codecoder"
+AGENT = f"{HOME}/agent"
 USER, GROUP, ID = "sandbox", "sandbox", 10001
 READY_FILE = "/etc/codecoder-image"  # what the install found, read back after a cached build
 
@@ -85,20 +86,24 @@ def trust_any_workspace_owner() -> str | None:
 
 def check_agent() -> str:
     sys.dont_write_bytecode = True  # nothing of the check is left in the image
-    spec = importlib.util.spec_from_file_location("codecoder_agent", f"{HOME}/agent.py")
+    # The agent's modules import one another by their bare names, from its own directory (the
+    # interpreter's sys.path[0] when it runs the directory); its entry point imports them all.
+    sys.path.insert(0, AGENT)
+    spec = importlib.util.spec_from_file_location("codecoder_agent", f"{AGENT}/__main__.py")
     if spec is None or spec.loader is None:
-        raise SystemExit(f"codecoder image: {HOME}/agent.py is missing")
+        raise SystemExit(f"codecoder image: {AGENT}/__main__.py is missing")
     agent = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(agent)
+        image = importlib.import_module("image")
     except ImportError as exc:
         fail(f"the agent cannot import what it needs with the bundled interpreter: {exc}")
-    problem = agent.self_check()
+    problem = image.self_check()
     if problem is not None:
         fail(problem)
-    if os.path.exists(agent.BASH):
+    if os.path.exists(image.BASH):
         return "run by bash"
-    return f"refused (no {agent.BASH}; simple commands run)"
+    return f"refused (no {image.BASH}; simple commands run)"
 
 
 def main() -> None:

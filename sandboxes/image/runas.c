@@ -3,7 +3,7 @@
  *
  * Usage: runas UID GID DIR PROGRAM [ARGS...]
  *
- * The sandbox agent (agent.py, root; its capability bounding set holds only CAP_SETUID,
+ * The sandbox agent (agent/, root; its capability bounding set holds only CAP_SETUID,
  * CAP_SETGID and CAP_SETPCAP, so that is all this program has) starts every command through
  * it. Python could drop privileges itself (subprocess's `user=`),
  * but only in a forked copy of the whole interpreter, which costs more than the rest of a warm

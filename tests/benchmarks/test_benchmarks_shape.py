@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ FIGURE_NAMES = [
     "allowlists.decide.session",
     "shell.call",
     "shell.environment",
+    "shell.git_guard",
     "wasm.read_file.landlock",
     "wasm.read_file.warm",
     "wasm.read_file.environment",
@@ -69,8 +71,10 @@ FIGURE_NAMES = [
     "agents.startup.decide_in_process",
     "agents.startup.hook_in_process",
     "agents.mcp.result_size",
+    "questions.first.bwrap",
+    "questions.later.bwrap",
 ]
-CHEAP = ["permission", "keying", "allowlists"]
+CHEAP = ["permission", "keying", "allowlists", "questions"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}
 FIGURE_KEYS = {
     "name",
@@ -143,7 +147,7 @@ def test_every_measured_figure_has_a_median_within_its_quartiles_and_a_baseline(
     for figure in measured:
         assert set(figure) == FIGURE_KEYS
         assert figure["status"] in ("pass", "miss", "info"), figure
-        assert figure["unit"] in ("us", "ms", "s", "calls/s")
+        assert figure["unit"] in ("us", "ms", "s", "calls/s", "per100")
         for side in ("subject", "baseline"):
             stats = figure[side]
             assert set(stats) == STATS_KEYS
@@ -175,6 +179,8 @@ def test_the_targets_of_the_issue_are_checked(document: dict[str, Any]) -> None:
     assert targets["docker.call.vs_exec_run"]["limit"] == pytest.approx(0.2)
     assert targets["docker.call.vs_cold_cli"]["limit"] == pytest.approx(0.04)
     assert targets["wasm.read_file.landlock"]["limit"] == pytest.approx(0.1)
+    assert targets["questions.first.bwrap"] == {"kind": "max_value", "limit": 15.0, "text": "≤ 15"}
+    assert targets["questions.later.bwrap"] == {"kind": "max_value", "limit": 3.0, "text": "≤ 3"}
     for name in (
         "search.grep.small",
         "search.glob.small",
@@ -248,3 +254,20 @@ def test_the_command_writes_the_json_and_prints_the_table(
     assert [f["name"] for f in figures(written)] == FIGURE_NAMES
     printed = capsys.readouterr().out
     assert "| key_command, repeated (cached)" in printed
+
+
+def test_codecoder_bench_runs_the_installed_benchmarks_from_anywhere(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["codecoder", "bench", "--quick", "--only", "keying", "--no-profile", "--json", "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert written["schema"] == SCHEMA
+    assert written["options"]["only"] == ["keying"]
+    helped = subprocess.run(["codecoder", "bench", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: codecoder bench")

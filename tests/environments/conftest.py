@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-SANDBOX_IMAGE = "codecoder-sandbox"
+# The image the docker tests use; another tag while an engineer tries a changed agent.
+SANDBOX_IMAGE = os.environ.get("CODECODER_TEST_SANDBOX_IMAGE", "codecoder-sandbox")
 CANARY_IMAGE = "codecoder-canary:test"
 CANARY_PAGE = b"canary-ok\n"
 STATIC_BUSYBOX = Path("/bin/busybox")

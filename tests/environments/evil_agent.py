@@ -1,8 +1,9 @@
 """The sandbox agent, turned against the host on request: what a command could do to the stream
 if it ever got hold of the agent's stdin or stdout (the uid separation is what prevents that).
 
-Installed as /opt/codecoder/agent.py in a test image, next to the real agent, whose code it
-runs. A request whose argv[0] names an attack carries it out instead of (or besides) running:
+Installed as the agent's entry point (/opt/codecoder/agent/__main__.py) in a test image, with the
+real entry point copied to /opt/codecoder/real_agent.py, whose code it runs. A request whose
+argv[0] names an attack carries it out instead of (or besides) running:
 
     forge      an answer for the pending call with a wrong MAC
     flood      20 MiB on stdout without a newline
@@ -26,6 +27,8 @@ _spec = importlib.util.spec_from_file_location("real_agent", "/opt/codecoder/rea
 assert _spec is not None and _spec.loader is not None
 real = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(real)
+# Where the real agent's requests are served (its modules import one another by bare names).
+calls = importlib.import_module("calls")
 
 
 class Channel(real.Channel):  # type: ignore[name-defined,misc]
@@ -44,7 +47,7 @@ class Channel(real.Channel):  # type: ignore[name-defined,misc]
         os.write(1, Channel.last_sent)
 
 
-real_wipe = real.wipe
+real_wipe = calls.wipe
 stained = False
 
 
@@ -86,5 +89,5 @@ class Agent(real.Agent):  # type: ignore[name-defined,misc]
 
 real.Channel = Channel
 real.Agent = Agent
-real.wipe = wipe
+calls.wipe = wipe
 real.main()

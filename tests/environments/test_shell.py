@@ -90,3 +90,30 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def test_output_reaches_the_listener_as_the_command_prints_it(shell, tmp_path: Path) -> None:
+    pieces: list[tuple[float, str, bytes]] = []
+    started = time.monotonic()
+
+    def listener(stream: str, data: bytes) -> None:
+        pieces.append((time.monotonic() - started, stream, data))
+
+    script = "echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three"
+    result = shell.run(CommandRequest(cwd=tmp_path, script=script, output=listener))
+    assert [(stream, data) for _, stream, data in pieces] == [
+        ("stdout", b"one\n"),
+        ("stderr", b"two\n"),
+        ("stdout", b"three\n"),
+    ]
+    assert pieces[0][0] < 0.4 and pieces[2][0] >= 0.9  # each as it came, not at the end
+    assert (result.stdout, result.stderr) == ("one\nthree\n", "two\n")
+
+
+def test_a_command_killed_at_its_deadline_keeps_its_output_so_far(shell, tmp_path: Path) -> None:
+    request = CommandRequest(
+        cwd=tmp_path, script="echo started; echo warn >&2; sleep 60", timeout=0.5
+    )
+    with pytest.raises(ExecutionTimeout) as raised:
+        shell.run(request)
+    assert raised.value.output == "started\nwarn\n"

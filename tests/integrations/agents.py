@@ -323,7 +323,11 @@ def _in_terminal(spec: dict[str, Any], env: dict[str, str]) -> tuple[int, str, s
         time.sleep(1.0)
         child.sendcontrol("c")
     wait_for("\x00", 15.0)  # read until it ends (its SessionEnd hooks run then), or 15 s
-    child.close(force=True)
+    try:
+        child.close(force=True)
+    except pexpect.ExceptionPexpect:  # it outlived SIGHUP, SIGINT and SIGKILL's first wait
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
     return code, "", screen()
 
 

@@ -229,3 +229,52 @@ def test_in_a_terminal_what_the_human_approves_at_claude_codes_prompt_holds_for_
     # SessionEnd dropped the host session's grants when Claude Code ended.
     state = Path(env["XDG_STATE_HOME"]) / "codecoder" / "projects"
     assert not list(state.rglob("hooks/*.json"))
+
+
+def test_in_a_terminal_the_users_own_claude_settings_grant_and_a_refusal_is_on_screen(
+    project: Path, tmp_path: Path
+) -> None:
+    """Claude Code run by a person, codecoder as its hook: `Bash(ls:*)` in the user's own
+    ~/.claude/settings.json keeps allowing `ls` without a question (the project's own settings
+    grant nothing), and a call codecoder refuses shows its reason in the transcript."""
+    key = "sk-ant-stand-in-0123456789abcdefghij"
+    env = base_env(
+        tmp_path, ANTHROPIC_BASE_URL="{URL}", ANTHROPIC_API_KEY=key, TERM="xterm-256color"
+    )
+    home = Path(env["HOME"])
+    (home / ".claude.json").write_text(
+        json.dumps(
+            {
+                "hasCompletedOnboarding": True,
+                "theme": "dark",
+                "customApiKeyResponses": {"approved": [key[-20:]], "rejected": []},
+                "projects": {str(project): {"hasTrustDialogAccepted": True}},
+            }
+        )
+    )
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(ls:*)"]}})
+    )
+    trusted_config(project, env, {"deny": ["run_command:git:push"]})
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(recipe("claude-hooks"))
+    run = run_agent(
+        [str(cli("claude")), "List the files, then push."],
+        cwd=project,
+        env=env,
+        script=[
+            Call("Bash", {"command": "ls -a"}),
+            Call("Bash", {"command": "git push origin main"}),
+        ],
+        terminal=[("PreToolUse:Bash says: codecoder: run_command:git:push is refused", "")],
+    )
+    assert run.exit_code == 0, run.screen[-3000:]
+    assert "Do you want to proceed?" not in run.screen  # nothing was asked
+    refusal = (
+        "codecoder: run_command:git:push is refused: deny rule 'run_command:git:push' of "
+        "codecoder.json"
+    )
+    listed, pushed = [r["content"] for r in run.tool_results()]
+    assert "README.md" in listed
+    assert refusal in pushed

@@ -213,6 +213,8 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
     assert run.exit_code == 0, screen[-3000:]
     assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
     assert "› 1. Allow once 2. Always allow for this session 3. Deny" in screen
+    # The refusal's reason is in the transcript the person reads, not only the model's.
+    assert "permission denied: run_command:git:log was not allowed" in screen, screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()
     one, two, log = texts(run)
     assert one == two == "[exit code 0]"

@@ -51,28 +51,40 @@ def responses(run: AgentRun) -> list[dict[str, Any]]:
     return [result["response"] for result in run.tool_results()]
 
 
+def mcp_recipe(project: Path) -> None:
+    """README's recipe: the settings and the Policy Engine rules they name."""
+    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
+    (project / ".gemini" / "codecoder.toml").write_text(recipe("gemini-mcp-policy"))
+
+
+@pytest.mark.parametrize("mode", ["default", "yolo"])
 def test_as_its_mcp_server_codecoder_decides_and_geminis_own_tools_are_off(
-    project: Path, tmp_path: Path
+    project: Path, tmp_path: Path, mode: str
 ) -> None:
+    """Headless in either approval mode: codecoder's tools offered (its namesakes of Gemini's
+    write_file and web_fetch too), Gemini's shell and replace never offered, its write_file
+    refused when called; no deprecation warning (the Policy Engine, not tools.exclude)."""
     env = gemini_env(tmp_path, project)
     trusted_config(project, env, {"allowlist": {"write_file:notes/**": "AlwaysThisProject"}})
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
+    mcp_recipe(project)
     run = run_agent(
-        [str(cli("gemini")), "-p", "Work.", "--output-format", "json", "--approval-mode", "yolo"],
+        [str(cli("gemini")), "-p", "Work.", "--output-format", "json", "--approval-mode", mode],
         cwd=project,
         env=env,
         script=[
             Call("mcp_codecoder_read_file", {"path": "README.md"}),
             Call("mcp_codecoder_write_file", {"path": "notes/a.md", "content": "noted\n"}),
             Call("mcp_codecoder_run_command", {"command": "touch made"}),
+            Call("write_file", {"file_path": "own.md", "content": "x\n"}),
         ],
     )
     assert run.exit_code == 0, run.stderr
     assert json.loads(run.stdout)["response"] == "All done."
+    assert "deprecated" not in run.stderr.lower() and "policy file error" not in run.stderr.lower()
     offered = run.offered()
     assert {"mcp_codecoder_write_file", "mcp_codecoder_web_fetch", "read_file"} <= offered
-    assert not offered & {"run_shell_command", "write_file", "replace", "web_fetch"}
-    read, wrote, touched = responses(run)
+    assert not offered & {"run_shell_command", "replace"}
+    read, wrote, touched, own = responses(run)
     assert read == {"output": "<untrusted_context>\n     1\thello\n\n</untrusted_context>"}
     assert "created notes/a.md (6 bytes)" in wrote["output"]
     # No elicitation in Gemini CLI: refused, with the key and how it could be granted.
@@ -81,33 +93,17 @@ def test_as_its_mcp_server_codecoder_decides_and_geminis_own_tools_are_off(
         in (touched["error"])
     )
     assert "codecoder serve --allow run_command:touch" in touched["error"]
+    assert own == {
+        "error": "Tool execution denied by policy. codecoder does this here: use "
+        "mcp_codecoder_write_file or mcp_codecoder_web_fetch"
+    }
     assert (project / "notes" / "a.md").read_text() == "noted\n"
-    assert not (project / "made").exists()
+    assert not (project / "made").exists() and not (project / "own.md").exists()
     assert audit(project, env) == [
         ("read_file", "ok"),
         ("write_file", "ok"),
         ("run_command", "denied"),
     ]
-
-
-def test_headless_gemini_hides_what_it_would_ask_for_and_codecoders_namesakes_with_it(
-    project: Path, tmp_path: Path
-) -> None:
-    """Without --approval-mode yolo, `gemini -p` drops the tools it would have to ask about,
-    by bare name, so codecoder's write_file and web_fetch go too (Gemini CLI 0.61): the reason
-    README's recipe runs headless Gemini in yolo mode."""
-    env = gemini_env(tmp_path, project)
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
-    run = run_agent(
-        [str(cli("gemini")), "-p", "Work.", "--output-format", "json"],
-        cwd=project,
-        env=env,
-        script=[Call("mcp_codecoder_read_file", {"path": "README.md"})],
-    )
-    assert run.exit_code == 0, run.stderr
-    offered = run.offered()
-    assert {"mcp_codecoder_read_file", "mcp_codecoder_run_command"} <= offered
-    assert not offered & {"mcp_codecoder_write_file", "mcp_codecoder_web_fetch"}
 
 
 def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_path: Path) -> None:
@@ -155,3 +151,57 @@ def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_
     assert json.loads((project / ".gemini" / "settings.json").read_text())["hooks"]
     assert read == {"output": "hello\n"}
     assert not (project / "made").exists()
+
+
+def test_in_a_terminal_allow_once_at_geminis_prompt_is_once_and_the_users_own_rule_holds(
+    project: Path, tmp_path: Path
+) -> None:
+    """Gemini CLI run by a person (a pseudo-terminal), codecoder as its hook: the hook asks,
+    Gemini shows its prompt with codecoder's reason, "Allow once" runs that call only (the same
+    key is asked again), a rule of the user's own ~/.gemini/policies allows `ls` without a
+    question, and a refused call's reason is shown to the person."""
+    env = gemini_env(tmp_path, project)
+    env["TERM"] = "xterm-256color"
+    trusted_config(project, env, {"deny": ["run_command:git:push"]})
+    policies = Path(env["HOME"]) / ".gemini" / "policies"
+    policies.mkdir(parents=True)
+    (policies / "mine.toml").write_text(
+        '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "ls"\n'
+        'decision = "allow"\npriority = 100\n'
+    )
+    (project / ".gemini" / "settings.json").write_text(recipe("gemini-hooks"))
+    run = run_agent(
+        [str(cli("gemini")), "-i", "Make two files."],
+        cwd=project,
+        env=env,
+        script=[
+            Call("run_shell_command", {"command": "touch one"}),
+            Call("run_shell_command", {"command": "touch two"}),
+            Call("run_shell_command", {"command": "ls"}),
+            Call("run_shell_command", {"command": "git push origin main"}),
+        ],
+        terminal=[
+            ("Allow once", "\r"),  # `touch one`
+            ("? Shell touch two", ""),  # the same key, asked again
+            ("Allow once", "\r"),
+            ("All done", ""),
+        ],
+    )
+    assert run.exit_code == 0, run.screen[-3000:]
+    screen = run.screen
+    assert (project / "one").exists() and (project / "two").exists()
+    assert (
+        "codecoder: run_command:touch on @shell needs your approval; approving allows this "
+        "call only: codecoder asks again next time" in screen
+    )
+    assert "? Shell ls" not in screen  # the user's own policy allowed it: no question
+    assert (
+        "codecoder: run_command:git:push is refused: deny rule 'run_command:git:push' of "
+        "codecoder.json" in screen
+    )
+    ls, push = responses(run)[2:]
+    assert "README.md" in ls["output"]
+    assert push["error"].startswith("Tool execution blocked: codecoder: run_command:git:push")
+    # Nothing was recorded for the session, and SessionEnd removed the host session's file.
+    state = Path(env["XDG_STATE_HOME"]) / "codecoder" / "projects"
+    assert not list(state.rglob("hooks/*.json"))

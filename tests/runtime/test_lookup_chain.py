@@ -17,6 +17,7 @@ from codecoder.runtime.kernel.errors import (
     DeniedByRule,
     DeniedByUser,
     InvalidArguments,
+    RulesUnreadable,
     UnknownTool,
 )
 from codecoder.runtime.kernel.state import project_state_directory
@@ -346,6 +347,7 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
         Answer.ONCE,
         Answer.SESSION,
         Answer.PROJECT,
+        Answer.PROJECT_ANY,
         Answer.DENY,
     )
     assert docker_asker.requests[0].environment is EnvironmentTag.DOCKER
@@ -392,18 +394,34 @@ def test_always_this_project_program_wide_records_the_program(make_runtime, proj
     assert call(second, "cargo fmt").decision.matched == "run_command:cargo"
 
 
-def test_a_project_grant_is_refused_when_the_file_is_malformed_and_the_file_is_kept(
+def test_a_project_grant_is_refused_when_the_file_broke_since_it_was_read_and_it_is_kept(
+    make_runtime, project
+) -> None:
+    write_config(project, {})
+    runtime = make_runtime(
+        asker=RecordingAsker(Answer.PROJECT), tools={**builtin_tools(), "stamp": Stamp()}
+    )
+    broken = '{"allowlist": {"stamp:a": "AlwaysThisProject",}}\n'
+    write_config(project, broken)
+    outcome = runtime.session().call("stamp", {"text": "a"})
+    assert isinstance(outcome.error, DeniedByUser)
+    assert "not usable" in str(outcome.error)
+    assert (project / "codecoder.json").read_text() == broken
+
+
+def test_a_file_broken_at_load_refuses_every_call_that_needs_permission_before_asking(
     make_runtime, project
 ) -> None:
     broken = '{"allowlist": {"stamp:a": "AlwaysThisProject",}}\n'
     write_config(project, broken)
-    runtime = make_runtime(
-        asker=RecordingAsker(Answer.PROJECT), tools={**builtin_tools(), "stamp": Stamp()}
-    )
+    asker = RecordingAsker(Answer.PROJECT)
+    runtime = make_runtime(asker=asker, tools={**builtin_tools(), "stamp": Stamp()})
     assert runtime.diagnostics[0].code == "syntax"
     outcome = runtime.session().call("stamp", {"text": "a"})
-    assert isinstance(outcome.error, DeniedByUser)
-    assert "not usable" in str(outcome.error)
+    assert isinstance(outcome.error, RulesUnreadable)
+    assert outcome.decision is not None and outcome.decision.source is Source.DENY
+    assert f"{project / 'codecoder.json'}:1:47: error: [syntax]" in str(outcome.error)
+    assert asker.requests == []
     assert (project / "codecoder.json").read_text() == broken
 
 
@@ -415,7 +433,7 @@ def test_a_malformed_file_grants_nothing(make_runtime, project) -> None:
     )
     runtime = make_runtime(asker=RecordingAsker())
     assert [d.code for d in runtime.diagnostics] == ["schema"]
-    assert isinstance(call(runtime, "ls").error, DeniedByUser)
+    assert isinstance(call(runtime, "ls").error, RulesUnreadable)
 
 
 # --- compound commands and wildcards --------------------------------------------------------
@@ -522,7 +540,13 @@ def test_edits_to_the_file_apply_only_after_reload(make_runtime, project) -> Non
     assert call(runtime, "ls").decision.source is Source.PROJECT
     write_config(project, '{"allowlist": ')
     diagnostics = runtime.reload()
-    assert [(d.code, d.severity) for d in diagnostics] == [("syntax", "error")]
+    assert [(d.code, d.severity) for d in diagnostics] == [
+        ("syntax", "error"),
+        ("kept_last_good", "error"),
+    ]
+    assert call(runtime, "ls").decision.source is Source.PROJECT  # the last good rules
+    write_config(project, DOCKER_BOUND)
+    assert runtime.reload() == []
     assert isinstance(call(runtime, "ls").error, DeniedByUser)
 
 

@@ -26,9 +26,16 @@ import pytest
 from codecoder.runtime.interfaces.cli import main
 from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.keys import CallSite, Permission
+from codecoder.runtime.tools.base import ToolContext, ToolResult
 from codecoder.runtime.tools.catalogue import builtin_tools
 from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
-from codecoder.sandboxes.escapes.corpus import LAYERS, KeyingEntry, Layer, load_corpus
+from codecoder.sandboxes.escapes.corpus import (
+    LAYERS,
+    ContainedEntry,
+    KeyingEntry,
+    Layer,
+    load_corpus,
+)
 from codecoder.sandboxes.escapes.options import AuditOptions
 from codecoder.sandboxes.escapes.outcomes import Status
 from codecoder.sandboxes.escapes.report import AuditReport
@@ -119,20 +126,23 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
     assert per_layer == {
-        "keying": 126,
-        "permission-files": 36,
+        "keying": 145,
+        "contained": 68,
+        "permission-files": 43,
+        "rules": 20,
+        "hooks": 31,
         "wasm": 43,
-        "docker": 44,
+        "docker": 45,
         "pool": 17,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 266
+    assert len({a.id for a in corpus}) == len(corpus) == 412
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
 def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innocent_grant() -> None:
     # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign.
     entries = keying_entries()
-    assert len(entries) == 126
+    assert len(entries) == 145
     for entry in entries:
         attack, innocent = key_command(entry.command), key_command(entry.innocent)
         assert not innocent.compound, entry.id
@@ -142,6 +152,29 @@ def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innoc
         assert (
             attack.compound or attack.protected or attack.program != innocent.program or (narrower)
         ), entry.id
+
+
+# --- rules and hooks: rules that cannot be lost or dodged -----------------------------------
+
+
+def test_every_rules_and_hooks_attempt_is_blocked_on_a_default_project(project: Path) -> None:
+    report = run_audit(project, ["rules", "hooks"])
+
+    assert statuses(report) == dict.fromkeys([*ids("rules"), *ids("hooks")], BLOCKED)
+    how = {r.attempt.id: r.how for r in report.results}
+    assert how["rules.trailing-comma"].startswith(
+        "--allow refused; the call refused without a question: codecoder.json:1:32: error: "
+        "[syntax] not valid JSON"
+    )
+    assert how["rules.untrusted-sandbox-binding"].startswith(
+        "untrusted: the binding to @docker was obeyed"
+    )
+    assert "codecoder trust --git" in how["rules.host-copy-plants-hook"]
+    assert how["hooks.fetch-metadata"].startswith(
+        "denied: codecoder: refused to fetch http://169.254.169.254/latest/meta-data/: "
+        "169.254.169.254 is a cloud metadata address"
+    )
+    assert "a protected path" in how["hooks.claude-writes-its-settings"]
 
 
 # --- keying --------------------------------------------------------------------------------
@@ -167,7 +200,8 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
         f"['{git}', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
     assert by_id["keying.escape-conceal"].endswith(
-        "the prompt shows every control character and long run of spaces made visible"
+        "the prompt shows every control character made visible, and every long run of "
+        "characters that render blank as a marker with its length"
     )
 
 
@@ -207,11 +241,83 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
 
     expected = {e.id: ESCAPED if escapes(e) else BLOCKED for e in keying_entries()}
     assert statuses(report) == expected
-    assert sum(s is ESCAPED for s in expected.values()) == 95
+    assert sum(s is ESCAPED for s in expected.values()) == 109
     assert not report.ok
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "
         "'git status && git push --force origin main' (run by bash) was handed to @docker"
+    )
+
+
+# --- contained commands --------------------------------------------------------------------
+
+
+def contained_entries() -> list[ContainedEntry]:
+    entries = [attempt.entry for attempt in load_corpus(["contained"])]
+    return [entry for entry in entries if isinstance(entry, ContainedEntry)]
+
+
+def test_every_contained_attempt_attacks_what_the_table_would_otherwise_allow() -> None:
+    # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign:
+    # a read-only attempt is not read-only, a filter attempt is not keyed as its innocent command,
+    # an escalation attempt needs the host.
+    for entry in contained_entries():
+        keyed = key_command(entry.command)
+        if entry.kind == "read-only":
+            assert keyed.read_only == "", entry.id
+        elif entry.kind == "filter":
+            assert keyed.compound and entry.innocent is not None, entry.id
+            assert key_command(entry.innocent).read_only == "", entry.id
+        else:
+            assert keyed.needs_host, entry.id
+
+
+def test_every_contained_attempt_is_blocked_on_a_default_project(project: Path) -> None:
+    report = run_audit(project, ["contained"])
+
+    assert statuses(report) == dict.fromkeys(ids("contained"), BLOCKED)
+    by_id = {r.attempt.id: r.how for r in report.results}
+    assert by_id["contained.sort-output-abbreviated"] == (
+        "asked for run_command:sort: denied at the prompt; nothing ran unasked"
+    )
+    assert by_id["contained.cat-secret"] == (
+        'not covered by run_command:npm:test: asked for run_command:"npm test | cat '
+        '~/.ssh/id_rsa": denied at the prompt; nothing ran'
+    )
+    assert by_id["contained.push-under-wildcards"] == (
+        "asked with the host offered, answered project-any: ran contained in @bwrap, never on "
+        "the host"
+    )
+
+
+class EverythingReadOnlyRunCommand(RunCommand):
+    """A deliberately broken table and tool: every command is read-only, and it runs writable."""
+
+    def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
+        key = key_command(args.command).permission_key(self.name)
+        return Permission.read_only(dataclasses.replace(key, read_only="everything"))
+
+    def execute(self, args: RunCommandParameters, ctx: ToolContext) -> ToolResult:
+        return super().execute(args, dataclasses.replace(ctx, read_only=False))
+
+
+def test_a_table_that_calls_everything_read_only_is_caught(project: Path) -> None:
+    tools = {**builtin_tools(), "run_command": EverythingReadOnlyRunCommand()}
+
+    report = run_audit(project, ["contained"], options=AuditOptions(tools=tools))
+
+    expected = {
+        f"contained.{e.id.split('.', 1)[1]}": BLOCKED if e.kind == "escalation" else ESCAPED
+        for e in contained_entries()
+    }
+    # Invalid arguments are refused before any key is computed.
+    assert statuses(report) == expected
+    assert sum(s is ESCAPED for s in expected.values()) == 60
+    by_id = {r.attempt.id: r.how for r in report.results}
+    assert by_id["contained.sort-output"] == (
+        "allowed (read-only: a read-only command (everything), run confined read-only in "
+        "@bwrap: the file system read-only, your secrets hidden, no network) with no question, "
+        "and ran in @bwrap (writable)"
     )
 
 
@@ -347,7 +453,7 @@ def test_a_layer_whose_sandbox_is_unreachable_is_not_run_and_fails_the_audit(
     assert code == 1
     assert data["ok"] is False
     assert data["layers"] == {
-        "docker": {"blocked": 0, "escaped": 0, "not-run": 44, "not-applicable": 0, "total": 44}
+        "docker": {"blocked": 0, "escaped": 0, "not-run": 45, "not-applicable": 0, "total": 45}
     }
     assert all(
         a["how"].startswith(
@@ -358,8 +464,8 @@ def test_a_layer_whose_sandbox_is_unreachable_is_not_run_and_fails_the_audit(
     )
     suite = ElementTree.parse(junit).getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("name"), suite.get("tests"), suite.get("errors")) == ("docker", "44", "44")
-    assert [case.find("error") is not None for case in suite] == [True] * 44
+    assert (suite.get("name"), suite.get("tests"), suite.get("errors")) == ("docker", "45", "45")
+    assert [case.find("error") is not None for case in suite] == [True] * 45
 
 
 def test_an_excluded_layer_is_left_out_and_the_rest_passes(
@@ -370,9 +476,9 @@ def test_an_excluded_layer_is_left_out_and_the_rest_passes(
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0].split() == ["RESULT", "LAYER", "ATTEMPT", "HOW"]
-    assert len(lines) == 1 + 126 + 2
-    assert lines[-2] == "keying: 126 attempts, 126 blocked"
-    assert lines[-1].startswith("126 attempts in ")
+    assert len(lines) == 1 + 145 + 2
+    assert lines[-2] == "keying: 145 attempts, 145 blocked"
+    assert lines[-1].startswith("145 attempts in ")
     assert lines[-1].endswith("s: every attempt was blocked")
 
 
@@ -381,8 +487,8 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
     assert code == 2
     assert capsys.readouterr().err == (
-        "codecoder: unknown layer network; the layers are keying, permission-files, wasm, "
-        "docker, pool\n"
+        "codecoder: unknown layer network; the layers are keying, contained, permission-files, "
+        "rules, hooks, wasm, docker, pool\n"
     )
 
 
@@ -445,11 +551,11 @@ def test_the_default_configuration_blocks_every_attempt(
 
     assert data["layers"] == {layer: count(layer) for layer in LAYERS}
     assert data["layers"]["keying"] == {
-        "blocked": 126,
+        "blocked": 145,
         "escaped": 0,
         "not-run": 0,
         "not-applicable": 0,
-        "total": 126,
+        "total": 145,
     }
     assert (code, data["ok"]) == ((1, False) if KNOWN_ESCAPES else (0, True))
 

@@ -25,6 +25,7 @@ outcome).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -46,7 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        args = _parser().parse_args(argv)
+        # Every command takes only its own options, but `bench`, whose options are the
+        # benchmarks' (their own parser reads them, --help included).
+        args, extra = _parser().parse_known_args(argv)
+        if extra and args.command != "bench":
+            _parser().error(f"unrecognized arguments: {' '.join(extra)}")
+        args.passed_on = extra
+        _place_project(args)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
@@ -62,6 +69,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(exc, as_json)
         return EXIT_FAILED
     return code
+
+
+def _place_project(args: argparse.Namespace) -> None:
+    """Fill in the project a command works on (`runtime.config.discovery`): `--project` as
+    given, or found from the working directory. A hook finds it from the `cwd` its host sends,
+    so it is left unset there; `bench` works on no project."""
+    from codecoder.runtime.config.discovery import FoundBy, ProjectPlace, find_project
+
+    if not hasattr(args, "project"):
+        return
+    if args.project is not None:
+        args.place = ProjectPlace(args.project.absolute(), FoundBy.OPTION)
+    elif args.command != "hook":
+        args.place = find_project()
+        args.project = args.place.directory
 
 
 def _error(exc: BaseException, as_json: bool) -> None:

@@ -1,10 +1,12 @@
-"""Running tool calls: `call` (one call through the whole permission chain, its progress on a
-terminal), `exec` (a command in the @docker sandbox, as `--sandbox docker` hooks rewrite it) and
+"""Running tool calls: `call` (one call through the whole permission chain; on a terminal a
+command's output as it comes, or with `--json` its progress on stderr; when interrupted, the
+output so far), `exec` (a command in a sandbox, as `--sandbox docker|bwrap` hooks rewrite it) and
 `replay` (a recorded run: one session, one call per JSON line)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from codecoder.runtime.interfaces.interruption import interruptible
 from codecoder.runtime.kernel.errors import UsageError
 
 if TYPE_CHECKING:
+    from codecoder.runtime.interfaces.liveview import TerminalView
     from codecoder.runtime.permissions.prompt import Asker
 
 
@@ -39,21 +42,61 @@ def _asker_for(args: argparse.Namespace) -> Asker:
 
 
 def call(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces.liveview import TerminalView
     from codecoder.runtime.session import Runtime
+    from codecoder.runtime.tools.liveoutput import LiveOutput
 
     payload = call_arguments(args.arguments)
     runtime = Runtime(args.project, asker=_asker_for(args))
     report_config(runtime)
-    progress = ProgressLine() if sys.stderr.isatty() else None
+    live = None
+    if is_terminal() and not args.json:
+        live = TerminalView(sys.stdout, sys.stderr, limit=runtime.config.limits.max_output)
+    progress = ProgressLine() if live is None and sys.stderr.isatty() else None
+    kept = LiveOutput(live)  # what the command printed, should the call be interrupted
     try:
         with interruptible(), runtime.session() as session:
-            outcome = granted(session, args).call(args.tool, payload, progress=progress)
+            outcome = granted(session, args).call(
+                args.tool, payload, progress=progress, output=kept
+            )
+    except KeyboardInterrupt as exc:
+        _finish(progress, live)
+        _report_interrupted(exc, kept.text(), shown=live is not None and live.shown, args=args)
+        raise
     finally:
         runtime.close()
-        if progress is not None:
-            progress.clear()
-    print_outcome(outcome, args.json)
+    _finish(progress, live)
+    print_outcome(outcome, args.json, shown=live is not None and live.shown)
     return exit_code(outcome)
+
+
+def _finish(progress: ProgressLine | None, live: TerminalView | None) -> None:
+    if progress is not None:
+        progress.clear()
+    if live is not None:
+        live.finish()
+
+
+def _report_interrupted(
+    exc: KeyboardInterrupt, so_far: str, *, shown: bool, args: argparse.Namespace
+) -> None:
+    """What the command printed before Ctrl-C or SIGTERM stopped it: already on the terminal,
+    or written now (as JSON with `--json`); `main` then says it was interrupted."""
+    from codecoder.runtime.interfaces.interruption import Terminated
+    from codecoder.runtime.kernel.display import for_terminal
+
+    kind = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
+    with contextlib.suppress(OSError):  # a pipe whose reader the same Ctrl-C ended
+        if args.json:
+            message = f"{args.tool} was {kind.lower()}; what it started was stopped"
+            error = {"type": kind, "message": message, "output": so_far}
+            document = {"tool": args.tool, "ok": False, "error": error}
+            print(json.dumps(document, ensure_ascii=not is_terminal()))
+        elif so_far and not shown:
+            sys.stdout.write(for_terminal(so_far) if is_terminal() else so_far)
+            if not so_far.endswith("\n"):
+                sys.stdout.write("\n")
+        sys.stdout.flush()
 
 
 class ProgressLine:
@@ -67,6 +110,9 @@ class ProgressLine:
         from codecoder.runtime.kernel.display import visible
 
         text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
+        lines = text.splitlines() or [""]
+        if len(lines) > 1:  # a command's latest lines: its state and the very last line
+            text = f"{lines[0]} {lines[-1]}"
         sys.stderr.write(f"\r\x1b[K{visible(text)[:200]}")
         sys.stderr.flush()
         self._shown = True
@@ -79,9 +125,12 @@ class ProgressLine:
 
 
 def exec_(args: argparse.Namespace) -> int:
-    """Run a command in @docker through the chain, as `--sandbox docker` hooks rewrite it:
-    the command's own output and exit code, or a refusal on stderr (exit 3)."""
+    """Run a command in its sandbox through the chain, as `--sandbox docker|bwrap` hooks
+    rewrite it (run_container in @docker, or run_command in @bwrap): the command's own output
+    and exit code, or a refusal on stderr (exit 3). A question the host asked is this call's
+    only answer: its token allows it once, on the host where the question was an escalation."""
     from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.runtime.kernel.ceiling import EnvironmentTag
     from codecoder.runtime.kernel.decision import Answer, Decision, Source
     from codecoder.runtime.kernel.errors import DeniedByUser
     from codecoder.runtime.permissions.prompt import AskRequest
@@ -98,8 +147,12 @@ def exec_(args: argparse.Namespace) -> int:
         """The host's question, answered by the human there, is this call's only answer."""
         assert host_session is not None
         sessions, session_id = host_session
-        if args.approved and sessions.redeem(session_id, args.approved, request.key):
-            return Answer.ONCE
+        question = (
+            sessions.redeem(session_id, args.approved, request.key) if args.approved else None
+        )
+        if question is not None:
+            escalation = bool(question.get("host_key")) and bool(request.host_key)
+            return Answer.HOST_ONCE if escalation else Answer.ONCE
         reason = (
             "the host's approval for this call was already used, or was for another key"
             if args.approved
@@ -111,11 +164,14 @@ def exec_(args: argparse.Namespace) -> int:
         raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
 
     asker = approved if host_session is not None else default_asker()
-    with Runtime(args.project, asker=asker) as runtime:
+    contained = args.sandbox == "bwrap"
+    bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
+    with Runtime(args.project, asker=asker, bindings=bindings) as runtime:
         session = granted(runtime.session(), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
-        outcome = session.call("run_container", {"command": args.command_line})
+        tool = "run_command" if contained else "run_container"
+        outcome = session.call(tool, {"command": args.command_line})
     if args.json:
         print_outcome(outcome, True)
         return exit_code(outcome)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.runtime.interfaces.cli.inputs import usage
@@ -36,10 +37,14 @@ def check(args: argparse.Namespace) -> int:
             )
         )
     ok = not any(d.severity == "error" for d in diagnostics)
+    place = args.place
     if args.json:
         print_json(
             {
                 "ok": ok,
+                "project": str(runtime.project_dir),
+                "found_by": place.found_by.value,
+                "exists": config.file.exists,
                 "file": str(runtime.project_file),
                 "user_file": str(config.user_file.path) if config.user_file else None,
                 "trust": config.trust.to_json(),
@@ -57,17 +62,30 @@ def check(args: argparse.Namespace) -> int:
             where = f"{rule.file}:{rule.line}" if rule.line else rule.file
             print(f"  {rule.kind:<15} {visible(rule.value)}  ({where})")
     print(visible(docker.describe()))
-    print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
+    if config.unreadable:
+        print(
+            "while the rules cannot be read, every call that needs permission is refused "
+            "(calls that need none still run)"
+        )
+    if not config.file.exists:
+        # Never "ok" for a file that is not there: say which project this is, and how found.
+        print(
+            f"no codecoder.json in {visible(place.describe())}" + ("" if ok else "; errors found")
+        )
+    else:
+        print(f"{runtime.project_file}: " + ("ok" if ok else "errors found") + trust_note(config))
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def trust(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.trust import digest_of, forget, record_trust
+    from codecoder.runtime.config.trust import digest_of, forget, read_record, record_trust
     from codecoder.runtime.config.writing import exclusive_lock_of
     from codecoder.runtime.kernel.display import visible
 
     runtime = project_runtime(args)
     project = runtime.project_dir
+    if args.git:
+        return _trust_git(args, runtime.project_dir)
     if args.revoke:
         removed = forget(project)
         if args.json:
@@ -83,9 +101,14 @@ def trust(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.json:
         print(f"{runtime.project_file} ({config.trust.state.value}):")
+        record = read_record(project)
         for w in widenings:
             where = f"line {w.line}: " if w.line else ""
-            print(f"  {where}{visible(w.what)}")
+            # What the human trusted before is said as such, so what is new stands out.
+            seen = " (trusted before)" if record.covers([w.setting]) else ""
+            print(f"  {where}{visible(w.what)}{seen}")
+            if w.never:
+                print(f"      never takes effect, trusted or not: {visible(w.never)}")
         if not widenings:
             print("  it widens nothing: there is nothing to trust")
     if args.show or not widenings:
@@ -113,7 +136,7 @@ def trust(args: argparse.Namespace) -> int:
             if current != data:
                 print("codecoder: codecoder.json changed while it was shown; run trust again")
                 return EXIT_FAILED
-            record_trust(project, data, [w.what for w in widenings])
+            record_trust(project, data, [w.what for w in widenings], [w.setting for w in widenings])
     except (OSError, ConfigError) as exc:
         print(f"codecoder: cannot record trust: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -124,6 +147,40 @@ def trust(args: argparse.Namespace) -> int:
             f"trusted {runtime.project_file} ({digest_of(data)[:16]}…); running servers apply "
             "it at `codecoder reload`"
         )
+    return EXIT_OK
+
+
+def _trust_git(args: argparse.Namespace, workspace: Path) -> int:
+    """`trust --git`: what the workspace's git would run that the human has not seen, shown,
+    then (unless --show) recorded as seen."""
+    from codecoder.environments.host.gitseen import GitGuard
+    from codecoder.runtime.kernel.display import visible
+
+    guard = GitGuard(workspace)
+    changes = guard.unseen()
+    if args.json and (args.show or not changes):
+        print_json({"workspace": str(workspace), "unseen": changes, "recorded": False})
+        return EXIT_OK
+    if not args.json:
+        print(f"what git would run in {workspace} that you have not seen:")
+        for change in changes:
+            print(f"  {visible(change)}")
+        if not changes:
+            print("  nothing: host commands run")
+    if args.show or not changes:
+        return EXIT_OK
+    if not args.yes:
+        if not sys.stdin.isatty():
+            usage("trust --git asks for confirmation on a terminal; pass --yes to accept")
+        answer = input("accept these, so that host commands run again? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing accepted")
+            return EXIT_FAILED
+    accepted = guard.accept()
+    if args.json:
+        print_json({"workspace": str(workspace), "unseen": accepted, "recorded": True})
+    else:
+        print(f"accepted {len(accepted)} change(s); host commands run again")
     return EXIT_OK
 
 

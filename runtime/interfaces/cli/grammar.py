@@ -5,28 +5,45 @@ from __future__ import annotations
 
 import argparse
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from codecoder.runtime.interfaces.cli import (
     audit,
+    bench,
     calling,
     catalogue,
     configuration,
     deciding,
     images,
     serving,
+    starting,
 )
 from codecoder.runtime.kernel.errors import UsageError
 
-ANSWERS = ("once", "session", "project", "deny")  # runtime.kernel.decision.Answer's values
+# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them)
+ANSWERS = (
+    *("once", "session", "session-program", "project", "project-program", "project-any"),
+    *("host-once", "host-session", "deny"),
+)
 
 
 class _Parser(argparse.ArgumentParser):
-    """Argument errors are UsageErrors, so that `--json` reports them as JSON too."""
+    """Argument errors are UsageErrors, so that `--json` reports them as JSON too.
+
+    `lazy_epilog`, when set, makes the epilog when help is shown (a list of the tools needs
+    the catalogue, which `decide` and `hook` must not import to parse their arguments)."""
+
+    lazy_epilog: Callable[[], str] | None = None
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
 
 
 def _version() -> str:
@@ -49,9 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"codecoder {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--project", type=Path, default=Path("."), help="project directory")
+    def command(name: str, help: str, **more: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, **more)
+        p.add_argument(
+            "--project",
+            type=Path,
+            default=None,
+            help="project directory (default: the nearest directory upward holding "
+            "codecoder.json, else the git repository's top level, else the current directory)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
         return p
 
@@ -88,10 +111,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.add_argument("--show", action="store_true", help="only show what it widens; trust nothing")
     p.add_argument("--revoke", action="store_true", help="withdraw the trust given before")
+    p.add_argument(
+        "--git",
+        action="store_true",
+        help="instead: show what the workspace's git would run (hooks, configuration) that "
+        "you have not seen, and accept it (host commands are refused until then)",
+    )
     p.set_defaults(handler=configuration.trust)
 
-    p = command("call", "run one tool call through the whole permission chain")
-    p.add_argument("tool")
+    p = command(
+        "call",
+        "run one tool call through the whole permission chain",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assert isinstance(p, _Parser)
+    p.lazy_epilog = _call_epilog
+    _tool_names(p.add_argument("tool", help="the tool to call (listed below)"))
     p.add_argument(
         "arguments",
         nargs="?",
@@ -118,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         "decide",
         "show what the permission chain decides for a call, without running or recording it",
     )
-    p.add_argument("tool")
+    _tool_names(p.add_argument("tool"))
     p.add_argument(
         "arguments", nargs="?", default="{}", help="the arguments as JSON; - for stdin, @FILE"
     )
@@ -130,8 +165,9 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.add_argument(
         "--sandbox",
-        choices=["docker"],
-        help="rewrite shell commands to run in codecoder's @docker sandbox (`codecoder exec`)",
+        choices=["bwrap", "docker"],
+        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
+        "(`codecoder exec`)",
     )
     p.add_argument(
         "--mcp-server",
@@ -147,8 +183,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=serving.hook)
 
-    p = command("exec", "run a command in the @docker sandbox through the permission chain")
+    p = command("exec", "run a command in a sandbox (@docker, @bwrap) through the permission chain")
     allow(p)
+    p.add_argument(
+        "--sandbox",
+        choices=["bwrap", "docker"],
+        default="docker",
+        help="where the command runs: run_container in @docker (the default) or run_command "
+        "in @bwrap",
+    )
     p.add_argument("--hook", metavar="HOST:SESSION", help="the host session a hook rewrote for")
     p.add_argument("--approved", metavar="TOKEN", help="the one-time token of the host's question")
     p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
@@ -183,13 +226,21 @@ def _parser() -> argparse.ArgumentParser:
     p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
     p.set_defaults(handler=serving.reload)
 
+    p = sub.add_parser(
+        "bench",
+        help="run the benchmarks (every area against its baseline; --help for their options)",
+        add_help=False,
+    )
+    p.set_defaults(handler=bench.bench)
+
     p = command("audit", "run the sandbox escape-attempt suite against the project's configuration")
     p.add_argument(
         "--layer",
         action="extend",
         nargs="+",
         metavar="LAYER",
-        help="only these layers: keying, permission-files, wasm, docker, pool (default: all)",
+        help="only these layers: keying, permission-files, rules, hooks, wasm, docker, pool "
+        "(default: all)",
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=audit.audit)
@@ -203,4 +254,66 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="base", required=True, metavar="IMAGE", help="the base image")
     p.add_argument("--tag", help="the new image's name (default: codecoder-sandbox-<base>)")
     p.set_defaults(handler=images.image)
+
+    p = command(
+        "init",
+        "write a commented starter codecoder.json for this project: its language and test "
+        "command, and which environment runs commands here and why (never overwrites a file)",
+    )
+    p.add_argument("--print", action="store_true", help="print the file instead of writing it")
+    p.set_defaults(handler=starting.init)
+
+    p = command(
+        "completion",
+        "print the shell code that completes codecoder's commands, options and tool names",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=starting.completion_epilog(),
+    )
+    p.add_argument("shell", choices=starting.SHELLS)
+    p.set_defaults(handler=starting.completion)
     return parser
+
+
+def complete() -> int:
+    """Answer a completing shell (`_ARGCOMPLETE` is set: `codecoder completion`) from the
+    grammar, and exit."""
+    import argcomplete
+
+    argcomplete.autocomplete(_parser(), always_complete_options=False)
+    return 2  # autocomplete exits when it answered; reaching here means it did not
+
+
+def _tool_names(argument: argparse.Action) -> None:
+    """Complete a tool argument with the built-in tools' names (argcomplete reads
+    `completer`)."""
+    from codecoder.runtime.tools.names import BUILTIN_TOOL_NAMES
+
+    argument.completer = lambda **_: sorted(BUILTIN_TOOL_NAMES)  # type: ignore[attr-defined]
+
+
+def _call_epilog() -> str:
+    """`call --help`'s examples and the built-in tools (the project's capabilities come on top:
+    `codecoder tools`)."""
+    from codecoder.runtime.tools.catalogue import builtin_tools
+
+    lines = [
+        "examples:",
+        '  codecoder call read_file \'{"path": "README.md"}\'',
+        '  codecoder call run_command \'{"command": "git status"}\'      asks in the terminal',
+        '  codecoder call run_command \'{"command": "npm test"}\' --allow run_command:npm:test',
+        '  codecoder call run_command \'{"command": "make"}\' --non-interactive --json',
+        "  codecoder call write_file @args.json                   the arguments from a file",
+        '  codecoder decide run_command \'{"command": "git push"}\'     the verdict, nothing runs',
+        "",
+        "a command's output is shown as it comes on a terminal; Ctrl-C stops it and keeps it.",
+        "exit codes: 0 ok, 1 the tool failed, 2 usage, 3 denied, 130 interrupted.",
+        "",
+        "tools (environment, whether a call asks; `codecoder tools` for this project's):",
+    ]
+    for tool in builtin_tools().values():
+        summary = tool.description.split(". ")[0].rstrip(".")
+        if len(summary) > 46:
+            summary = summary[:45] + "…"
+        ask = "asks" if tool.asks else "never asks"
+        lines.append(f"  {tool.name:<18} {tool.environment.value:<9} {ask:<10} {summary}")
+    return "\n".join(lines)

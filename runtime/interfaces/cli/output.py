@@ -17,9 +17,12 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
+def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -> None:
     """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
-    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal."""
+    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal.
+    `shown`: the command's output is on the terminal already (it was shown as it came), so
+    only the line that ends a command's result follows it. A command that failed before it
+    ended (killed at its deadline) has its output so far written before the error."""
     from codecoder.runtime.kernel.display import for_terminal, visible
 
     if as_json:
@@ -32,12 +35,24 @@ def print_outcome(outcome: CallOutcome, as_json: bool) -> None:
         print(f"codecoder: {visible(violation)}", file=sys.stderr)
     if outcome.result is not None:
         output = outcome.result.output
+        data = outcome.result.data
+        if shown and isinstance(data.get("exit_code"), int):
+            from codecoder.runtime.tools.execute import command_status
+
+            killed_by = data.get("killed_by")
+            output = command_status(data["exit_code"], killed_by if killed_by else None)
         if is_terminal():
             output = for_terminal(output)
         sys.stdout.write(output)
         if not output.endswith("\n"):
             sys.stdout.write("\n")
+    so_far = outcome.error.output if isinstance(outcome.error, ToolError) else ""
+    if so_far and not shown:
+        sys.stdout.write(for_terminal(so_far) if is_terminal() else so_far)
+        if not so_far.endswith("\n"):
+            sys.stdout.write("\n")
     if outcome.error is not None:
+        sys.stdout.flush()  # what came before the error stays before it
         kind = (
             "permission denied"
             if isinstance(outcome.error, PermissionDenied)

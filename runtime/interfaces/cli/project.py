@@ -34,9 +34,11 @@ def report_config(runtime: Runtime) -> None:
 
     for d in runtime.diagnostics:
         print(format_diagnostic(runtime.project_file, d), file=sys.stderr)
-    if not runtime.config.file.usable:
+    if runtime.config.unreadable:
         print(
-            "codecoder: codecoder.json is not usable: no grants are taken from it", file=sys.stderr
+            "codecoder: the rules cannot be read: every call that needs permission is refused "
+            "until the file is fixed",
+            file=sys.stderr,
         )
     elif runtime.config.trust.state is TrustState.UNTRUSTED:
         print(f"codecoder: {runtime.project_file}{trust_note(runtime.config)}", file=sys.stderr)

@@ -79,8 +79,11 @@ def reload(args: argparse.Namespace) -> int:
     else:
         for d in diagnostics:
             print(format_diagnostic(runtime.project_file, d))
-        if not runtime.config.file.usable:
-            print("codecoder.json is not usable: no grants are taken from it")
+        if runtime.config.unreadable:
+            print(
+                "the rules cannot be read: running servers keep their last good rules until "
+                "the file is fixed and reloaded"
+            )
         pids = ", ".join(str(pid) for pid in signalled)
         print(
             f"reloaded {len(signalled)} server(s) of {runtime.project_dir}: {pids}"

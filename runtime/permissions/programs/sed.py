@@ -69,12 +69,14 @@ def _sed(program: str, args: Sequence[str], search_path: str) -> Form:
 _SED_PLAIN_COMMANDS = frozenset("=dDgGhHnNpPxzF")
 
 
-def sed_script_problem(script: str) -> str | None:
+def sed_script_problem(script: str, *, reads: bool = True) -> str | None:
     """Why a sed script is not plain (it runs, writes or cannot be read), or None.
 
     Reads the script as GNU sed does: addresses, then one command; `e` and `s///e` run
     commands, `w`, `W` and `s///w` write files. Anything this reader does not recognise is
-    reported too, so an unreadable script is never called plain.
+    reported too, so an unreadable script is never called plain. With `reads=False` the `r`
+    and `R` commands, which read a file, are reported as well (an output filter reads only its
+    input: `runtime.permissions.programs.readonly`).
     """
     i, n = 0, len(script)
 
@@ -166,6 +168,8 @@ def sed_script_problem(script: str) -> str | None:
                 i = n if end < 0 else end
                 continue
             if command in "rR":
+                if not reads:
+                    return f"the {command} command reads a file"
                 end = script.find("\n", i)
                 i = n if end < 0 else end
                 continue

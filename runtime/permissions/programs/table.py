@@ -15,6 +15,7 @@ from codecoder.runtime.permissions.programs.find import _find
 from codecoder.runtime.permissions.programs.form import Rule
 from codecoder.runtime.permissions.programs.git import _git
 from codecoder.runtime.permissions.programs.make import _make
+from codecoder.runtime.permissions.programs.modules import module_runner
 from codecoder.runtime.permissions.programs.package_managers import (
     _CARGO_ALIASES,
     _CARGO_SIMPLE,
@@ -136,7 +137,7 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
         ("perl",),
         _interpreter(
             ("-e", "-E"),
-            compound=("-M", "-m", "-d", "-x"),
+            compound=("-M", "-m", "-d", "-x", "-S"),
             flags=("-w", "-W", "-X", "-c", "-n", "-p", "-a", "-l", "-s", "-T", "-t", "-v"),
             values=("-I",),
             bundles="IiFlC0",
@@ -147,7 +148,7 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
         ("ruby",),
         _interpreter(
             ("-e",),
-            compound=("-x",),
+            compound=("-x", "-S"),
             flags=("-w", "-W", "-c", "-n", "-p", "-a", "-l", "-s", "-v", "--version"),
             values=("-I",),
             bundles="rIFCEKTx0",
@@ -168,14 +169,14 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
     )
     add(
         ("lua", "luajit"),
-        _interpreter(("-e",), flags=("-i", "-v", "-W", "-E"), values=("-l",)),
+        _interpreter(("-e",), flags=("-i", "-v", "-W", "-E"), loads=("-l",)),
         depth=1,
     )
     add(("rscript",), _interpreter(("-e", "--expr"), flags=("--vanilla", "--verbose")), depth=1)
     add(("r",), _interpreter(("-e",), compound=("CMD",), flags=("--vanilla", "--no-save")), depth=1)
     add(
         ("julia",),
-        _interpreter(("-e", "--eval", "-E", "--print"), values=("-L", "--load")),
+        _interpreter(("-e", "--eval", "-E", "--print"), loads=("-L", "--load")),
         depth=1,
     )
     add(("osascript", "jshell", "groovy", "scala"), _interpreter(("-e",)), depth=1)
@@ -323,6 +324,9 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
         _launcher("extracts archives, whose members name the files it writes"),
     )
     add(("gcc", "cc", "clang", "g++", "c++", "clang++"), _compiler)
+    # Python's module runners: what `-m MODULE` runs is judged by the module (`modules`).
+    for name in ("python", "pypy", "python3m"):
+        table[name] = module_runner(table[name], table)
     for name in table:
         depths.setdefault(name, 0)
     # What each program that runs the project's code runs of it: build tools, package

@@ -28,7 +28,7 @@ from tests.conftest import RecordingAsker, write_config
 pytestmark = pytest.mark.docker
 
 HERE = Path(__file__).resolve().parent
-AGENT = HERE.parents[2] / "sandboxes" / "image" / "agent.py"
+AGENT = HERE.parents[2] / "sandboxes" / "image" / "agent"
 AGENT_PROCESS = " ".join(AGENT_COMMAND)  # the agent as `ps` shows it
 EVIL_IMAGE = "codecoder-sandbox-evil:test"
 WORKED = "@WORKED@"
@@ -373,13 +373,13 @@ def evil_image(docker_engine: Any) -> str:
     dockerfile = (
         b"FROM codecoder-sandbox\n"
         b"COPY real_agent.py /opt/codecoder/real_agent.py\n"
-        b"COPY evil_agent.py /opt/codecoder/agent.py\n"
+        b"COPY evil_agent.py /opt/codecoder/agent/__main__.py\n"
     )
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, data in (
             ("Dockerfile", dockerfile),
-            ("real_agent.py", AGENT.read_bytes()),
+            ("real_agent.py", (AGENT / "__main__.py").read_bytes()),
             ("evil_agent.py", (HERE.parent / "evil_agent.py").read_bytes()),
         ):
             info = tarfile.TarInfo(name)
@@ -500,4 +500,7 @@ def test_without_runas_commands_are_just_as_confined(
         f"{name}: {zero}\n" for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
     )
     assert WORKED not in stop.stdout
-    assert (missing.exit_code, missing.stderr) == (127, "no-such-tool: command not found\n")
+    assert (missing.exit_code, missing.stderr.splitlines()[0]) == (
+        127,
+        "no-such-tool: command not found",
+    )

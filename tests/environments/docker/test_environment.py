@@ -126,7 +126,14 @@ def test_a_missing_program_exits_127(shared_sandbox: DockerEnvironment) -> None:
         CommandRequest(cwd=shared_sandbox.workspace, argv=("no-such-tool",), writable=False)
     )
 
-    assert (result.exit_code, result.stderr) == (127, "no-such-tool: command not found\n")
+    assert (result.exit_code, result.stderr) == (
+        127,
+        "no-such-tool: command not found\n"
+        "codecoder: the sandbox image codecoder-sandbox has no no-such-tool. `codecoder image "
+        "build --from IMAGE` makes a sandbox image of an image that has it (one on this engine), "
+        'then set "docker": {"image": ...} in codecoder.json to use it (`codecoder check` '
+        "confirms it)\n",
+    )
 
 
 def test_a_working_directory_outside_the_workspace_is_refused(workspace: Path) -> None:

@@ -127,7 +127,14 @@ def test_a_busybox_image_without_python_or_libc_runs_commands_as_the_workspace_u
         "NoNewPrivs:",
         "1",
     ]
-    assert (python.exit_code, python.stderr) == (127, "python3: command not found\n")
+    assert (python.exit_code, python.stderr) == (
+        127,
+        "python3: command not found\n"
+        f"codecoder: the sandbox image {BUSYBOX_SANDBOX} has no python3. `codecoder image build "
+        "--from IMAGE` makes a sandbox image of an image that has it (one on this engine), then "
+        'set "docker": {"image": ...} in codecoder.json to use it (`codecoder check` confirms '
+        "it)\n",
+    )
     assert stdin.stdout == "through the agent\n"
     assert wrote.exit_code == 0
     assert (busybox.workspace / "made-by-busybox").stat().st_uid == 10001
@@ -160,7 +167,7 @@ def test_the_agent_of_a_built_image_holds_under_attack(busybox: DockerEnvironmen
         ("kill", "-KILL", "1"),
         ("sh", "-c", "echo '{}' > /proc/1/fd/0 && echo worked"),
         ("sh", "-c", "cat /proc/$PPID/environ && echo worked"),
-        ("sh", "-c", "touch /opt/codecoder/agent.py && echo worked"),
+        ("sh", "-c", "touch /opt/codecoder/agent/__main__.py && echo worked"),
         ("sh", "-c", "echo x > /etc/passwd && echo worked"),
     ]
     results = [run(busybox, *attack, timeout=10) for attack in attacks]

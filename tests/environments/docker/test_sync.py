@@ -350,21 +350,18 @@ def test_protected_paths_in_every_spelling_are_kept_out(tmp_path: Path) -> None:
             ("e/.git.", "dir", b""),
             ("ok", "file", b"fine"),
         ),
-        deleted=[".git", "src/.git/config"],
     )
 
     assert [p.name for p in workspace.iterdir()] == ["ok"]
     assert report.written == ["ok"]
     assert sorted(report.kept) == [
         ".codecoder/approvals/x",
-        ".git",
         "a/.git/hooks/post-checkout",
         "b/.GIT",
         "c/GIT~1/config",
         "codecoder.json",
         "d/.gitmodules",
         "e/.git.",
-        "src/.git/config",
     ]
 
 
@@ -451,3 +448,43 @@ def test_setuid_bits_are_dropped_and_the_budget_counts_before_anything_is_writte
         apply(workspace, archive(("a", "file", b"x" * 600), ("b", "file", b"y" * 600)), budget=1000)
     assert (workspace / "tool").stat().st_mode & 0o7777 == 0o755
     assert not (workspace / "a").exists()
+
+
+@docker_test
+@pytest.mark.parametrize(
+    "move",
+    [
+        "mv .git moved-git",
+        "python3 -c \"import os; os.rename('.git', 'x')\"",
+        "mv .codecoder stolen",
+        "mv -T .codecoder other",
+    ],
+)
+def test_a_protected_directory_moved_in_the_sandbox_fails_the_call_with_nothing_copied_back(
+    synced: DockerEnvironment, move: str
+) -> None:
+    (synced.workspace / ".codecoder" / "approvals").mkdir(parents=True)
+    run(synced, "echo warm > warm.txt", writable=True)  # the volume holds .codecoder too
+    with pytest.raises(ExecutionFailed, match="sandboxed tools may never move protected paths"):
+        run(synced, f"{move}; echo made > made.txt", writable=True)
+    workspace = synced.workspace
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+    assert (workspace / ".codecoder" / "approvals").is_dir()
+    assert not (workspace / "made.txt").exists()
+    assert not any(workspace.glob("moved-git")) and not (workspace / "stolen").exists()
+    # The sandbox's copy was rebuilt from the workspace: it holds them again.
+    assert run(synced, "ls -a").stdout.split() == [
+        ".", "..", ".codecoder", ".git", "src", "warm.txt",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("deleted", [".codecoder", ".git", ".git/hooks", "sub/.git", ".claude"])
+def test_a_deleted_protected_path_refuses_the_archive_before_anything_is_applied(
+    tmp_path: Path, deleted: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "keep").write_text("x")
+    with pytest.raises(ExecutionFailed, match="may never move protected paths"):
+        apply(workspace, archive(("new", "file", b"y")), deleted=["keep", deleted])
+    assert [p.name for p in workspace.iterdir()] == ["keep"]

@@ -233,7 +233,7 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "error",
                 "schema",
                 'environments["run_command"] should be '
-                "'@shell', '@docker', '@wasm', '@landlock' or '@runtime'",
+                "'@shell', '@bwrap', '@docker', '@wasm', '@landlock' or '@runtime'",
                 "run_command",
                 2,
                 35,

@@ -74,7 +74,8 @@ def test_an_untrusted_file_is_obeyed_only_where_it_narrows(project: Path) -> Non
     config = runtime(project).config
 
     assert config.trust.state is TrustState.UNTRUSTED
-    assert config.bindings == {}
+    # Binding a tool to a sandbox narrows: obeyed, trusted or not.
+    assert config.bindings == {"run_command": EnvironmentTag.DOCKER}
     assert config.read_roots == {}
     assert config.docker == DockerSettings()
     assert config.web.allow_hosts == frozenset()
@@ -87,7 +88,6 @@ def test_an_untrusted_file_is_obeyed_only_where_it_narrows(project: Path) -> Non
     assert [d.key for d in untrusted] == [w.key for w in config.trust.widenings]
     assert {w.section for w in config.trust.widenings} == {
         "allowlist",
-        "environments",
         "read_roots",
         "docker",
         "web",
@@ -97,14 +97,27 @@ def test_an_untrusted_file_is_obeyed_only_where_it_narrows(project: Path) -> Non
     assert all(d.line is not None for d in untrusted)
 
 
-def test_its_grants_ask_and_its_binding_does_not_apply(project: Path) -> None:
+def test_its_grants_ask_and_its_binding_to_a_sandbox_applies(project: Path) -> None:
     write_config(project, HOSTILE, trusted=False)
     asker = RecordingAsker()
 
     outcome = runtime(project, asker).session().call("run_command", {"command": "curl x"})
 
     assert isinstance(outcome.error, DeniedByUser)
-    assert asker.requests[0].environment is EnvironmentTag.SHELL
+    assert asker.requests[0].environment is EnvironmentTag.DOCKER
+
+
+@pytest.mark.parametrize("tool", ["run_command", "commit"])
+def test_an_untrusted_binding_to_the_host_is_a_widening(project: Path, tool: str) -> None:
+    write_config(project, {"environments": {"run_command": "@docker"}}, trusted=True)
+    write_config(project, {"environments": {tool: "@shell"}}, trusted=False)
+
+    config = runtime(project).config
+
+    assert config.bindings == {}
+    assert [(w.section, w.key, w.value) for w in config.trust.widenings] == [
+        ("environments", tool, "@shell")
+    ]
 
 
 def test_trusting_it_obeys_it_and_a_change_untrusts_it_again(project: Path) -> None:
@@ -119,7 +132,8 @@ def test_trusting_it_obeys_it_and_a_change_untrusts_it_again(project: Path) -> N
     path.write_text(path.read_text().replace("curl", "wget"))
     assert trusted.reload()  # diagnostics: its widenings are ignored again
     assert trusted.config.trust.state is TrustState.UNTRUSTED
-    assert trusted.config.bindings == {}
+    assert len(trusted.config.allowlist) == 0
+    assert trusted.config.bindings == {"run_command": EnvironmentTag.DOCKER}
 
 
 def test_a_read_root_outside_the_project_reads_nothing_until_trusted(

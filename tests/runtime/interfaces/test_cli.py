@@ -135,25 +135,23 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
     file = str(project / "codecoder.json")
     assert checked == {
         "ok": True,
+        "project": str(project),
+        "found_by": "the nearest codecoder.json",
+        "exists": True,
         "file": file,
         "user_file": None,
         "trust": {
             "state": "trusted",
             "digest": checked["trust"]["digest"],
+            # The binding to @docker narrows: obeyed whatever the trust, not a widening.
             "widenings": [
-                {
-                    "section": "environments",
-                    "key": "run_command",
-                    "what": "runs run_command in @docker",
-                    "line": 3,
-                    "column": 5,
-                },
                 {
                     "section": "allowlist",
                     "key": "run_command:git",
                     "what": "grants run_command:git for the project",
                     "line": 6,
                     "column": 5,
+                    "never": None,
                 },
             ],
         },
@@ -348,7 +346,7 @@ def test_check_flags_every_entry_that_can_never_match_and_says_how_to_spell_it(
     assert "read_file needs no permission (Permission::None)" in text
 
 
-def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) -> None:
+def test_check_flags_a_second_deny_section_and_the_file_fails_closed(project: Path) -> None:
     (project / "codecoder.json").write_text(
         '{"deny": ["run_command:rm"],\n "deny": ["run_command:git:push"]}\n'
     )
@@ -362,7 +360,9 @@ def test_check_flags_a_second_deny_section_and_both_are_obeyed(project: Path) ->
     refused = codecoder(
         "call", "run_command", '{"command": "rm x"}', "--non-interactive", project=project
     )
-    assert refused.returncode == 3 and "deny rule 'run_command:rm'" in refused.stderr
+    assert refused.returncode == 3
+    assert "[duplicate_section]" in refused.stderr
+    assert "nothing that needs permission runs" in refused.stderr
 
 
 # --- interrupts ----------------------------------------------------------------------------
@@ -633,3 +633,62 @@ def test_allow_takes_a_key_escaped_as_answers_record_it_and_refuses_real_wildcar
         assert proc.returncode in (2, 3), protected
         assert "can be allowed only once" in as_json(proc)["error"]["message"], protected
     assert not (project / "a").exists()
+
+
+def test_answer_takes_every_choice_the_prompt_can_offer() -> None:
+    from codecoder.runtime.interfaces.cli.grammar import ANSWERS
+    from codecoder.runtime.kernel.decision import Answer
+
+    assert tuple(answer.value for answer in Answer) == ANSWERS
+
+
+def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_command_holds(
+    project: Path,
+) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    read = codecoder("decide", "run_command", '{"command": "ls -la"}', "--json", project=project)
+    assert read.returncode == 0
+    assert {k: as_json(read)[k] for k in ("decision", "source", "environment")} == {
+        "decision": "allow",
+        "source": "read-only",
+        "environment": "@bwrap",
+    }
+    codecoder(
+        "call",
+        "run_command",
+        '{"command": "cargo build"}',
+        "--answer",
+        "project-any",
+        project=project,
+    )
+    later = codecoder(
+        "decide", "run_command", '{"command": "make test"}', "--json", project=project
+    )
+    assert (as_json(later)["source"], as_json(later)["matched"]) == ("project", "run_command:*")
+    push = codecoder("decide", "run_command", '{"command": "git push"}', "--json", project=project)
+    assert push.returncode == 4
+    assert as_json(push)["choices"] == [
+        "once",
+        "session",
+        "project",
+        "host-once",
+        "host-session",
+        "deny",
+    ]
+
+
+def test_replay_takes_the_sandbox_choices_too(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    lines = [
+        {"tool": "run_command", "args": {"command": "git status"}},
+        {"tool": "run_command", "args": {"command": "cargo build"}, "answer": "project-any"},
+    ]
+    done = codecoder(
+        "replay", "-", "--json", project=project, stdin="\n".join(map(json.dumps, lines))
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["decision"]["source"] for row in rows] == ["read-only", "project"]
+    assert rows[1]["decision"]["matched"] == "run_command:*"
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }

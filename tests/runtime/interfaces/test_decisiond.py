@@ -97,11 +97,11 @@ def machine(tmp_path: Path, project: Path) -> Iterator[Machine]:
     machine.stop()
 
 
-def hook_event(event: str, tool: str, tool_input: dict[str, Any], call: str) -> str:
+def hook_event(event: str, tool: str, tool_input: dict[str, Any], call: str, cwd: str = "/") -> str:
     return json.dumps(
         {
             "session_id": "s1",
-            "cwd": "/",
+            "cwd": cwd,
             "hook_event_name": event,
             "tool_name": tool,
             "tool_input": tool_input,
@@ -124,6 +124,7 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
     git_status = ("decide", "run_command", '{"command": "git status"}', "--json")
     write_src = ("decide", "write_file", '{"path": "src/a.py", "content": "x"}')
     bash = {"command": "git log"}
+    here = str(project)  # the directory the host sends, from which the project is found
 
     def scenario(daemon: bool) -> list[tuple[int, str, str]]:
         for path in (project / "codecoder.json", user_file):
@@ -165,12 +166,12 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
         step("decide", "run_command", '{"command": "ls"}', "--allow", "run_command:l[*]")
         step("decide", "run_command", "{not json", "--json")
         step("decide", "nonexistent", "{}")
-        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c1"))
-        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c1"))
-        step("hook", "claude-code", stdin=hook_event("PostToolUse", "Bash", bash, "c1"))
-        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c2"))
-        step("hook", "claude-code", stdin=hook_event("SessionEnd", "Bash", bash, "c2"))
-        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c3"))
+        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c1", here))
+        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c1", here))
+        step("hook", "claude-code", stdin=hook_event("PostToolUse", "Bash", bash, "c1", here))
+        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c2", here))
+        step("hook", "claude-code", stdin=hook_event("SessionEnd", "Bash", bash, "c2", here))
+        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", bash, "c3", here))
         step("hook", "gemini", stdin="not json")
         step(
             "hook",
@@ -179,6 +180,13 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
             str(tmp_path),
             stdin=hook_event("PreToolUse", "Read", {"file_path": str(project / "src")}, "c4"),
         )
+        # A broken file fails closed in the server's child as in a fresh process, and the
+        # project is found from the directory the host sends.
+        (project / "codecoder.json").write_text('{"deny": ["run_command:git:push"],}\n')
+        step("decide", "run_command", '{"command": "git push"}', "--allow", "run_command:git")
+        push = {"command": "git push"}
+        sub = str(project / "src")
+        step("hook", "claude-code", stdin=hook_event("PreToolUse", "Bash", push, "c5", sub))
         return seen
 
     without = scenario(daemon=False)
@@ -191,6 +199,9 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
         assert got == expected, f"step {number}"
     codes = [code for code, _, _ in without]
     assert codes[:3] == [4, 4, 4] and codes[5] == 0 and codes[6] == 3  # the scenario bites
+    assert codes[-2] == 3 and "codecoder.json:1:35" in without[-2][2]
+    assert '"permissionDecision": "deny"' in without[-1][1]
+    assert "codecoder.json:1:35: error: [syntax]" in without[-1][1]
 
 
 def test_a_served_call_imports_nothing_of_the_runtime(machine: Machine) -> None:
@@ -243,7 +254,8 @@ def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
     results: list[tuple[int, str, str]] = []
 
     def one(n: int) -> None:
-        event = hook_event("PreToolUse", "Bash", {"command": f"echo {n}"}, f"p{n}")
+        command = {"command": f"echo {n}"}
+        event = hook_event("PreToolUse", "Bash", command, f"p{n}", str(machine.project))
         results.append(machine.run("hook", "claude-code", stdin=event))
 
     threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -219,22 +220,29 @@ def test_bad_input_blocks_the_call_with_a_reason(project: Path, state: Path) -> 
     assert hook("claude-code", no_input, project).returncode == 2
 
 
-def test_gemini_answers_in_its_own_format_and_learns_from_after_tool(
+def test_gemini_answers_in_its_own_format_and_an_approval_there_is_once(
     project: Path, state: Path
 ) -> None:
     event = gemini("run_shell_command", {"command": "git status", "description": "status"})
     first = answer("gemini", event, project)
-    assert first["decision"] == "ask" and first["systemMessage"] == first["reason"]
+    assert first == {
+        "decision": "ask",
+        "reason": "codecoder: run_command:git:status on @shell needs your approval; approving "
+        "allows this call only: codecoder asks again next time",
+        "systemMessage": first["reason"],
+    }
+    # Gemini ran it: the human approved, with "Allow once" or a longer choice it does not tell.
     answer("gemini", {**event, "hook_event_name": "AfterTool", "tool_response": {}}, project)
     again = answer("gemini", gemini("run_shell_command", {"command": "git status -s"}), project)
-    assert again["decision"] == "allow"
-    # The grant is as narrow as the question: another git subcommand is asked again.
-    other = answer("gemini", gemini("run_shell_command", {"command": "git diff"}), project)
-    assert other["decision"] == "ask"
+    assert again["decision"] == "ask"
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    assert json.loads(kept.read_text())["grants"] == []
     write_config(project, {"deny": ["web_fetch"]})
     # web tools need no permission; a URL in the prompt is what Gemini's web_fetch fetches
+    # (a public address: this machine resolves no public names, and a name that cannot be
+    # resolved is refused, since it could resolve to anything for the host)
     fetch = answer(
-        "gemini", gemini("web_fetch", {"prompt": "summarise https://example.org/x"}), project
+        "gemini", gemini("web_fetch", {"prompt": "summarise https://93.184.215.14/x"}), project
     )
     assert fetch["decision"] == "allow"
     read = answer("gemini", gemini("read_file", {"file_path": "/etc/shadow"}), project)
@@ -260,6 +268,7 @@ def test_non_interactive_denies_what_it_would_ask_and_says_how_to_allow_it(
         "reason": "codecoder: run_command:npm:run:test[:]unit on @shell needs approval, and nobody "
         "can answer here; to allow it for a run: codecoder hook --allow "
         "run_command:npm:run:test[:]unit",
+        "systemMessage": out["reason"],  # the person sees why, in Gemini's transcript
     }
     allowed = answer(
         "gemini",
@@ -348,3 +357,295 @@ def test_map_call_resolves_paths_and_refuses_nul_and_escapes(project: Path) -> N
     assert map_call("Read", {"file_path": "../x"}, project).tool is None
     assert map_call("Bash", {"command": "ls", "dir_path": "/"}, project).tool is None
     assert map_call("Bash", {"command": 5}, project).tool is None
+
+
+# --- --sandbox bwrap ------------------------------------------------------------------------------
+
+
+def exec_rewritten(command: str, project: Path) -> subprocess.CompletedProcess[str]:
+    """Run the `codecoder exec …` a hook rewrote a shell command into, as the host would."""
+    words = shlex.split(command)
+    assert words[:2] == ["codecoder", "exec"]
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    return subprocess.run(
+        [sys.executable, "-m", "codecoder.runtime", *words[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=project,
+    )
+
+
+def test_sandbox_bwrap_allows_a_read_only_command_and_rewrites_it_to_run_contained(
+    project: Path, state: Path
+) -> None:
+    for command in ("git status", "ls -la", "cat README.md | head -5", "grep -rn x . | wc -l"):
+        out = answer(
+            "claude-code", claude("Bash", {"command": command}), project, "--sandbox", "bwrap"
+        )
+        verdict, reason = decision(out)
+        assert verdict == "allow"
+        assert "(@bwrap) is allowed: a read-only command" in reason
+        assert out["hookSpecificOutput"]["updatedInput"] == {
+            "command": f"codecoder exec --project {project} --hook claude-code:s1 --sandbox bwrap "
+            f"-- {shlex.quote(command)}"
+        }
+
+
+def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_holds(
+    project: Path, state: Path
+) -> None:
+    asked = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm test"}),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert asked["decision"] == "ask"
+    assert asked["reason"] == (
+        "codecoder: run_command:npm:test on @bwrap needs your approval; approving allows "
+        "this call only: codecoder asks again next time"
+    )
+    assert " --sandbox bwrap --approved " in asked["hookSpecificOutput"]["tool_input"]["command"]
+    write_config(project, {"allowlist": {"run_command:*": "AlwaysThisProject"}})
+    granted = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "npm test"}),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert granted["decision"] == "allow"
+    without = answer("gemini", gemini("run_shell_command", {"command": "npm test"}), project)
+    assert without["decision"] == "ask"  # run_command:* is for @bwrap, not for the host
+
+
+def test_sandbox_bwrap_escalates_only_through_the_hosts_question(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    """`git ls-remote` needs the host (it talks to a remote): the host's question says that
+    approving runs it unconfined; the approval's token runs it once on @shell, audited as an
+    escalation, and the host's report of the run makes it a session grant bound to @shell."""
+    remote = tmp_path / "remote"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    command = f"git ls-remote {remote}"
+    out = answer("claude-code", claude("Bash", {"command": command}), project, "--sandbox", "bwrap")
+    verdict, reason = decision(out)
+    assert verdict == "ask"
+    assert reason.startswith(
+        "codecoder: run_command:git:ls-remote would run contained in @bwrap and would likely "
+        "fail (git ls-remote talks to a remote repository, with your network and credentials"
+    )
+    assert reason.endswith(
+        "approving runs it on the host instead, unconfined (@shell), for the rest of this session"
+    )
+    rewritten = out["hookSpecificOutput"]["updatedInput"]["command"]
+    assert " --sandbox bwrap --approved " in rewritten
+    # Without the token (as the model would write it), nothing runs on the host.
+    plain = rewritten.split(" --approved ")[0] + f" -- {shlex.quote(command)}"
+    refused = exec_rewritten(plain, project)
+    assert refused.returncode == 3, refused.stderr
+    ran = exec_rewritten(rewritten, project)
+    assert ran.returncode == 0, ran.stderr
+    again = exec_rewritten(rewritten, project)  # a token is good once
+    assert again.returncode == 3
+    audit = [
+        json.loads(line)
+        for path in (state / "codecoder").rglob("audit.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert [(r["decision"], r["environment"], r.get("escalated_from")) for r in audit] == [
+        ("deny", "@bwrap", None),
+        ("allow", "@shell", "@bwrap"),
+        ("deny", "@bwrap", None),
+    ]
+    # The host ran it: from now on in this host session, on the host without a question.
+    answer("claude-code", claude("Bash", {"command": command}, event="PostToolUse"), project)
+    later = answer(
+        "claude-code",
+        claude("Bash", {"command": command}, call="t2"),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    verdict, reason = decision(later)
+    assert (
+        verdict == "allow" and "(@shell) is allowed: session grant to run it on the host" in reason
+    )
+    assert (
+        exec_rewritten(later["hookSpecificOutput"]["updatedInput"]["command"], project).returncode
+        == 0
+    )
+    other = answer(
+        "claude-code",
+        claude("Bash", {"command": command}, session="s2"),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert decision(other)[0] == "ask"
+
+
+def test_sandbox_bwrap_without_anyone_to_answer_denies_the_escalation(
+    project: Path, state: Path
+) -> None:
+    out = answer(
+        "claude-code",
+        claude("Bash", {"command": "git push"}),
+        project,
+        "--sandbox",
+        "bwrap",
+        "--non-interactive",
+    )
+    verdict, reason = decision(out)
+    assert verdict == "deny"
+    assert reason.startswith("codecoder: run_command:git:push on @bwrap needs approval")
+
+
+def test_the_users_own_claude_settings_grant_where_codecoder_would_ask(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(
+        json.dumps(
+            {
+                "permissions": {
+                    "allow": ["Bash(ls:*)", "Bash(npm test)", "Bash(git:*)", "Read", "Write"]
+                }
+            }
+        )
+    )
+    # A project's own settings are not the user's word: its rule grants nothing.
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"allow": ["Bash(touch:*)"]}})
+    )
+    write_config(project, {"deny": ["run_command:git:push"]})
+    env = {"HOME": str(home)}
+
+    def verdict(command: str) -> tuple[str, str]:
+        return decision(
+            answer("claude-code", claude("Bash", {"command": command}), project, env=env)
+        )
+
+    assert verdict("ls -la src") == (
+        "allow",
+        "codecoder: run_command:ls (@shell) is allowed by your own ~/.claude/settings.json "
+        "(Bash(ls:*))",
+    )
+    assert verdict("npm test")[0] == "allow"
+    for asked in ("npm test --watch", "ls && rm -rf src", "ls $(rm -rf src)", "touch x"):
+        assert verdict(asked)[0] == "ask", asked
+    assert verdict("git push origin main")[0] == "deny"  # codecoder's deny rule still holds
+    # `git -c` runs what it names (it could be a push): refused, whatever Bash(git:*) says.
+    assert verdict("git -c core.pager=sh log")[0] == "deny"
+    assert verdict("find . -exec rm {} +")[0] == "ask"  # not simple, and not the user's rule
+    planted = claude("Write", {"file_path": ".git/hooks/pre-commit", "content": "x"})
+    assert decision(answer("claude-code", planted, project, env=env))[0] == "ask"
+    notes = claude("Write", {"file_path": "notes.md", "content": "x"})
+    assert decision(answer("claude-code", notes, project, env=env))[0] == "allow"
+    # What the user's rule allowed is not remembered as codecoder's grant.
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    assert json.loads(kept.read_text())["grants"] == []
+
+
+def test_the_users_own_gemini_settings_and_policies_grant_where_codecoder_would_ask(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".gemini" / "policies").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"tools": {"allowed": ["run_shell_command(git log)"]}})
+    )
+    (home / ".gemini" / "policies" / "auto-saved.toml").write_text(
+        '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "touch"\n'
+        'decision = "allow"\npriority = 100\n\n'
+        '[[rule]]\ntoolName = "run_shell_command"\nargsPattern = "rm"\ndecision = "allow"\n'
+    )
+    env = {"HOME": str(home)}
+
+    def verdict(command: str) -> dict[str, Any]:
+        return answer("gemini", gemini("run_shell_command", {"command": command}), project, env=env)
+
+    assert verdict("git log -3") == {
+        "decision": "allow",
+        "reason": "codecoder: run_command:git:log (@shell) is allowed by your own "
+        "~/.gemini/settings.json (run_shell_command(git log))",
+    }
+    assert verdict("touch made")["reason"].endswith(
+        "allowed by your own ~/.gemini/policies/auto-saved.toml (auto-saved.toml: "
+        "run_shell_command 'touch')"
+    )
+    for asked in ("git status", "rm -rf src", "touch a; rm -rf src"):
+        assert verdict(asked)["decision"] == "ask", asked
+
+
+def test_with_sandbox_docker_a_users_rule_lets_codecoder_exec_run_it_once(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(ls:*)"]}}')
+    out = answer(
+        "claude-code",
+        claude("Bash", {"command": "ls -la"}),
+        project,
+        "--sandbox",
+        "docker",
+        env={"HOME": str(home)},
+    )
+    specific = out["hookSpecificOutput"]
+    assert specific["permissionDecision"] == "allow"
+    words = specific["updatedInput"]["command"].split()
+    assert words[1:3] == ["exec", "--project"] and "--approved" in words
+    (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
+    (question,) = json.loads(kept.read_text())["pending"].values()
+    assert question["scope"] == "once"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls; rm -rf src",
+        "ls\nrm -rf src",
+        "ls | sh",
+        "ls `rm -rf src`",
+        "ls > .git/config",
+        "ls & rm -rf src",
+        "LS_COLORS=x ls",
+        "env ls",
+        "command ls",
+    ],
+)
+def test_a_users_rule_for_a_program_never_covers_what_else_a_command_line_runs(
+    project: Path, state: Path, tmp_path: Path, command: str
+) -> None:
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(ls:*)"]}}')
+    out = answer(
+        "claude-code", claude("Bash", {"command": command}), project, env={"HOME": str(home)}
+    )
+    assert decision(out)[0] == "ask", command
+
+
+def test_settings_that_lie_in_the_workspace_are_not_the_users_own(
+    project: Path, state: Path, tmp_path: Path
+) -> None:
+    """A home inside the workspace, or a settings file linked into it: a sandboxed tool could
+    have written it, so it grants nothing."""
+    inside = project / "home"
+    (inside / ".claude").mkdir(parents=True)
+    (inside / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash"]}}')
+    event = claude("Bash", {"command": "touch x"})
+    assert decision(answer("claude-code", event, project, env={"HOME": str(inside)}))[0] == "ask"
+    home = tmp_path / "home"
+    (home / ".gemini" / "policies").mkdir(parents=True)
+    planted = project / "planted.toml"
+    planted.write_text('[[rule]]\ntoolName = "run_shell_command"\ndecision = "allow"\n')
+    (home / ".gemini" / "policies" / "linked.toml").symlink_to(planted)
+    shell = gemini("run_shell_command", {"command": "touch x"})
+    assert answer("gemini", shell, project, env={"HOME": str(home)})["decision"] == "ask"

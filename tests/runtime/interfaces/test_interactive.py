@@ -120,17 +120,27 @@ def test_escape_sequences_in_a_command_and_its_output_are_shown_harmlessly(
     assert "\x1b" not in screen.getvalue()
 
 
-def test_reload_after_a_broken_edit_shows_the_syntax_error_with_line_and_column(
+def test_reload_after_a_broken_edit_shows_the_error_and_keeps_the_last_good_rules(
     project: Path,
 ) -> None:
     write_config(project, {"deny": ["run_command:rm"]})
     child, _ = start(project)
-    write_config(project, '{\n  "deny": ["run_command:rm",]\n}\n')
-    shown = run(child, "/reload").splitlines()
-    file = project / "codecoder.json"
-    assert len(shown) == 2
-    assert shown[0].startswith(f"{file}:2:29: error: [syntax] ")
-    assert shown[1] == f"reloaded {file}: 1 error(s); not usable: no grants are taken from it"
+    for broken in ('{\n  "deny": ["run_command:rm",]\n}\n', '{\n  "deny": "run_command:rm"\n}\n'):
+        write_config(project, broken)
+        shown = run(child, "/reload").splitlines()
+        file = project / "codecoder.json"
+        assert len(shown) == 3
+        where = f"{file}:2:29" if broken.endswith(",]\n}\n") else f"{file}:2:11"
+        assert shown[0].startswith(f"{where}: error: [syntax] " if "," in broken else where)
+        assert shown[1] == (
+            f"{where}: error: [kept_last_good] the rules cannot be read now, so the last good "
+            "rules stay in effect until the file is fixed and reloaded"
+        )
+        assert shown[2] == f"reloaded {file}: 2 error(s); the last good rules stay in effect"
+        # The deny rule of the last good file still refuses, without a question.
+        refused = run(child, 'run_command {"command": "rm x"}')
+        assert "deny rule 'run_command:rm'" in refused
+        assert "choice [" not in refused
     quit(child)
 
 

@@ -28,6 +28,7 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from pydantic import Field
 
+from codecoder.environments.mock import MockEnvironment
 from codecoder.runtime.interfaces.mcp_server import (
     ToolServer,
     elicitation_message,
@@ -44,7 +45,7 @@ from codecoder.runtime.permissions.keys import Permission, PermissionKey
 from codecoder.runtime.permissions.prompt import AskRequest, non_interactive
 from codecoder.runtime.session import Runtime
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from tests.conftest import write_config
+from tests.conftest import echo_handler, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -250,7 +251,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
-    assert choices(human.asked[0]) == ["once", "session", "project", "deny"]
+    assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
     assert "always this project is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
@@ -310,6 +311,46 @@ async def test_a_failing_command_is_a_tool_error_with_its_output(project: Path) 
     assert result.meta is not None
     meta = result.meta["codecoder/result"]
     assert meta == {"exit_code": 2, "truncated": False, "killed_by": None}
+
+
+async def test_a_long_command_sends_its_latest_lines_as_progress_to_a_client_that_asked(
+    project: Path,
+) -> None:
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        reports.append((done, total, message))
+
+    command = "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.4; done"
+    async with connected(project, Human("once")) as session:
+        result = await session.call_tool(
+            "run_command", {"command": command}, progress_callback=progress
+        )
+    assert text_of(result) == "".join(f"line {i}\n" for i in range(1, 7)) + "[exit code 0]"
+    # From its first second on, at most twice a second: the time so far and the latest lines.
+    assert 2 <= len(reports) <= 5
+    done = [report[0] for report in reports]
+    assert done == sorted(set(done)) and done[0] >= 1.0
+    first_done, first_total, first_message = reports[0]
+    assert first_total is None and first_message is not None
+    head, *lines = first_message.split("\n")
+    assert head == f"run_command: {first_done:.1f} s, latest output:"
+    assert lines == [f"line {i}" for i in range(1, len(lines) + 1)] and len(lines) >= 2
+
+
+async def test_a_command_killed_at_its_deadline_reports_the_output_it_printed_before(
+    project: Path,
+) -> None:
+    command = "echo started; echo halfway >&2; sleep 30"
+    async with connected(project, Human("once")) as session:
+        result = await session.call_tool("run_command", {"command": command, "timeout": 1})
+    assert result.is_error
+    assert text_of(result) == (
+        "tool error: command killed after 1s (its whole process group)\n"
+        "output so far:\nstarted\nhalfway\n"
+    )
+    record = audit(project)[-1]
+    assert (record["outcome"], record["output"]) == ("error", "started\nhalfway\n")
 
 
 async def test_a_question_the_client_fails_to_answer_is_a_denial(project: Path) -> None:
@@ -399,12 +440,14 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     assert len(human.asked) == 1
 
 
-async def test_sighup_reloads_and_logs_a_syntax_error_with_its_line_and_column(
+async def test_sighup_with_a_broken_file_logs_where_and_keeps_the_last_good_rules(
     project: Path, tmp_path: Path
 ) -> None:
+    write_config(project, {"deny": ["run_command:echo"]})
     log_path = tmp_path / "serve.log"
+    human = Human("once")
     with log_path.open("w") as log:
-        async with connected(project, Human("once"), log) as session:
+        async with connected(project, human, log) as session:
             (pid,) = live_servers(project)
             write_config(project, '{\n  "deny": ["run_command:echo",]\n}\n')
             os.kill(pid, signal.SIGHUP)
@@ -412,12 +455,32 @@ async def test_sighup_reloads_and_logs_a_syntax_error_with_its_line_and_column(
             result = await session.call_tool("run_command", {"command": "echo hi"})
     file = project / "codecoder.json"
     assert f"codecoder serve: {file}:2:31: error: [syntax]" in content
+    assert f"codecoder serve: {file}:2:31: error: [kept_last_good]" in content
     assert (
-        f"codecoder serve: reloaded {file}: errors found, not usable: no grants are taken from it"
+        f"codecoder serve: reloaded {file}: errors found, the last good rules stay in effect"
         in content
     )
-    # A file that is not JSON yields no grant and no deny rule: the call is asked, and runs.
-    assert (text_of(result), decision_of(result)["source"]) == ("hi\n[exit code 0]", "once")
+    # The deny rule of the last good file still refuses, without a question.
+    assert result.is_error and decision_of(result)["source"] == "deny"
+    assert "deny rule 'run_command:echo'" in text_of(result)
+    assert human.asked == []
+
+
+async def test_a_server_started_on_a_broken_file_refuses_what_needs_permission(
+    project: Path, tmp_path: Path
+) -> None:
+    write_config(project, '{"deny": "run_command:echo"}\n')
+    (project / "notes.txt").write_text("readable\n")
+    human = Human("once")
+    async with connected(project, human) as session:
+        refused = await session.call_tool("run_command", {"command": "echo hi"})
+        read = await session.call_tool("read_file", {"path": "notes.txt"})
+    file = project / "codecoder.json"
+    assert refused.is_error and decision_of(refused)["source"] == "deny"
+    assert f"{file}:1:10: error: [schema]" in text_of(refused)
+    assert "nothing that needs permission runs" in text_of(refused)
+    assert human.asked == []
+    assert not read.is_error and "readable" in text_of(read)
 
 
 async def test_the_pid_file_lives_as_long_as_the_server(project: Path) -> None:
@@ -670,3 +733,93 @@ def test_the_permission_required_message_offers_codecoder_json_where_the_ceiling
         'add "note": "AlwaysThisProject" to the allowlist of codecoder.json, then apply it '
         "with `codecoder reload`" in permission_required_message(request)
     )
+
+
+# --- contained commands (@bwrap) ------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def contained(
+    project: Path, human: Human
+) -> AsyncIterator[tuple[Client, dict[EnvironmentTag, MockEnvironment]]]:
+    """The real tool catalogue, run_command bound to @bwrap; environments are recorders."""
+    environments = {
+        tag: MockEnvironment(echo_handler, tag)
+        for tag in (EnvironmentTag.BWRAP, EnvironmentTag.SHELL)
+    }
+    runtime = Runtime(
+        project,
+        asker=non_interactive,
+        environments=dict(environments),
+        bindings={"run_command": EnvironmentTag.BWRAP},
+    )
+    tool_server = ToolServer(runtime, log=open(os.devnull, "w"))  # noqa: SIM115
+    try:
+        async with Client(tool_server.server, mode="legacy", elicitation_callback=human) as client:
+            yield client, environments
+    finally:
+        tool_server.close()
+
+
+async def test_a_read_only_command_runs_with_no_question_and_meta_says_read_only(
+    project: Path,
+) -> None:
+    human = Human()
+    async with contained(project, human) as (client, environments):
+        result = await client.call_tool("run_command", {"command": "cat README.md | head -5"})
+    assert human.asked == []
+    decision = decision_of(result)
+    assert (decision["source"], decision["environment"]) == ("read-only", "@bwrap")
+    (request,) = environments[EnvironmentTag.BWRAP].requests
+    assert request.writable is False
+
+
+async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
+    project: Path,
+) -> None:
+    human = Human("project-any")
+    async with contained(project, human) as (client, _):
+        first = await client.call_tool("run_command", {"command": "npm test"})
+        second = await client.call_tool("run_command", {"command": "cargo clippy"})
+    (question,) = human.asked
+    assert choices(question) == [
+        "once",
+        "session",
+        "session-program",
+        "project",
+        "project-program",
+        "project-any",
+        "deny",
+    ]
+    titles = {
+        o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
+    }
+    assert titles["project-any"] == (
+        "Always allow for this project (writes codecoder.json): any simple command in @bwrap "
+        "(one program with literal arguments; never a compound command, nor one that needs the "
+        "host) [run_command:*]"
+    )
+    assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
+
+
+async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_once(
+    project: Path,
+) -> None:
+    human = Human("host-once")
+    async with contained(project, human) as (client, environments):
+        result = await client.call_tool("run_command", {"command": "git push"})
+    (question,) = human.asked
+    assert choices(question) == ["once", "session", "project", "host-once", "host-session", "deny"]
+    titles = {
+        o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
+    }
+    assert titles["host-once"] == "Run it on the host instead, unconfined (@shell), once"
+    assert "would likely fail" in question.message
+    decision = decision_of(result)
+    assert (decision["environment"], decision["escalated_from"], decision["answer"]) == (
+        "@shell",
+        "@bwrap",
+        "host-once",
+    )
+    assert environments[EnvironmentTag.BWRAP].requests == []
+    assert len(environments[EnvironmentTag.SHELL].requests) == 1

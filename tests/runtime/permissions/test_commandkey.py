@@ -455,6 +455,7 @@ def test_a_command_key_is_the_whole_value() -> None:
         levels=(),
         covers="every simple `ls …` command, with any arguments",
         views=(DenyView("ls", ("ls", "-la"), 1),),
+        read_only="ls",
     )
     compound = key_command("ls | wc")
     assert (compound.compound, compound.argv, compound.program, compound.reason) == (

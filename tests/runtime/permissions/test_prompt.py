@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible
+from codecoder.runtime.kernel.display import for_terminal, lookalikes, renders_blank, visible
 from codecoder.runtime.permissions.keys import GrantLevel
 from codecoder.runtime.permissions.prompt import AskRequest, render
+from tests.conftest import write_config
 
 
 def test_visible_makes_escapes_and_invisible_characters_visible() -> None:
@@ -119,6 +122,46 @@ def test_visible_shows_a_long_run_of_spaces_as_a_marker_with_its_length() -> Non
     assert visible("a" + " " * 8 + "b") == "a[8 spaces]b"
 
 
+# Padding in every spelling that renders blank: each a payload's way off screen.
+BLANK_PADDING = {
+    "braille blank": ("\u2800", "[3000 × U+2800 BRAILLE PATTERN BLANK]"),
+    "hangul filler": ("\u3164", "[3000 × U+3164 HANGUL FILLER]"),
+    "halfwidth hangul filler": ("\uffa0", "[3000 × U+FFA0 HALFWIDTH HANGUL FILLER]"),
+    "hangul choseong and jungseong fillers": (
+        "\u115f\u1160",
+        "[6000 blank or invisible characters]",
+    ),
+    "ideographic space": ("\u3000", "[3000 × U+3000 IDEOGRAPHIC SPACE]"),
+    "no-break space": ("\u00a0", "[3000 × U+00A0 NO-BREAK SPACE]"),
+    "zero-width space": ("\u200b", "[3000 × U+200B ZERO WIDTH SPACE]"),
+    "variation selector": ("\ufe0f", "[3000 × U+FE0F VARIATION SELECTOR-16]"),
+    "combining grapheme joiner": ("\u034f", "[3000 × U+034F COMBINING GRAPHEME JOINER]"),
+    "tag space": ("\U000e0020", "[3000 × U+E0020 TAG SPACE]"),
+    "musical null": ("\U0001d159", "[3000 × U+1D159 MUSICAL SYMBOL NULL NOTEHEAD]"),
+    "nul": ("\x00", "[3000 × U+0000]"),
+    "newlines": ("\n", "[3000 × U+000A]"),
+    "spaces and fillers mixed": (" \u2800\u3164", "[9000 blank or invisible characters]"),
+}
+
+
+@pytest.mark.parametrize("padding", sorted(BLANK_PADDING))
+def test_every_character_that_renders_blank_is_collapsed_so_the_payload_stays_in_view(
+    padding: str,
+) -> None:
+    unit, marker = BLANK_PADDING[padding]
+    shown = visible("echo ok" + unit * 3000 + "; touch PWNED")
+    assert shown == "echo ok" + marker + "; touch PWNED"
+    # One alone is shown by its code: nothing that renders blank reaches the screen raw.
+    one = visible("a" + unit + "b")
+    assert all(char == " " or not renders_blank(char) for char in one)
+
+
+def test_a_single_blank_glyph_is_shown_by_its_code() -> None:
+    assert visible("rm\u2800-rf") == "rm\\u{2800}-rf"
+    assert visible("a\u3164b") == "a\\u{3164}b"
+    assert visible("a\u00a0b") == "a\\xa0b"
+
+
 def test_for_terminal_keeps_lines_and_neutralises_escapes_and_padding() -> None:
     text = (
         "ok\x1b[8mhidden\x1b[0m\r\nnext\tcol\x1b(0qqq\x9b2J"
@@ -132,6 +175,9 @@ def test_for_terminal_keeps_lines_and_neutralises_escapes_and_padding() -> None:
     )
     assert for_terminal("  indented\n\n\nthree blank lines kept\n") == (
         "  indented\n\n\nthree blank lines kept\n"
+    )
+    assert for_terminal("x" + "\u2800" * 200 + "y\tz") == (
+        "x[200 × U+2800 BRAILLE PATTERN BLANK]y\tz"
     )
 
 
@@ -156,10 +202,20 @@ def test_the_prompt_offers_the_narrow_key_and_the_program_wide_one_and_says_what
     ]
 
 
-def test_a_padded_command_shows_its_payload_in_a_real_terminal(project: Path) -> None:
-    child = spawn(project, "echo ok" + " " * 3000 + "; touch PWNED")
+@pytest.mark.parametrize(
+    ("padding", "marker"),
+    [
+        (" ", "[3000 spaces]"),
+        ("\u2800", "[3000 × U+2800 BRAILLE PATTERN BLANK]"),
+        ("\u3164", "[3000 × U+3164 HANGUL FILLER]"),
+    ],
+)
+def test_a_padded_command_shows_its_payload_in_a_real_terminal(
+    project: Path, padding: str, marker: str
+) -> None:
+    child = spawn(project, "echo ok" + padding * 3000 + "; touch PWNED")
     child.expect(r"choice \[o/s/d\]: ")
-    assert "echo ok[3000 spaces]; touch PWNED" in child.before
+    assert f"echo ok{marker}; touch PWNED" in child.before
     child.sendline("d")
     child.expect(pexpect.EOF)
     child.close()
@@ -204,3 +260,50 @@ def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
     assert titles["session"].endswith("only `git status …` commands [run_command:git:status]")
     assert "every simple `git …` command" in titles["session-program"]
     assert titles["session-program"].endswith("[run_command:git]")
+
+
+def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, "npm test")
+    child.expect(r"choice \[o/s/a/p/w/c/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
+    assert "  [p] always this project: only `npm test …` commands [run_command:npm:test]" in screen
+    assert "  [w] always this project: every simple `npm …` command" in screen
+    assert (
+        "  [c] always this project: any simple command in @bwrap (one program with literal "
+        "arguments; never a compound command, nor one that needs the host) [run_command:*] "
+        "(writes codecoder.json)" in screen
+    )
+    child.sendline("c")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "run_command:*": "AlwaysThisProject"
+    }
+
+
+def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
+    project: Path, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    write_config(project, {"environments": {"run_command": "@bwrap"}})
+    child = spawn(project, f"git ls-remote {remote}")
+    child.expect(r"choice \[o/s/p/h/r/d\]: ")
+    screen = child.before.replace("\r\n", "\n")
+    assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
+    assert "  [o] allow once, contained in @bwrap (it would likely fail)" in screen
+    assert (
+        "  [h] run it on the host, unconfined (@shell), once [run_command:git:ls-remote]" in screen
+    )
+    child.sendline("h")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    out = json.loads(child.before[child.before.index("{") :])
+    assert (out["decision"]["environment"], out["decision"]["escalated_from"]) == (
+        "@shell",
+        "@bwrap",
+    )
+    assert out["result"]["data"]["exit_code"] == 0

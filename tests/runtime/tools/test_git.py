@@ -621,3 +621,76 @@ def test_git_tools_refuse_a_git_file_or_symlink_pointing_out_of_the_workspace(
         assert "Secret history" not in str(outcome.error)
     assert "not a directory" in str(as_file.error)
     assert "a symlink" in str(as_link.error)
+
+
+# --- a repository that borrows objects from outside the workspace ------------------------------
+
+SECRET = "codecoder-secret-in-another-repository"
+
+
+@pytest.fixture
+def borrowing(tmp_path: Path, project: Path) -> Path:
+    """A workspace repository whose commits live in a repository outside it, reached through
+    `objects/info/alternates` (what `git clone --shared` writes)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    porcelain.init(str(outside))
+    commit(outside, "secret", {"secret.txt": f"{SECRET}\n"})
+    porcelain.init(str(project))
+    info = project / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{outside / '.git' / 'objects'}\n")
+    head = (outside / ".git" / "refs" / "heads" / "master").read_text()
+    (project / ".git" / "refs" / "heads" / "master").write_text(head)
+    return project
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("git_log", {"full": True}),
+        ("git_diff", {"base": "HEAD"}),
+        ("git_diff", {"base": "HEAD", "path": "secret.txt"}),
+        ("git_status", {}),
+    ],
+)
+def test_objects_borrowed_from_outside_the_workspace_are_never_read(
+    borrowing: Path, tool: str, args: dict[str, Any]
+) -> None:
+    with Runtime(borrowing, asker=never_ask, audit_log=None) as runtime:
+        outcome = runtime.session().call(tool, args)
+    shown = str(outcome.to_json())
+    assert SECRET not in shown, shown
+
+
+@pytest.mark.parametrize("link", ["objects", "objects/pack", "index", "loose object"])
+def test_a_link_inside_git_to_another_repository_is_refused(
+    tmp_path: Path, project: Path, link: str
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    porcelain.init(str(outside))
+    commit(outside, "secret", {"secret.txt": f"{SECRET}\n"})
+    porcelain.init(str(project))
+    head = (outside / ".git" / "refs" / "heads" / "master").read_text().strip()
+    (project / ".git" / "refs" / "heads" / "master").write_text(head + "\n")
+    theirs, ours = outside / ".git", project / ".git"
+    if link == "loose object":
+        for obj in (theirs / "objects").glob("??/*"):
+            (ours / "objects" / obj.parent.name).mkdir(exist_ok=True)
+            (ours / "objects" / obj.parent.name / obj.name).symlink_to(obj)
+    else:
+        target = ours / link
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        target.symlink_to(theirs / link if (theirs / link).exists() else theirs / "objects")
+    with Runtime(project, asker=never_ask, audit_log=None) as runtime:
+        outcomes = [
+            runtime.session().call(tool, args)
+            for tool, args in (("git_log", {"full": True}), ("git_diff", {"base": "HEAD"}))
+        ]
+    for outcome in outcomes:
+        assert SECRET not in str(outcome.to_json())
+        assert isinstance(outcome.error, ExecutionFailed), outcome.to_json()

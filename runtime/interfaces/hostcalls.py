@@ -1,0 +1,216 @@
+"""Another agent's tool call, as the codecoder call that does the same thing (`map_call`).
+
+The hooks (`runtime.interfaces.hooks`) judge a host's call by the codecoder call it maps to, so
+the mapping must read the call exactly as the host will carry it out, and fail closed where it
+cannot tell:
+
+* Tool names. Claude Code names an MCP tool `mcp__<server>__<tool>` (both with every character
+  outside `[A-Za-z0-9_-]` replaced by `_`): a server named `codecoder__tools` and codecoder's
+  own tool `tools__run` give the same `mcp__codecoder__tools__run`, so a name whose tool part
+  holds `__` (or starts with `_`) is ambiguous and is not taken for codecoder's own. Gemini CLI
+  names MCP tools `mcp_<server>_<tool>`, where `_` cannot separate the two at all, and says
+  which server and tool a call is for in the event's `mcp_context`: only that is believed.
+  A tool of codecoder's own server is `own_server` (the server asks for it itself); the hook
+  then checks that codecoder has such a tool.
+* Paths are resolved as the host will open them (`..`, symlinks); a path outside the workspace
+  is never mapped.
+* URLs: every URL the host will fetch is judged (`urls`), not only the first: Gemini's
+  `web_fetch` fetches each token of its prompt that holds `://`, Claude Code's `WebFetch` its
+  `url`. Where URL parsers disagree (a backslash, which browsers read as `/`; userinfo;
+  percent-escapes in the host), each reading is judged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import unquote
+
+__all__ = ["HOST_INTERNAL", "Mapped", "map_call"]
+
+Sandbox = Literal["docker", "bwrap"]
+
+# Tools of the host that act only inside the host's own conversation (plans, to-do lists,
+# sub-agents whose calls come through this hook themselves): the host decides them.
+HOST_INTERNAL: Final = frozenset(
+    {
+        "TodoWrite",
+        "Task",
+        "Agent",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "write_todos",
+        "ask_user",
+        "activate_skill",
+        "get_internal_docs",
+        "save_memory",
+    }
+)
+_CLAUDE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """The codecoder call that does what the host's call does; `tool` None: no mapping, and
+    `problem` says why (asked, never allowed); `host_internal`: the host decides alone.
+    `urls`: every URL the host's call fetches, each to be judged."""
+
+    tool: str | None
+    args: dict[str, Any]
+    problem: str = ""
+    host_internal: bool = False
+    shell: bool = False  # a shell command: the one thing `--sandbox` rewrites
+    own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
+    urls: tuple[str, ...] = ()
+
+
+def map_call(
+    host_tool: str,
+    tool_input: Mapping[str, Any],
+    workspace: Path,
+    *,
+    sandbox: Sandbox | None = None,
+    mcp_server: str = "codecoder",
+    mcp_context: object = None,
+) -> Mapped:
+    """Map one host tool call (either host's names) onto a codecoder call. `mcp_context` is
+    what Gemini CLI's event says of an MCP tool's server and tool."""
+    if host_tool in HOST_INTERNAL:
+        return Mapped(None, {}, host_internal=True)
+    own = _own_server_tool(host_tool, mcp_server, mcp_context)
+    if own is not None:
+        name, problem = own
+        if name is None:
+            return Mapped(None, {}, problem)
+        return Mapped(name, dict(tool_input), own_server=True)
+    text = _text_fields(tool_input)
+    if host_tool in ("Bash", "run_shell_command"):
+        command = text.get("command")
+        if command is None:
+            return Mapped(None, {}, f"{host_tool} without a command")
+        where = text.get("dir_path") or text.get("directory")
+        if where is not None and _inside(workspace, where) is None:
+            return Mapped(None, {}, f"the command runs in {where}, outside the workspace")
+        tool = "run_container" if sandbox == "docker" else "run_command"
+        return Mapped(tool, {"command": command}, shell=True)
+    if host_tool in ("Read", "read_file"):
+        return _on_path("read_file", text.get("file_path") or text.get("absolute_path"), workspace)
+    if host_tool in ("Write", "write_file"):
+        mapped = _on_path("write_file", text.get("file_path"), workspace)
+        return _with(mapped, content=text.get("content", ""))
+    if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
+        path = text.get("file_path") or text.get("notebook_path")
+        # The key of an edit is its path; the strings only have to make a valid edit.
+        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
+    if host_tool in ("LS", "list_directory"):
+        return _on_path("list_dir", text.get("path") or text.get("dir_path") or ".", workspace)
+    if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
+        base = text.get("path") or text.get("dir_path") or "."
+        pattern = text.get("pattern", "")
+        if host_tool in ("Glob", "glob") and (
+            pattern.startswith(("/", "~")) or ".." in pattern.split("/")
+        ):
+            return Mapped(None, {}, f"the pattern {pattern!r} reaches outside the workspace")
+        return _on_path("list_dir", base, workspace)
+    if host_tool in ("WebFetch", "web_fetch"):
+        fetched = [text["url"]] if "url" in text else []
+        if host_tool == "web_fetch":
+            # Each whitespace-separated token with `://` whose scheme is http(s), as Gemini
+            # CLI's web_fetch picks the URLs of its prompt.
+            fetched += [
+                token
+                for token in text.get("prompt", "").split()
+                if token.lower().startswith(("http://", "https://"))
+            ]
+        if not fetched:
+            return Mapped(None, {}, "no URL to fetch")
+        urls = tuple(dict.fromkeys(u for url in fetched for u in _readings(url)))
+        return Mapped("web_fetch", {"url": fetched[0]}, urls=urls)
+    if host_tool in ("WebSearch", "google_web_search"):
+        return Mapped("web_search", {"query": text.get("query") or "?"})
+    return Mapped(None, {}, f"codecoder does not know the tool {host_tool!r}")
+
+
+def _own_server_tool(
+    host_tool: str, mcp_server: str, mcp_context: object
+) -> tuple[str | None, str] | None:
+    """None: not a tool of codecoder's server. Otherwise (its tool name, "") or, when the
+    name could as well be another server's, (None, why)."""
+    if isinstance(mcp_context, Mapping):
+        server, tool = mcp_context.get("server_name"), mcp_context.get("tool_name")
+        if server != mcp_server:
+            return None
+        if not isinstance(tool, str) or not tool:
+            return None, f"{host_tool}: the host names no tool of the {mcp_server} server"
+        return tool, ""
+    prefix = f"mcp__{_CLAUDE_NAME.sub('_', mcp_server)}__"
+    if not host_tool.startswith(prefix):
+        return None
+    tool = host_tool[len(prefix) :]
+    if not tool or "__" in tool or tool.startswith("_"):
+        return None, (
+            f"{host_tool} could be a tool of another MCP server whose name starts with "
+            f"{mcp_server}__ (the host joins server and tool names with __): ambiguous, so "
+            "it is not taken for codecoder's own"
+        )
+    return tool, ""
+
+
+def _readings(url: str) -> list[str]:
+    """`url` as each parser involved could read it: as written; with `\\` as `/` (browsers
+    and Node read it so in http URLs); with percent-escapes in its authority decoded."""
+    readings = [url]
+    slashed = url.replace("\\", "/")
+    scheme, sep, rest = slashed.partition("://")
+    if sep:
+        authority, cut, tail = _split_authority(rest)
+        # Userinfo ends at the last `@` of the authority; what follows is the host.
+        decoded = unquote(authority.rpartition("@")[2])
+        readings += [slashed, f"{scheme}://{decoded}{cut}{tail}"]
+    return readings
+
+
+def _split_authority(rest: str) -> tuple[str, str, str]:
+    match = re.search(r"[/?#]", rest)
+    if match is None:
+        return rest, "", ""
+    return rest[: match.start()], match.group(), rest[match.end() :]
+
+
+def _text_fields(tool_input: Mapping[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in tool_input.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _with(mapped: Mapped, **args: Any) -> Mapped:
+    if mapped.tool is None:
+        return mapped
+    return Mapped(mapped.tool, {**mapped.args, **args})
+
+
+def _on_path(tool: str, path: str | None, workspace: Path) -> Mapped:
+    if not path:
+        return Mapped(None, {}, f"{tool} without a path")
+    relative = _inside(workspace, path)
+    if relative is None:
+        return Mapped(None, {}, f"{path} is outside the workspace {workspace}")
+    return Mapped(tool, {"path": relative})
+
+
+def _inside(workspace: Path, path: str) -> str | None:
+    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
+    if "\x00" in path:
+        return None
+    candidate = Path(os.path.expanduser(path))
+    if not candidate.is_absolute():
+        candidate = workspace / candidate
+    resolved = Path(os.path.realpath(candidate))
+    try:
+        relative = resolved.relative_to(workspace)
+    except ValueError:
+        return None
+    return relative.as_posix() or "."

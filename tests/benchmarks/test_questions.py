@@ -1,0 +1,57 @@
+"""The questions-per-100-calls area: the recorded sessions, the simulated human, the replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codecoder.benchmarks.questions import SESSIONS, broadest_lasting, load_session, replay
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.decision import Answer
+from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.runtime.permissions.prompt import AskRequest
+
+
+def test_the_sessions_are_110_calls_of_agent_work_each_ending_with_a_push() -> None:
+    sessions = [load_session(name) for name in SESSIONS]
+    assert sum(len(s["calls"]) for s in sessions) == 110
+    for session in sessions:
+        tools = {call["tool"] for call in session["calls"]}
+        assert {"run_command", "edit_file"} <= tools
+        assert session["calls"][-1]["args"]["command"].startswith("git push") or any(
+            call["args"].get("command", "").startswith("git push") for call in session["calls"]
+        )
+
+
+def test_the_tired_human_takes_the_broadest_lasting_answer_offered() -> None:
+    def asked(*choices: Answer) -> Answer:
+        request = AskRequest("run_command", EnvironmentTag.BWRAP, "k", "", choices)
+        return broadest_lasting(request)
+
+    assert asked(Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.PROJECT_ANY) is (
+        Answer.PROJECT_ANY
+    )
+    assert asked(Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY) is (
+        Answer.SESSION_PROGRAM
+    )
+    assert asked(Answer.ONCE, Answer.HOST_ONCE, Answer.HOST_SESSION, Answer.DENY) is (
+        Answer.HOST_SESSION
+    )
+    assert asked(Answer.ONCE, Answer.DENY) is Answer.ONCE
+
+
+def test_in_bwrap_no_read_only_command_is_asked_and_a_later_session_asks_nothing(
+    tmp_path: Path,
+) -> None:
+    contained = replay(EnvironmentTag.BWRAP, tmp_path)
+    shell = replay(EnvironmentTag.SHELL, tmp_path)
+    assert contained.calls == shell.calls == 110
+    asked = {(q.session, q.call) for q in contained.questions}
+    for name in SESSIONS:
+        for index, call in enumerate(load_session(name)["calls"], start=1):
+            command = call["args"].get("command")
+            if command is not None and key_command(command).read_only:
+                assert (name, index) not in asked, command
+    assert contained.count("later") == 0
+    assert contained.count("first") < shell.count("first")
+    assert shell.count("later") > 0  # @shell grants end with the session
+    assert all(q.why for q in contained.questions)
