@@ -16,6 +16,7 @@ One module per area:
     keying       key_command first time and cached, against bashlex.parse
     allowlists   a 10,000-entry codecoder.json: load time, decision time against 10 entries
     shell        @shell calls against subprocess.run
+    bwrap        @bwrap calls against the same call on @shell and a bare bubblewrap
     wasm         @wasm read_file warm and in a fresh process, against compiling and spawning
     docker       @docker warm calls against exec_run and docker run --rm
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
@@ -40,6 +41,7 @@ from __future__ import annotations
 from codecoder.benchmarks import (
     agents,
     allowlists,
+    bwrap,
     docker,
     dockermodes,
     keying,
@@ -62,6 +64,7 @@ AREAS: tuple[Area, ...] = (
     keying.AREA,
     allowlists.AREA,
     shell.AREA,
+    bwrap.AREA,
     wasm.AREA,
     docker.AREA,
     dockermodes.AREA,

@@ -84,8 +84,7 @@ def project_config(tools: Mapping[str, Any], *, commands_in_docker: bool) -> dic
         "allowlist": dict.fromkeys(grants, "AlwaysThisProject"),
         "deny": [d for d in _DENY if d.split(":", 1)[0] in tools],
     }
-    if commands_in_docker:
-        config["environments"] = {"run_command": "@docker"}
+    config["environments"] = {"run_command": "@docker" if commands_in_docker else "@shell"}
     return config
 
 

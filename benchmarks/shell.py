@@ -64,7 +64,7 @@ def subprocess_baseline(cwd: Path, argv: tuple[str, ...]) -> subprocess.Complete
 @contextlib.contextmanager
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     require_tools("run_command")
-    project = make_project(ctx.scratch / "project")
+    project = make_project(ctx.scratch / "project", {"environments": {"run_command": "@shell"}})
     shell = ShellEnvironment()
     with make_runtime(project, environments={EnvironmentTag.SHELL: shell}) as runtime:
         session = runtime.session()

@@ -151,7 +151,7 @@ def _set_up(
         return _ok(runtime.session(), "read_file", {"path": SMALL_FILE}), (
             lambda: files.read(SMALL_FILE)
         )
-    config = None
+    config: dict[str, Any] = {"environments": {"run_command": "@shell"}}
     if env == "docker":
         config = {
             "environments": {"run_command": "@docker"},

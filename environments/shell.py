@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
@@ -44,7 +44,7 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
 
     def run(self, request: CommandRequest) -> CommandResult:
         if request.snapshot is not None:
-            with _materialized(request.snapshot) as directory:
+            with materialized(request.snapshot) as directory:
                 return self._run(dataclasses.replace(request, cwd=directory, snapshot=None))
         return self._run(request)
 
@@ -54,10 +54,22 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         else:
             assert request.script is not None
             argv = [self._bash, "--noprofile", "--norc", "-c", request.script]
+        env = guarded_environ(os.environ if request.env is None else request.env)
+        return self.run_process(argv, request, env)
+
+    def run_process(
+        self,
+        argv: list[str],
+        request: CommandRequest,
+        env: Mapping[str, str],
+        pass_fds: Sequence[int] = (),
+    ) -> CommandResult:
+        """Run `argv` as `request` says (its cwd, stdin, timeout, output cap, cancel), with
+        exactly `env` and the descriptors `pass_fds`, ending its whole process group: the
+        process handling of @shell, which @bwrap runs bubblewrap with."""
         if request.cancel is not None and request.cancel.is_set():
             raise Cancelled("the call was cancelled before the command started")
         started = time.monotonic()
-        env = guarded_environ(os.environ if request.env is None else request.env)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -68,6 +80,7 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=pass_fds,
             )
         except FileNotFoundError:
             if not Path(request.cwd).is_dir():
@@ -179,7 +192,7 @@ def _so_far(out: CappedBuffer, err: CappedBuffer) -> str:
 
 
 @contextlib.contextmanager
-def _materialized(snapshot: Snapshot) -> Iterator[Path]:
+def materialized(snapshot: Snapshot) -> Iterator[Path]:
     """The snapshot's files in a new private directory, read back and compared before use.
 
     Nothing else can have written there between the check and the run (it is 0700 and new),

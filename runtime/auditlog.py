@@ -16,6 +16,10 @@ carries `escalated_from` (the sandbox it was bound to). Outcomes:
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
     cancelled       the MCP client cancelled the call (notifications/cancelled)
 
+Every record carries the project's path (`project`), the session, the tool, the key, the
+environment, the decision and its source, the entry that matched, the human's answer, the
+outcome and the duration; `codecoder log` reads them back (filtered by tool, decision, outcome
+and time, as text or JSON lines, and following the log as it grows).
 A call that ended before its command did (interrupted, cancelled, killed at its deadline) keeps
 the tail of what the command had printed by then, as `output`.
 
@@ -43,8 +47,11 @@ class AuditLog:
     concurrent processes never interleave or overwrite each other; the log is never truncated.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, project: Path | None = None) -> None:
+        """`project`, when given, is written into every record, so a record read on its own
+        (or a log collected from several projects) says which project it is about."""
         self.path = path
+        self.project = str(project) if project is not None else None
 
     def record(
         self,
@@ -61,6 +68,7 @@ class AuditLog:
     ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "ts": round(time.time(), 6),
+            "project": self.project,
             "session": session,
             "tool": tool,
             "key": decision.key if decision else None,
@@ -102,7 +110,20 @@ class AuditLog:
     def read(self) -> Iterator[dict[str, Any]]:
         if self.path is None or not self.path.exists():
             return
-        with self.path.open(encoding="utf-8") as fh:
+        with self.path.open(encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                if line.strip():
-                    yield json.loads(line)
+                record = parse_record(line)
+                if record is not None:
+                    yield record
+
+
+def parse_record(line: str) -> dict[str, Any] | None:
+    """One line of the log as a record; None for a blank line or one that is not a record
+    (a line being written, or damaged: reading the log never fails on it)."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None

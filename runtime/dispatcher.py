@@ -187,7 +187,7 @@ class Dispatcher:
                 # The human chose the host for this call (never the model: no argument can ask
                 # for it): it runs on @shell, under its key there.
                 tag, key = EnvironmentTag.SHELL, permission.host
-            if tag is EnvironmentTag.SHELL:
+            if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
                 # Host processes may run git: never while its hooks or configuration hold
                 # what the human has not seen (environments.host.gitseen).
@@ -209,11 +209,13 @@ class Dispatcher:
                 output=live,
                 cancel=cancel,
                 network=SessionNetwork(self._engine, self._audit, self._session.id)
-                if tag is EnvironmentTag.DOCKER
+                if tag in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP)
                 else None,
             )
             result = tool.execute(params, ctx)
-            if tag is EnvironmentTag.SHELL:
+            if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):
+                # Landlock alone cannot keep existing protected paths read-only: @confined is
+                # checked afterwards as the host is.
                 planted, unseen = runtime.git_guard.after()
                 # A command that names a protected path, shown to the human and allowed once,
                 # may create it; any other leaves it quarantined.
@@ -320,10 +322,17 @@ def validate_arguments(tool: Tool[Any], args: Any) -> Any:
         return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
     except ValidationError as exc:
         problems = [
-            (".".join(str(p) for p in err["loc"]) or "(arguments)", err["msg"])
+            (".".join(str(p) for p in err["loc"]) or "(arguments)", _message(err["msg"]))
             for err in exc.errors()
         ]
         raise InvalidArguments(tool.name, problems) from None
+
+
+def _message(text: str) -> str:
+    """pydantic's message without the prefix it puts before a validator's own words."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        text = text.removeprefix(prefix)
+    return text
 
 
 def _without_null_defaults(model: type[BaseModel], args: Mapping[str, Any]) -> dict[str, Any]:

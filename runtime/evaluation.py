@@ -61,6 +61,7 @@ class Evaluation:
             "matched": self.matched,
             "would_ask": self.would_ask,
             "choices": [c.value for c in question.choices] if question else None,
+            "options": [c.to_json() for c in question.options()] if question else None,
             "reason": self.reason,
             "violations": list(self.violations),
             "protected": self.protected,

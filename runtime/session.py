@@ -66,7 +66,7 @@ from codecoder.runtime.kernel.errors import (
 )
 from codecoder.runtime.kernel.protected import is_protected_path
 from codecoder.runtime.kernel.state import overlapping_directory, project_state_directory
-from codecoder.runtime.permissions.allowlist import ProjectAllowlist, SessionAllowlist
+from codecoder.runtime.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.runtime.permissions.engine import PROTECTED_NOTE, PermissionEngine
 from codecoder.runtime.permissions.keys import (
     KeyStyle,
@@ -74,8 +74,9 @@ from codecoder.runtime.permissions.keys import (
     escape_literal,
     literal_of,
 )
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternError
+from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
+from codecoder.runtime.permissions.spellings import did_you_mean, foreign_key
 from codecoder.runtime.tools.base import Tool, ToolDefinition
 from codecoder.runtime.tools.capability import (
     CapabilityTool,
@@ -132,7 +133,7 @@ class Runtime:
         if audit_log is _DEFAULT_AUDIT:
             audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
-        self.audit = AuditLog(audit_log)
+        self.audit = AuditLog(audit_log, self.project_dir)
         self.clock = clock
         self._git_guard: GitGuard | None = None
         self.config: ProjectConfig = self._load()
@@ -208,13 +209,24 @@ class Runtime:
 
     def environment_of(self, tool: str) -> EnvironmentTag:
         """Where `tool` runs: its binding in codecoder.json, else its own environment; @landlock
-        falls back to @wasm where this machine cannot run it (said once, on stderr)."""
+        falls back to @wasm where this machine cannot run it, and the default @bwrap of commands
+        to @confined or @shell (`environments.bwrap.probe`), each said once, on stderr."""
         pinned = self._bindings.get(tool)
         if pinned is not None:
             if pinned not in self.tools[tool].bindable | {self.tools[tool].environment}:
                 raise UsageError(f"{tool} cannot run in {pinned.value}")
             return pinned
-        tag = self.config.bindings.get(tool) or self.tools[tool].environment
+        bound = self.config.bindings.get(tool)
+        tag = bound or self.tools[tool].environment
+        if tag is EnvironmentTag.BWRAP and bound is None and tag not in self._environments:
+            # The default for commands: where bubblewrap cannot run, Landlock alone, else the
+            # host; an explicit binding to @bwrap is kept (and fails clearly where it cannot).
+            from codecoder.environments.bwrap.probe import command_sandbox
+
+            found = command_sandbox()
+            if found.tag is not EnvironmentTag.BWRAP:
+                _notice_command_fallback(found.tag, found.reason)
+                return found.tag
         if tag is EnvironmentTag.LANDLOCK and tag not in self._environments:
             from codecoder.environments.landlock import unavailable_reason
 
@@ -285,6 +297,16 @@ class Runtime:
             from codecoder.environments.wasm.environment import WasmEnvironment
 
             return WasmEnvironment()
+        if tag is EnvironmentTag.BWRAP:
+            from codecoder.environments.bwrap.environment import BwrapEnvironment
+
+            return BwrapEnvironment(
+                self.project_dir, self.config.bwrap, egress=self.config.docker.egress
+            )
+        if tag is EnvironmentTag.CONFINED:
+            from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment
+
+            return LandlockCommandEnvironment(self.project_dir, self.config.bwrap)
         if tag is EnvironmentTag.DOCKER:
             from codecoder.environments.docker.environment import DockerEnvironment
 
@@ -299,8 +321,18 @@ class Runtime:
             return InProcessEnvironment()
         raise SandboxUnavailable(f"no environment {tag.value} is available to run tools in")
 
-    def session(self, *, asker: Asker | None = None, session_id: str | None = None) -> Session:
-        return Session(self, asker or self.asker, session_id or uuid.uuid4().hex[:12])
+    def session(
+        self,
+        *,
+        asker: Asker | None = None,
+        session_id: str | None = None,
+        lifetime: Lifetime | None = None,
+    ) -> Session:
+        """A new session. `lifetime` says, in the questions, what "this session" is where it
+        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        return Session(
+            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+        )
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -337,6 +369,7 @@ class Session:
         depth: int = 0,
         agent_id: str | None = None,
         engine: PermissionEngine | None = None,
+        lifetime: Lifetime | None = None,
     ) -> None:
         self.runtime = runtime
         self.id = session_id
@@ -346,9 +379,10 @@ class Session:
         if engine is None:
             engine = PermissionEngine(
                 project=self._project_allowlist,
-                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock),
+                session=SessionAllowlist(runtime.config.session_ttl, runtime.clock, lifetime),
                 asker=asker,
                 record_grant=runtime.record_grant,
+                project_file=str(runtime.project_file),
             )
         self.engine = engine
         self.allowlist = engine.session
@@ -390,6 +424,12 @@ class Session:
         protected path, which can be allowed only once, and any key while a rules file cannot
         be read (`RulesUnreadable`: its deny rules are unknown).
         """
+        meant = foreign_key(raw)
+        if meant is not None:
+            raise UsageError(
+                f"--allow {raw!r} is another agent's rule, not a codecoder key; did you mean "
+                f"--allow {meant!r}? (`codecoder key` shows a call's key)"
+            )
         unreadable = self.runtime.config.unreadable_reason
         if unreadable is not None:
             raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
@@ -400,13 +440,22 @@ class Session:
         tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
         if tool is None:
             raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}; known tools: "
+                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
+                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
                 + ", ".join(sorted(self.tools()))
             )
         try:
             pattern.check(tool.key_style)
         except PatternError as exc:
             raise UsageError(f"--allow {raw!r}: {exc}") from None
+        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
+        if unmatchable is not None:
+            hint = (
+                f"; did you mean --allow {unmatchable.suggestion!r}?"
+                if unmatchable.suggestion
+                else ""
+            )
+            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)
@@ -428,7 +477,7 @@ class Session:
             if capability is None:
                 raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
             key = capability.permission_key()
-        self.allowlist.grant(key, environment, digest=key.digest)
+        self.allowlist.grant(key, environment, digest=key.digest, origin="--allow")
         return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:
@@ -482,6 +531,11 @@ def _notice_fallback(reason: str) -> None:
         f"codecoder: the read tools run in @wasm instead of @landlock: {reason}",
         file=sys.stderr,
     )
+
+
+@functools.cache
+def _notice_command_fallback(tag: EnvironmentTag, reason: str) -> None:
+    print(f"codecoder: commands run in {tag.value} instead of @bwrap: {reason}", file=sys.stderr)
 
 
 def default_asker() -> Asker:

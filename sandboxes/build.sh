@@ -4,6 +4,8 @@
 #   escapes/probe.wasm        the module `codecoder audit` runs to attack @wasm (wasm32-wasi)
 #   image/runas-x86_64        the static helper the sandbox agent starts commands through
 #   image/runas-aarch64       (the same for arm64 images; no libc, so no sysroot is needed)
+#   bwrap/confine-x86_64      the static helper that applies Landlock and seccomp inside @bwrap
+#   bwrap/confine-aarch64     (and alone, in @confined), just before a contained command runs
 #
 #   sandboxes/build.sh          rebuild them in place
 #   sandboxes/build.sh --check  rebuild into temporary files and fail if a committed build differs
@@ -39,25 +41,27 @@ for module in fileops/fileops escapes/probe; do
         rm -f "$out"
     fi
 done
-for arch in x86_64 aarch64; do
-    out="$root/image/runas-$arch"
-    if $check; then
-        out=$(mktemp)
-    fi
-    clang --target="$arch-linux-gnu" -std=c11 -O2 -Wall -Wextra -Werror \
-        -static -nostdlib -ffreestanding -fno-builtin -fno-stack-protector -fno-pie \
-        -fno-asynchronous-unwind-tables -fuse-ld=lld \
-        -Wl,--build-id=none -Wl,--strip-all -Wl,-z,noexecstack \
-        -o "$out" "$root/image/runas.c"
-    chmod 755 "$out"
-    if $check; then
-        if cmp -s "$out" "$root/image/runas-$arch"; then
-            echo "image/runas-$arch is up to date"
-        else
-            echo "image/runas-$arch is stale: run sandboxes/build.sh and commit the result" >&2
-            stale=1
+for helper in image/runas bwrap/confine; do
+    for arch in x86_64 aarch64; do
+        out="$root/$helper-$arch"
+        if $check; then
+            out=$(mktemp)
         fi
-        rm -f "$out"
-    fi
+        clang --target="$arch-linux-gnu" -std=c11 -O2 -Wall -Wextra -Werror \
+            -static -nostdlib -ffreestanding -fno-builtin -fno-stack-protector -fno-pie \
+            -fno-asynchronous-unwind-tables -fuse-ld=lld \
+            -Wl,--build-id=none -Wl,--strip-all -Wl,-z,noexecstack \
+            -o "$out" "$root/$helper.c"
+        chmod 755 "$out"
+        if $check; then
+            if cmp -s "$out" "$root/$helper-$arch"; then
+                echo "$helper-$arch is up to date"
+            else
+                echo "$helper-$arch is stale: run sandboxes/build.sh and commit the result" >&2
+                stale=1
+            fi
+            rm -f "$out"
+        fi
+    done
 done
 exit $stale

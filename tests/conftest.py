@@ -77,11 +77,13 @@ def trust_project(root: Path) -> None:
 
 @pytest.fixture
 def make_runtime(project: Path) -> Callable[..., Runtime]:
-    """A runtime whose @shell and @docker are mock environments that echo what they would run."""
+    """A runtime whose @shell, @bwrap (where commands run by default) and @docker are mock
+    environments that echo what they would run."""
 
     def make(asker: Any = None, **kw: Any) -> Runtime:
         environments = kw.pop("environments", None) or {
             EnvironmentTag.SHELL: MockEnvironment(echo_handler, EnvironmentTag.SHELL),
+            EnvironmentTag.BWRAP: MockEnvironment(echo_handler, EnvironmentTag.BWRAP),
             EnvironmentTag.DOCKER: MockEnvironment(echo_handler, EnvironmentTag.DOCKER),
         }
         return Runtime(project, asker=asker or RecordingAsker(), environments=environments, **kw)

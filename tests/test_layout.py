@@ -7,6 +7,7 @@ a cycle or an upward import (a type-level one included) fails the build.
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,10 @@ def test_the_wheel_holds_one_top_level_name(tmp_path: Path) -> None:
     assert "codecoder/runtime/__main__.py" in names
     assert "codecoder/sandboxes/fileops/fileops.wasm" in names
     assert "codecoder/sandboxes/escapes/docker.json" in names
+    # The confine helper of @bwrap and @confined, executable as installed.
+    for arch in ("x86_64", "aarch64"):
+        info = zipfile.ZipFile(wheel).getinfo(f"codecoder/sandboxes/bwrap/confine-{arch}")
+        assert (info.external_attr >> 16) & 0o111, arch
 
 
 def test_the_installed_command_runs_from_the_wheel(tmp_path: Path) -> None:
@@ -124,3 +129,5 @@ def test_the_installed_command_runs_from_the_wheel(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("codecoder ")
+    helper = target / "codecoder" / "sandboxes" / "bwrap" / f"confine-{os.uname().machine}"
+    assert os.access(helper, os.X_OK)

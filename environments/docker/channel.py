@@ -40,7 +40,7 @@ import time
 from typing import Any, Final, Literal
 
 from codecoder.environments.base import OutputListener
-from codecoder.environments.docker.egress import EgressProxy
+from codecoder.environments.egress import EgressProxy
 from codecoder.environments.engine import Greeted
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.display import visible

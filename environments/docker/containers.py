@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Final
 
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
-from codecoder.environments.docker.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from codecoder.environments.docker.engine import (
     SETUP_HINT,
     DockerEngine,
@@ -56,6 +55,7 @@ from codecoder.environments.docker.labels import (
 )
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings, parse_size
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
+from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from codecoder.environments.engine import Sandbox, SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
@@ -79,7 +79,7 @@ AGENT_COMMAND: Final = (
     "-B",
     "/opt/codecoder/agent",
 )
-# Where the egress proxy's socket directory is mounted (environments.docker.egress).
+# Where the egress proxy's socket directory is mounted (environments.egress).
 EGRESS_MOUNT: Final = "/opt/codecoder/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.

@@ -7,10 +7,11 @@ loosen these) does not import the Docker SDK.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Final, Literal
+
+from codecoder.environments.egress import Egress
 
 WORKSPACE_MOUNT: Final = "/workspace"
 DEFAULT_IMAGE: Final = "codecoder-sandbox"
@@ -42,49 +43,6 @@ class LooserSetting:
     value: object
     default: object
     why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Egress:
-    """`"network": {"allow": [...]}`: the container's only way out is the runtime's egress proxy,
-    which admits these hosts (`host`, `host:port`, `*.suffix`; `runtime.kernel.hosts.
-    parse_host_entry` spellings), each also a permission key `network:<host>` asked like any
-    other (`environments.docker.egress`)."""
-
-    allow: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        from codecoder.runtime.kernel.hosts import parse_host_entry
-
-        if not self.allow:
-            raise ValueError('network {"allow": []} allows nothing: use "none"')
-        for index, entry in enumerate(self.allow):
-            try:
-                host, _ = parse_host_entry(entry)
-            except ValueError as exc:
-                raise ValueError(f"network.allow[{index}] {exc}") from None
-            if host == "*":
-                raise ValueError(
-                    f"network.allow[{index}] is *: name the hosts a build needs (a registry, "
-                    "its file host); every host is a network without a sandbox around it"
-                )
-
-    @classmethod
-    def of(cls, value: object) -> Egress | None:
-        """The allowlist a `network` value names, or None for an engine network mode."""
-        if isinstance(value, Egress):
-            return value
-        if isinstance(value, Mapping):
-            if set(value) != {"allow"}:
-                raise ValueError('network must be "none" or {"allow": [hosts]}')
-            hosts = value["allow"]
-            if isinstance(hosts, str) or not isinstance(hosts, Sequence):
-                raise ValueError("network.allow must be a list of hosts")
-            return cls(tuple(str(h) for h in hosts))
-        return None
-
-    def to_json(self) -> dict[str, list[str]]:
-        return {"allow": list(self.allow)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,7 @@ class HostGit:
                 env=self.env,
                 timeout=timeout,
                 max_output=max_output,
+                writable=True,  # in a sandbox (@bwrap): the index, objects and refs it writes
                 cancel=cancel,
                 output=listener,
             )

@@ -12,6 +12,7 @@ roots, a web policy, defaults) lies under the project's codecoder.json:
 
     deny, read_roots, web.allow_hosts, web.deny_hosts     both files' entries count
     environments                                          per tool, the project's wins
+    bwrap.home, bwrap.env                                 both files' entries count
     limits, session_ttl, docker, web and agent settings   per setting, the project's wins
     allowlist                                             the project's only (grants are per
                                                           project; the user file has none)
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codecoder.environments.bwrap.settings import BwrapSettings, home_entry_problem
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.runtime.config import trust
 from codecoder.runtime.config.capabilities import RUN_CAPABILITY, CapabilitySet, load_capabilities
@@ -93,6 +95,7 @@ class ProjectConfig:
     agent: AgentSettings = field(default_factory=AgentSettings)
     read_roots: dict[str, Path] = field(default_factory=dict)
     docker: DockerSettings = field(default_factory=DockerSettings)
+    bwrap: BwrapSettings = field(default_factory=BwrapSettings)
     diagnostics: tuple[Diagnostic, ...] = ()
     trust: Trust = field(default_factory=lambda: Trust(TrustState.NOTHING_TO_TRUST))
     user_file: ProjectFile | None = None
@@ -358,7 +361,8 @@ def _layered(
             # A deny rule that cannot be read as one (or can never match) is a rule lost.
             unreadable += [d for d in diagnostics[before:] if d.severity == "error"]
             if pattern is not None:
-                denies.append(Grant(pattern, deny.line, deny.column))
+                file = origin if layer is user else None  # None: the project's codecoder.json
+                denies.append(Grant(pattern, deny.line, deny.column, file=file))
                 rules.append(Rule("deny", deny.pattern, origin, deny.line))
 
     default = ShellSettings()
@@ -395,6 +399,7 @@ def _layered(
         agent=AgentSettings.layered(tuple(layer.agent for layer, _ in layers)),
         read_roots=_read_roots(root, layers, user, diagnostics, rules),
         docker=_docker_settings(layers, user, diagnostics),
+        bwrap=_bwrap_settings(layers, user, diagnostics, rules),
         diagnostics=tuple(
             sorted(diagnostics, key=lambda d: (d.file or "", d.line or 0, d.column or 0))
         ),
@@ -528,3 +533,56 @@ def _sibling_grant(pattern: str, environment_of: Callable[[str], EnvironmentTag]
     if environment_of("run_command") is not EnvironmentTag.DOCKER:
         return None
     return f"run_command:{rest}"
+
+
+def _bwrap_settings(
+    layers: list[tuple[ProjectFile, str]],
+    user: ProjectFile,
+    diagnostics: list[Diagnostic],
+    rules: list[Rule],
+) -> BwrapSettings:
+    """Both files' `bwrap` entries; a home entry that would show a credential (or is not under
+    the home) is an error and left out, whatever the trust."""
+    home = Path.home()
+    entries: list[str] = []
+    names: list[str] = []
+    for layer, origin in layers:
+        file = origin if layer is user else None
+        for i, entry in enumerate(layer.bwrap.home):
+            line, column = layer.position_of(f"/bwrap/home/{i}")
+            problem = home_entry_problem(entry, home)
+            if problem is not None:
+                diagnostics.append(
+                    Diagnostic(
+                        "error",
+                        "bwrap_home_forbidden",
+                        f"bwrap.home[{i}]: {problem}; it is not shown",
+                        key=f"bwrap.home[{i}]",
+                        line=line,
+                        column=column,
+                        file=file,
+                    )
+                )
+                continue
+            entries.append(entry)
+            rules.append(Rule("bwrap.home", entry, origin, line))
+        for i, name in enumerate(layer.bwrap.env):
+            try:
+                BwrapSettings(env=(name,))
+            except ValueError as exc:
+                line, column = layer.position_of(f"/bwrap/env/{i}")
+                diagnostics.append(
+                    Diagnostic(
+                        "error",
+                        "invalid_bwrap_settings",
+                        f"bwrap.env[{i}]: {exc}",
+                        key=f"bwrap.env[{i}]",
+                        line=line,
+                        column=column,
+                        file=file,
+                    )
+                )
+                continue
+            names.append(name)
+            rules.append(Rule("bwrap.env", name, origin, layer.position_of(f"/bwrap/env/{i}")[0]))
+    return BwrapSettings(tuple(dict.fromkeys(entries)), tuple(dict.fromkeys(names)))

@@ -26,6 +26,7 @@ __all__ = [
     "AgentSection",
     "AllowEntry",
     "Binding",
+    "BwrapSection",
     "DenyEntry",
     "Diagnostic",
     "ProjectFile",
@@ -127,6 +128,15 @@ class AgentSection:
 
 
 @dataclass(frozen=True, slots=True)
+class BwrapSection:
+    """The `bwrap` object: what the @bwrap sandbox shows of the home (`home`, as written) and
+    which environment variables pass its scrubbing (`env`, names or `*` patterns)."""
+
+    home: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ProjectFile:
     """What codecoder.json says, and what is wrong with it.
 
@@ -149,6 +159,7 @@ class ProjectFile:
     agent: AgentSection = AgentSection()
     read_roots: tuple[tuple[str, str], ...] = ()  # (name, directory as written)
     docker: tuple[tuple[str, Any], ...] = ()  # the @docker settings the file sets
+    bwrap: BwrapSection = BwrapSection()
     diagnostics: tuple[Diagnostic, ...] = ()
     digest: str | None = field(default=None, compare=False)  # SHA-256 of the bytes read
     data: bytes | None = field(default=None, repr=False, compare=False)  # those bytes

@@ -51,6 +51,7 @@ from codecoder.runtime.config.projectfile import (
     AgentSection,
     AllowEntry,
     Binding,
+    BwrapSection,
     DenyEntry,
     Diagnostic,
     ProjectFile,
@@ -125,6 +126,7 @@ def load_user_file(path: Path) -> ProjectFile:
             bindings=(),
             read_roots=(),
             docker=(),
+            bwrap=BwrapSection(),
             web=WebSection(),
             agent=AgentSection(),
             timeout=None,
@@ -223,6 +225,7 @@ class ParsedText:
                 (name, _frozen(value))
                 for name, value in model.docker.model_dump(exclude_none=True).items()
             ),
+            bwrap=BwrapSection(tuple(model.bwrap.home), tuple(model.bwrap.env)),
             diagnostics=diagnostics,
             _index=self.index,
         )

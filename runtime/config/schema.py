@@ -161,6 +161,17 @@ COMMENT_PREFIX = "//"
 """A top-level key that starts with it is a comment (JSON has none): `"// limits": "..."`."""
 
 
+class _Bwrap(BaseModel):
+    """What a trusted file adds to the @bwrap sandbox (environments.bwrap.settings)."""
+
+    model_config = _STRICT
+
+    home: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    env: list[Annotated[str, Field(pattern=r"^[A-Za-z_*][A-Za-z0-9_*]*$")]] = Field(
+        default_factory=list
+    )
+
+
 class ProjectFileModel(BaseModel):
     """The file's settings. Top-level keys starting with `//` are comments (a string or a list
     of strings), read by people and by nothing else: `codecoder init` writes its notes so."""
@@ -179,6 +190,7 @@ class ProjectFileModel(BaseModel):
     # Extra directories the read tools may read (never write), addressed as `@name/path`.
     read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
     docker: _Docker = Field(default_factory=_Docker)
+    bwrap: _Bwrap = Field(default_factory=_Bwrap)
 
     @model_validator(mode="before")
     @classmethod

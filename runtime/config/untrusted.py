@@ -17,7 +17,8 @@ classified counts as a widening:
     widens    every grant; web allow_hosts, search_url, github_api_url and github_token_env
               (where queries and a token are sent); agent base_url, api_key_env and model;
               every other docker setting (image, network and its egress allowlist, user,
-              read_only_rootfs, extra_writable_paths)
+              read_only_rootfs, extra_writable_paths); every bwrap entry (home directories
+              shown, environment variables passed)
 
 Each widening says what it is (`Widening.setting`: section, name, value), which the trust
 record keeps, so that an edit that widens nothing beyond what was trusted keeps the file trusted
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.config.projectfile import AllowEntry, ProjectFile
+from codecoder.runtime.config.projectfile import AllowEntry, BwrapSection, ProjectFile
 from codecoder.runtime.config.reading import load_user_file, user_file_path
 from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.runtime.config.trust import Setting, TrustRecord, TrustState
@@ -116,6 +117,7 @@ SECTIONS: Final[dict[str, Literal["inert", "narrows", "compared", "widens"]]] = 
     "agent": "compared",
     "read_roots": "compared",
     "docker": "compared",
+    "bwrap": "widens",
 }
 # Where a docker limit's value is read as a number, to compare it with a trusted one.
 _DOCKER_NUMBERS: Final = {"memory": "memory_bytes", "tmpfs_size": "tmpfs_bytes"}
@@ -367,6 +369,23 @@ def untrusted_view(
             number if number is not None else _plain(value),
         )
 
+    for i, shown in enumerate(pf.bwrap.home):
+        widen(
+            "bwrap",
+            f"bwrap.home[{i}]",
+            f"shows {shown} (read-only) to commands in the @bwrap sandbox",
+            f"/bwrap/home/{i}",
+            shown,
+        )
+    for i, name in enumerate(pf.bwrap.env):
+        widen(
+            "bwrap",
+            f"bwrap.env[{i}]",
+            f"passes the environment variable {name} into the @bwrap sandbox, secret or not",
+            f"/bwrap/env/{i}",
+            name,
+        )
+
     view = dataclasses.replace(
         pf,
         allowlist=tuple(kept),
@@ -378,6 +397,7 @@ def untrusted_view(
         agent=agent,
         read_roots=tuple(read_roots),
         docker=tuple(docker),
+        bwrap=BwrapSection(),
     )
     return view, found
 

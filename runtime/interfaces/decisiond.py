@@ -333,6 +333,10 @@ def _warm_up() -> None:
     from codecoder.runtime.interfaces import cli
 
     cli._parser()  # the grammar only: it reads no configuration
+    # What contains commands here (bubblewrap tried once): a fact of the machine, not an answer.
+    from codecoder.environments.bwrap.probe import command_sandbox
+
+    command_sandbox()
 
 
 def _code_snapshot() -> dict[str, tuple[int, int]]:

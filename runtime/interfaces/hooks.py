@@ -49,6 +49,10 @@ commands are codecoder's alone to decide.
 Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
 person, in the host's transcript (`systemMessage`).
 
+Without `--sandbox`, the host's shell commands run on the host, unconfined, whatever contains
+codecoder's own run_command: they are judged as run_command bound to @shell (a project grant
+for a contained command never lets the host run it).
+
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
 being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
@@ -86,13 +90,14 @@ from codecoder.runtime.interfaces.hostcalls import Mapped, Sandbox, map_call
 from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.kernel.display import visible, visible_lines
 from codecoder.runtime.kernel.errors import CodecoderError, UsageError
 from codecoder.runtime.kernel.state import project_state_directory
 
 if TYPE_CHECKING:
     from codecoder.runtime.evaluation import Evaluation
     from codecoder.runtime.interfaces.agentsettings import UserGrant
+    from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime, Session
 
 __all__ = [
@@ -247,6 +252,35 @@ class HookSessions:
     def end(self, session_id: str) -> None:
         with self._locked():
             self.path(session_id).unlink(missing_ok=True)
+
+    def every_grant(self) -> list[tuple[str, dict[str, Any]]]:
+        """(host session id, grant) of every live grant of this host's sessions, for
+        `codecoder allowlist list`."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else ():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict) or data.get("host") != self.host:
+                continue
+            session_id = data.get("session")
+            if isinstance(session_id, str) and self.path(session_id) == path:
+                found += [(session_id, grant) for grant in self.grants(session_id)]
+        return found
+
+    def revoke(self, key: str) -> list[str]:
+        """Drop the grant of `key` from every session of this host; returns their ids."""
+        dropped: list[str] = []
+        with self._locked():
+            for session_id, _ in self.every_grant():
+                data = self._read(session_id)
+                kept = [g for g in data.get("grants", []) if g.get("key") != key]
+                if len(kept) != len(data.get("grants", [])):
+                    data["grants"] = kept
+                    self._write(session_id, data)
+                    dropped.append(session_id)
+        return sorted(set(dropped))
 
     def sweep(self, max_idle: float = MAX_IDLE) -> None:
         """Remove the files of host sessions untouched for longer than `max_idle` seconds."""
@@ -414,7 +448,13 @@ def _pre_tool(
     from codecoder.runtime.permissions.prompt import non_interactive
     from codecoder.runtime.session import Runtime
 
-    bindings = {"run_command": EnvironmentTag.BWRAP} if options.sandbox == "bwrap" else None
+    # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
+    on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
+    bindings: dict[str, EnvironmentTag] | None = None
+    if options.sandbox == "bwrap":
+        bindings = {"run_command": EnvironmentTag.BWRAP}
+    elif on_host:
+        bindings = {"run_command": EnvironmentTag.SHELL}
     with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
         if mapped.own_server:
             if mapped.tool in runtime.tools:
@@ -476,6 +516,21 @@ def _git_refusal(runtime: Runtime) -> str | None:
     except (ExecutionFailed, CodecoderError) as exc:
         return str(exc)
     return None
+
+
+def _session_scope(host: Host, question: AskRequest, ttl: float) -> str:
+    """What approving at the host's prompt records, covers, how long and where: the host
+    session's grant of the key (`HookSessions.ran`)."""
+    covers = question.grant_for(Answer.SESSION).covers
+    name = "Claude Code" if host == "claude-code" else "Gemini CLI"
+    until = ""
+    if ttl >= 0:
+        until = f", at most until {time.strftime('%H:%M', time.localtime(time.time() + ttl))}"
+    return (
+        f"{visible(question.key)} ({visible(covers)}) for the rest of this {name} session{until}, "
+        "kept in codecoder's state directory (`codecoder allowlist revoke "
+        f"{visible(question.key)}` takes it back)"
+    )
 
 
 def _answer(
@@ -544,16 +599,18 @@ def _answer(
         answer = HookAnswer("ask", reason)
     else:
         once = verdict.protected or host == "gemini"
-        if verdict.protected:
+        if verdict.protected or verdict.question is None:
             scope = "this call only (a protected path is never granted for longer)"
         elif host == "gemini":
             # Gemini's prompt does not tell the hook which of its choices was made.
             scope = "this call only: codecoder asks again next time"
         else:
-            scope = f"{key} for the rest of this session"
+            scope = _session_scope(host, verdict.question, options.session_ttl)
         reason = f"codecoder: {key} on {where} needs your approval; approving allows {scope}"
-        if verdict.reason and verdict.question is not None and verdict.question.note:
-            reason += f" ({visible(verdict.question.note)})"
+        asked = verdict.question
+        remarks = [*asked.notes, asked.note] if asked is not None else []
+        for remark in filter(None, remarks):
+            reason += f" ({'; '.join(visible_lines(remark))})"
         scoped = {**question, "scope": "once" if once else "session"}
         token = sessions.ask(session_id, call_id, scoped)
         answer = HookAnswer("ask", reason)

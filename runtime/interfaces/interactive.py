@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -38,8 +37,10 @@ from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.config.trust import TrustState
 from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.interfaces.interruption import Terminated
+from codecoder.runtime.interfaces.livegrants import published
 from codecoder.runtime.interfaces.liveview import TerminalView
-from codecoder.runtime.kernel.display import for_terminal, visible
+from codecoder.runtime.interfaces.shorthand import arguments_of
+from codecoder.runtime.kernel.display import colours_for, for_terminal, visible, visible_message
 from codecoder.runtime.kernel.errors import (
     PermissionDenied,
     ToolError,
@@ -47,8 +48,13 @@ from codecoder.runtime.kernel.errors import (
     UsageError,
 )
 from codecoder.runtime.kernel.state import state_directory
-from codecoder.runtime.permissions.allowlist import NEVER
-from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, non_interactive
+from codecoder.runtime.permissions.allowlist import NEVER, Lifetime
+from codecoder.runtime.permissions.prompt import (
+    Asker,
+    TerminalPrompt,
+    key_for_person,
+    non_interactive,
+)
 from codecoder.runtime.session import Runtime, Session, default_asker
 from codecoder.runtime.tools.execute import command_status
 from codecoder.runtime.tools.liveoutput import LiveOutput
@@ -56,6 +62,10 @@ from codecoder.runtime.tools.liveoutput import LiveOutput
 __all__ = ["InteractiveSession", "run_session"]
 
 PROMPT = "codecoder> "
+SESSION_LIFETIME = Lifetime(
+    "until you leave this session (/quit)",
+    "kept in its memory; `codecoder allowlist list` shows it",
+)
 
 HELP = """\
   TOOL {JSON}        call a tool with its arguments as a JSON object (TOOL alone: no arguments)
@@ -78,7 +88,7 @@ class InteractiveSession:
         self.runtime = runtime
         self._in = stdin
         self._out = stdout
-        self.session: Session = runtime.session(asker=asker)
+        self.session: Session = runtime.session(asker=asker, lifetime=SESSION_LIFETIME)
         self._commands: dict[str, Callable[[str], bool]] = {
             "/help": self._help,
             "/tools": self._tools,
@@ -181,39 +191,15 @@ class InteractiveSession:
                 live.finish()
             so_far = kept.text()
             if so_far and not (live is not None and live.shown):
-                self._say(_visible_block(so_far.rstrip("\n")))
+                self._say(for_terminal(so_far.rstrip("\n"), colours_for(self._out)))
             raise
         if live is not None:
             live.finish()
         self._show(outcome, shown=live is not None and live.shown)
         return True
 
-    def _arguments(self, name: str, text: str) -> dict[str, Any]:
-        if not text:
-            return {}
-        if text.startswith("{"):
-            try:
-                parsed = json.loads(text)
-            except json.JSONDecodeError:
-                parsed = None  # e.g. `run_command { echo hi; }`: a command, not JSON
-            if isinstance(parsed, dict):
-                return parsed
-        field = self._text_field(name)
-        if field is None:
-            raise UsageError(
-                f"{name} takes its arguments as a JSON object, e.g. {name} {{...}}; "
-                "/tools lists the tools"
-            )
-        return {field: text}
-
-    def _text_field(self, name: str) -> str | None:
-        """The one required text argument of a tool, which `TOOL TEXT` fills."""
-        schema = self.session.tools()[name].parameters.model_json_schema()
-        required = schema.get("required", [])
-        if len(required) != 1:
-            return None
-        field: str = required[0]
-        return field if schema["properties"][field].get("type") == "string" else None
+    def _arguments(self, name: str, text: str) -> Any:
+        return arguments_of(name, self.session.tools().get(name), [text] if text else [])
 
     def _show(self, outcome: CallOutcome, *, shown: bool = False) -> None:
         """The call's result; `shown`: its command's output is on the terminal already."""
@@ -221,13 +207,13 @@ class InteractiveSession:
         if result is not None and shown and isinstance(result.data.get("exit_code"), int):
             self._say(command_status(result.data["exit_code"], result.data.get("killed_by")))
         elif result is not None and result.output:
-            self._say(_visible_block(result.output.rstrip("\n")))
+            self._say(for_terminal(result.output.rstrip("\n"), colours_for(self._out)))
         so_far = outcome.error.output if isinstance(outcome.error, ToolError) else ""
         if so_far and not shown:
-            self._say(_visible_block(so_far.rstrip("\n")))
+            self._say(for_terminal(so_far.rstrip("\n"), colours_for(self._out)))
         decision = outcome.decision
         for violation in decision.violations if decision else ():
-            self._say(f"codecoder: {visible(violation)}")
+            self._say(f"codecoder: {visible_message(violation)}")
         error = outcome.error
         if error is not None:
             kind = (
@@ -237,12 +223,12 @@ class InteractiveSession:
                 if isinstance(error, ToolError)
                 else "error"
             )
-            self._say(f"codecoder: {kind}: {visible(str(error))}")
+            self._say(f"codecoder: {kind}: {visible_message(str(error))}")
         status = "ok" if outcome.ok else "denied" if _denied(outcome) else "failed"
         parts = [status]
         if decision is not None:
             if decision.key:
-                parts.append(visible(decision.key))
+                parts.append(key_for_person(decision.key))
             parts.append(decision.environment.value)
             parts.append(f"{decision.source.value}: {visible(decision.reason)}")
         parts.append(f"{outcome.duration * 1000:.0f} ms")
@@ -267,7 +253,7 @@ class InteractiveSession:
             until = "no expiry"
             if expiry != NEVER:
                 until = "until " + time.strftime("%X", time.localtime(expiry))
-            self._say(f"  {visible(key)}  ({visible(tool)} in {environment.value}, {until})")
+            self._say(f"  {key_for_person(key)}  ({visible(tool)} in {environment.value}, {until})")
         if not entries:
             self._say("  (none)")
         config = self.runtime.config
@@ -307,7 +293,9 @@ class InteractiveSession:
             decision = f"{r.get('decision') or '-'}/{r.get('source') or '-'}"
             fields = [stamp, r.get("tool"), r.get("key") or "-", r.get("environment") or "-"]
             fields += [decision, r.get("outcome"), f"{r.get('duration_ms', 0):.0f} ms"]
-            self._say("  " + "  ".join(visible(str(f)) for f in fields))
+            fields[2] = key_for_person(str(fields[2]))
+            shown = [f if i == 2 else visible(str(f)) for i, f in enumerate(fields)]
+            self._say("  " + "  ".join(str(f) for f in shown))
         return True
 
     def _reload(self, rest: str) -> bool:
@@ -350,10 +338,6 @@ class InteractiveSession:
         self._out.flush()
 
 
-def _visible_block(text: str) -> str:
-    return for_terminal(text)
-
-
 def _denied(outcome: CallOutcome) -> bool:
     return isinstance(outcome.error, PermissionDenied)
 
@@ -374,6 +358,9 @@ def run_session(
     stdout = stdout or sys.stdout
     runtime = Runtime(project_dir, asker=session_asker(stdin, stdout))
     try:
-        return InteractiveSession(runtime, stdin, stdout).run()
+        interactive = InteractiveSession(runtime, stdin, stdout)
+        allowlist = interactive.session.allowlist
+        with published(runtime.project_dir, "codecoder session", allowlist):
+            return interactive.run()
     finally:
         runtime.close()

@@ -90,6 +90,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
+from codecoder.runtime.interfaces.livegrants import Publisher, is_alive, start_time
 from codecoder.runtime.interfaces.schemas import mcp_tool
 from codecoder.runtime.kernel.decision import Answer, Decision, Source
 from codecoder.runtime.kernel.display import visible
@@ -102,11 +103,14 @@ from codecoder.runtime.kernel.errors import (
     UsageError,
 )
 from codecoder.runtime.kernel.state import workspace_directory
+from codecoder.runtime.permissions.allowlist import Lifetime
 from codecoder.runtime.permissions.prompt import (
+    GUTTER,
     AskRequest,
-    choice_detail,
     describe,
+    key_for_person,
     non_interactive,
+    why_not_project,
 )
 from codecoder.runtime.session import Runtime, Session
 
@@ -131,25 +135,11 @@ ANSWER_FIELD: Final = "decision"
 _INPUT_KEY: Final = "permission"  # the key of the embedded elicitation in `input_required`
 _MAX_OPEN_QUESTIONS: Final = 64  # questions awaiting a client's retry; the oldest are dropped
 
-_LABELS: Final = {
-    Answer.ONCE: "Allow once",
-    Answer.SESSION: "Always allow for this session",
-    Answer.SESSION_PROGRAM: "Always allow for this session",
-    Answer.PROJECT: "Always allow for this project (writes codecoder.json)",
-    Answer.PROJECT_PROGRAM: "Always allow for this project (writes codecoder.json)",
-    Answer.PROJECT_ANY: "Always allow for this project (writes codecoder.json)",
-    Answer.HOST_ONCE: "Run it on the host instead, unconfined (@shell), once",
-    Answer.HOST_SESSION: "Run it on the host instead, unconfined (@shell), for this session",
-    Answer.DENY: "Deny",
-}
-
-
-def _title(request: AskRequest, answer: Answer) -> str:
-    """A choice's title: its label, and what its entry covers where the request offers both a
-    narrow and a program-wide entry (`runtime.permissions.prompt.choice_detail`)."""
-    detail = choice_detail(request, answer)
-    return f"{_LABELS[answer]}: {detail}" if detail else _LABELS[answer]
-
+SERVER_LIFETIME: Final = Lifetime(
+    "while this MCP server runs (until its client disconnects)",
+    "kept in the server's memory; `codecoder allowlist list` shows it",
+)
+"""What "this session" is for a grant made through the server."""
 
 _TITLED_ENUM_SINCE: Final = "2025-11-25"  # oneOf/const/title; earlier revisions used enumNames
 _META: Final = "codecoder"  # the prefix of this server's `_meta` keys
@@ -161,9 +151,13 @@ _META: Final = "codecoder"  # the prefix of this server's `_meta` keys
 def elicitation_message(request: AskRequest) -> str:
     """The question, with everything that comes from the call made visible."""
     lines = ["codecoder: permission required"]
-    lines += [f"{label}: {text}" for label, text in describe(request)]
+    for label, value in describe(request):
+        if len(value) == 1:
+            lines.append(f"{label}: {value[0]}")
+        else:
+            lines += [f"{label}:", *(f"  {GUTTER}{line}" for line in value)]
     if request.why_not_project:
-        lines.append(f"always this project is not offered: {visible(request.why_not_project)}")
+        lines.append(f"AlwaysThisProject is not offered: {why_not_project(request)}")
     return "\n".join(lines)
 
 
@@ -176,13 +170,14 @@ def elicitation_schema(request: AskRequest, protocol_version: str) -> dict[str, 
     field: dict[str, Any] = {
         "type": "string",
         "title": "Allow this call?",
-        "description": f"{visible(request.key)} on {request.environment.value}",
+        "description": f"{key_for_person(request.key)} on {request.environment.value}",
     }
+    options = request.options()
     if _titled_enums(protocol_version):
-        field["oneOf"] = [{"const": a.value, "title": _title(request, a)} for a in request.choices]
+        field["oneOf"] = [{"const": c.answer.value, "title": c.title} for c in options]
     else:
-        field["enum"] = [a.value for a in request.choices]
-        field["enumNames"] = [_title(request, a) for a in request.choices]
+        field["enum"] = [c.answer.value for c in options]
+        field["enumNames"] = [c.title for c in options]
     return {"type": "object", "properties": {ANSWER_FIELD: field}, "required": [ANSWER_FIELD]}
 
 
@@ -204,7 +199,7 @@ def answer_of(result: types.ElicitResult, request: AskRequest) -> Answer:
     assert result.content is not None
     value = result.content[ANSWER_FIELD]
     assert isinstance(value, str)
-    return Answer(value)
+    return Answer.parse(value)
 
 
 def question_refused(result: types.ElicitResult, request: AskRequest) -> DeniedByUser | None:
@@ -217,11 +212,20 @@ def question_refused(result: types.ElicitResult, request: AskRequest) -> DeniedB
         reason = f"the MCP client {what} the question (no answer was given)"
         return _refusal(request, f"{key} was not allowed: {reason}", reason)
     value = (result.content or {}).get(ANSWER_FIELD)
-    if isinstance(value, str) and value in {answer.value for answer in request.choices}:
+    if isinstance(value, str) and _offered(value, request):
         return None
     shown = visible(repr(value))[:80]
     reason = f"the MCP client answered {shown}, which was not one of the choices offered"
     return _refusal(request, f"{key} was not allowed: {reason}", reason)
+
+
+def _offered(value: str, request: AskRequest) -> bool:
+    """`value` names a choice the request offered, in either vocabulary (`session`,
+    `AlwaysThisSession`)."""
+    try:
+        return Answer.parse(value) in request.choices
+    except ValueError:
+        return False
 
 
 def permission_required_message(request: AskRequest) -> str:
@@ -295,7 +299,10 @@ class ToolServer:
         allow: Sequence[str] = (),
     ) -> None:
         self.runtime = runtime
-        self.session: Session = runtime.session(asker=self._ask)
+        self.session: Session = runtime.session(asker=self._ask, lifetime=SERVER_LIFETIME)
+        # Its grants, where `codecoder allowlist` sees and revokes them (started by `_serve`
+        # once SIGUSR1 is handled).
+        self.publisher = Publisher(runtime.project_dir, "codecoder serve", self.session.allowlist)
         self._log = log or sys.stderr
         for key in allow:
             self.session.grant(key)  # UsageError / CeilingViolation: refused before serving
@@ -521,6 +528,7 @@ class ToolServer:
         return diagnostics
 
     def close(self) -> None:
+        self.publisher.close()
         self.session.close()
         self.runtime.close()
 
@@ -632,17 +640,6 @@ def pid_directory(project_dir: Path) -> Path:
     return project_dir / ".codecoder" / "run"
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: fields after its last ')'.
-    fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 @contextlib.contextmanager
 def _pid_file(project_dir: Path) -> Iterator[Path]:
     directory = pid_directory(project_dir)
@@ -653,7 +650,7 @@ def _pid_file(project_dir: Path) -> Iterator[Path]:
         ignore.write_text("*\n")
     pid = os.getpid()
     path = directory / f"serve-{pid}.pid"
-    record = {"pid": pid, "started": _start_time(pid), "project": str(project_dir)}
+    record = {"pid": pid, "started": start_time(pid), "project": str(project_dir)}
     path.write_text(json.dumps(record) + "\n")
     try:
         yield path
@@ -672,24 +669,14 @@ def live_servers(project_dir: Path) -> list[int]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)
             continue
-        alive = _is_alive(pid)
+        alive = is_alive(pid)
         if alive is None:
             continue  # someone else's process: neither ours to signal nor to clean up
-        if not alive or (record.get("started") and _start_time(pid) != record["started"]):
+        if not alive or (record.get("started") and start_time(pid) != record["started"]):
             path.unlink(missing_ok=True)  # the server died, or its pid now names another process
             continue
         found.append(pid)
     return found
-
-
-def _is_alive(pid: int) -> bool | None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return None
-    return True
 
 
 def signal_servers(project_dir: Path) -> list[int]:
@@ -708,12 +695,15 @@ def signal_servers(project_dir: Path) -> list[int]:
 async def _handle_signals(
     tool_server: ToolServer, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    with anyio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+    handled = (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+    with anyio.open_signal_receiver(*handled) as signals:
         task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 await anyio.to_thread.run_sync(tool_server.reload)
                 await tool_server.tools_changed(reloaded=True)
+            elif signum == signal.SIGUSR1:  # `codecoder allowlist revoke` (livegrants)
+                await anyio.to_thread.run_sync(tool_server.publisher.apply_revocations)
             else:
                 _stop(tool_server, signum)
 
@@ -746,6 +736,7 @@ async def _serve(project_dir: Path, log: TextIO, allow: Sequence[str]) -> None:
             # The SIGHUP handler is in place before the pid file announces us: a reload sent
             # right after must not meet SIGHUP's default action, which is to terminate.
             await tasks.start(_handle_signals, tool_server)
+            tool_server.publisher.start()
             with _pid_file(runtime.project_dir):
                 async with stdio_server() as (read, write):
                     options = tool_server.initialization_options()

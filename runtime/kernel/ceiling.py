@@ -40,6 +40,7 @@ class EnvironmentTag(enum.StrEnum):
 
     SHELL = "@shell"
     BWRAP = "@bwrap"
+    CONFINED = "@confined"
     DOCKER = "@docker"
     WASM = "@wasm"
     LANDLOCK = "@landlock"
@@ -76,6 +77,11 @@ _CEILINGS = {
     # Commands in bubblewrap's namespaces with Landlock on top (SPEC §6): the workspace writable
     # but its protected paths read-only, the user's secrets hidden, no network.
     EnvironmentTag.BWRAP: Scope.PROJECT,
+    # Commands confined by Landlock and seccomp alone, where bubblewrap cannot create
+    # namespaces: reads and writes limited, no TCP, but no mount namespace to keep the
+    # workspace's own protected paths (.git/hooks, codecoder.json) read-only and no PID
+    # namespace to end what a command leaves running. A host process, then: the session.
+    EnvironmentTag.CONFINED: Scope.SESSION,
     EnvironmentTag.DOCKER: Scope.PROJECT,
     EnvironmentTag.WASM: Scope.PROJECT,
     # Kernel confinement counts as a sandbox (SPEC §8): a Landlock-restricted worker, and reads
@@ -93,6 +99,10 @@ _CONTAINMENT = {
     EnvironmentTag.BWRAP: (
         "host processes in bubblewrap namespaces: protected paths read-only, secrets hidden, "
         "no network"
+    ),
+    EnvironmentTag.CONFINED: (
+        "host processes confined by Landlock and seccomp only: reads limited, writes beneath the "
+        "workspace (its protected paths included), no TCP"
     ),
     EnvironmentTag.DOCKER: "a hardened container",
     EnvironmentTag.WASM: "a WASI sandbox",

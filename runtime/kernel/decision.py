@@ -6,6 +6,7 @@ recomputes why a call was allowed or refused.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,34 @@ class Answer(enum.StrEnum):
     HOST_SESSION = "host-session"
     DENY = "deny"
 
+    @classmethod
+    def parse(cls, text: str) -> Answer:
+        """The answer `text` names, in either vocabulary: the short names (`once`, `session`,
+        `project`, `deny`, `session-program`, `project-program`) or codecoder.json's
+        (`Once`, `AlwaysThisSession`, `AlwaysThisProject`, and `Deny`), in any case, with or
+        without `-`, `_` or spaces. ValueError says what it takes, and what was meant where
+        that is clear."""
+        wanted = _normal(text)
+        for answer, spellings in _SPELLINGS.items():
+            if wanted in spellings:
+                return answer
+        names = [*(a.value for a in Answer), *(a.label for a in _BY_SCOPE)]
+        close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+        close += difflib.get_close_matches(wanted, [_normal(n) for n in names], n=1, cutoff=0.6)
+        hint = ""
+        if close:
+            meant = next(n for n in names if _normal(n) == _normal(close[0]))
+            hint = f" (did you mean {meant}?)"
+        raise ValueError(
+            f"{text!r} is not an answer{hint}; the answers are {', '.join(ANSWER_NAMES)}"
+        )
+
+    @property
+    def label(self) -> str:
+        """The scope's name as codecoder.json writes it (`AlwaysThisSession`), the one every
+        surface shows; `Deny` for a refusal."""
+        return _LABELS[self.scope]
+
     @property
     def scope(self) -> Answer:
         """ONCE, SESSION or PROJECT for the answers that allow; DENY for DENY."""
@@ -66,6 +95,39 @@ _SCOPES = {
     Answer.HOST_ONCE: Answer.ONCE,
     Answer.HOST_SESSION: Answer.SESSION,
 }
+
+
+_LABELS = {
+    Answer.ONCE: "Once",
+    Answer.SESSION: "AlwaysThisSession",
+    Answer.PROJECT: "AlwaysThisProject",
+    Answer.DENY: "Deny",
+}
+_BY_SCOPE = (Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.DENY)
+
+
+def _normal(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch not in "-_ ")
+
+
+_SPELLINGS = {
+    answer: frozenset(
+        {_normal(answer.value)} | ({_normal(_LABELS[answer])} if answer in _LABELS else set())
+    )
+    for answer in Answer
+}
+ANSWER_NAMES = (
+    "once/Once",
+    "session/AlwaysThisSession",
+    "project/AlwaysThisProject",
+    "deny/Deny",
+    "session-program",
+    "project-program",
+    "project-any",
+    "host-once",
+    "host-session",
+)
+"""Every spelling `Answer.parse` takes, as a person is told them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,11 @@ of a program name.
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
+from collections.abc import Mapping
+from typing import Literal, TextIO
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e", "\\": "\\\\"}
 _HIDING = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
@@ -71,6 +74,20 @@ def visible(text: str) -> str:
     return _shown(text, SPACE_RUN, "")
 
 
+def visible_lines(text: str) -> list[str]:
+    """`visible()` line by line: a text of several lines (a multi-line command, a diff) as
+    that many lines, each made visible; only `\n` breaks a line (`\r` stays visible)."""
+    return [visible(line) for line in text.split("\n")]
+
+
+def visible_message(text: str, indent: str = "  ") -> str:
+    """A message for a person that may hold lines of output (a timeout's last output): its
+    lines kept as lines, neutralised as tool output is (`for_terminal`), and every line after
+    the first indented, so none of them can pass for a line of its own."""
+    first, *rest = for_terminal(text.rstrip("\n")).split("\n")
+    return "\n".join([first, *(indent + line if line else line for line in rest)])
+
+
 def _shown(text: str, threshold: int, kept: str, raw: str = "") -> str:
     """Each character made visible (`kept` ones as they are, and `raw` ones outside a long
     run), runs of `threshold` or more characters that render blank (other than `kept` ones) as
@@ -106,18 +123,114 @@ def _blank_run(run: str, threshold: int, raw: str) -> str:
     return f"[{len(run)} blank or invisible characters]"
 
 
-def for_terminal(text: str) -> str:
+Colours = Literal["visible", "off", "on"]
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+# Colours and styles that can neither hide text nor outlast their line: the reset, bold, italic,
+# underline (and their ends), and the six hues that show on a dark and on a light terminal
+# alike. Black, white, grey, backgrounds and 256-colour or RGB codes could paint text in the
+# terminal's own background colour: they are dropped, the text shown plain.
+_HARMLESS_SGR = frozenset(
+    {"", "0", "1", "3", "4", "22", "23", "24", "39"}
+    | {str(n) for n in (*range(31, 37), *range(91, 97))}
+)
+_EXTENDED_SGR = frozenset({"38", "48", "58"})  # 256-colour and RGB forms: parameters follow
+_HIDING_SGR = frozenset({"5", "6", "7", "8"})  # blink, reverse, conceal: shown, never obeyed
+
+
+def colours_for(stream: TextIO, environ: Mapping[str, str] | None = None) -> Colours:
+    """How tool output written to `stream` shows its colour codes: as colours on a terminal
+    (unless `NO_COLOR` is set, or `TERM` is dumb), dropped on a terminal that wants none."""
+    environ = os.environ if environ is None else environ
+    if environ.get("NO_COLOR") or environ.get("TERM") == "dumb":
+        return "off"
+    try:
+        return "on" if stream.isatty() else "off"
+    except (AttributeError, ValueError):
+        return "off"
+
+
+def for_terminal(text: str, colours: Colours = "visible") -> str:
     """Tool output made safe to write to a terminal: lines and tabs kept, every other control
     character, escape, bidi override and invisible character shown as in `visible()`, runs of
     `OUTPUT_SPACE_RUN` characters that render blank and of more than `OUTPUT_BLANK_LINES` blank
-    lines as markers."""
-    text = _shown(text.replace("\r\n", "\n"), OUTPUT_SPACE_RUN, "\n", "\t")
-    return _BLANK_LINES.sub(_blank_lines_marker, text)
+    lines as markers.
+
+    `colours` says what becomes of the output's own colour codes (SGR): `visible` shows them
+    all like any escape (what a question shows of a file); `on` keeps the harmless ones as
+    colours, each line ending reset, so none outlasts its line (`colours_for` a terminal);
+    `off` drops them. Either way, codes that hide text (conceal, reverse, blink) stay visible,
+    and every other escape too; a code between two blank characters is dropped, so that no
+    colour can cut a long blank run into short ones that escape the marker."""
+    text = text.replace("\r\n", "\n")
+    if colours == "visible":
+        shown = _neutralised(text)
+    else:
+        parts: list[str] = []
+        done = 0
+        for match in _SGR.finditer(text):
+            parts.append(text[done : match.start()])
+            before = text[match.start() - 1 : match.start()]
+            after = text[match.end() : match.end() + 1]
+            inside_blanks = bool(before and after) and _blank(before) and _blank(after)
+            parts.append("" if inside_blanks else _Kept(_colour(match, colours)))
+            done = match.end()
+        parts.append(text[done:])
+        shown = _neutralised_around(parts)
+        if colours == "on" and "\x1b" in shown:
+            shown = "\n".join(
+                line + "\x1b[0m" if "\x1b" in line else line for line in shown.split("\n")
+            )
+    return _BLANK_LINES.sub(_blank_lines_marker, shown)
+
+
+class _Kept(str):
+    """A colour code for_terminal keeps as it is (already decided by `_colour`)."""
+
+
+def _blank(ch: str) -> bool:
+    return ch not in "\n" and renders_blank(ch)
+
+
+def _neutralised(text: str) -> str:
+    return _shown(text, OUTPUT_SPACE_RUN, "\n", "\t")
+
+
+def _neutralised_around(parts: list[str]) -> str:
+    """The text parts neutralised as one text (so a blank run across a dropped code is still
+    one run), the kept colour codes put back where they were."""
+    text = "".join(p for p in parts if not isinstance(p, _Kept))
+    if not any(isinstance(p, _Kept) and p for p in parts):
+        return _neutralised(text)
+    out: list[str] = []
+    pending: list[str] = []
+    for part in parts:
+        if isinstance(part, _Kept):
+            out.append(_neutralised("".join(pending)))
+            pending = []
+            out.append(str(part))
+        else:
+            pending.append(part)
+    out.append(_neutralised("".join(pending)))
+    return "".join(out)
+
+
+def _colour(match: re.Match[str], colours: Colours) -> str:
+    params = set(match.group(1).split(";"))
+    if params & _EXTENDED_SGR:
+        return ""
+    if params & _HIDING_SGR:
+        return _neutralised(match.group())
+    if params <= _HARMLESS_SGR:
+        return match.group() if colours == "on" else ""
+    return ""
 
 
 def _neutral(ch: str) -> str:
     if ch.isascii() and ch.isprintable():
         return ch
+    if "\udc80" <= ch <= "\udcff":  # a byte of a name that is not UTF-8: see `spelled`
+        return f"\\x{ord(ch) - 0xDC00:02x}"
     if ch in _BLANK_SET:
         return f"\\u{{{ord(ch):04x}}}"
     category = unicodedata.category(ch)
@@ -148,3 +261,48 @@ def quoted(value: object) -> str:
         f"\\u{ord(char):04x}" if unicodedata.category(char) in ("Cc", "Cf") else char
         for char in quoted
     )
+
+
+_SPELLED_BYTE = re.compile(r"\\(\\|x([89a-fA-F][0-9a-fA-F]))")
+_BYTE_ESCAPE = re.compile(r"x[89a-fA-F][0-9a-fA-F]")
+
+
+def spelled(name: str | bytes) -> str:
+    r"""A file name as text that says exactly which bytes it is, and that `unspelled` reads
+    back: a byte that is not UTF-8 as `\xHH` (the name `n\xe9e.txt`: the bytes `n`, 0xE9,
+    `e.txt`), and a backslash that would otherwise read as the start of an escape doubled.
+    `name` is bytes, or a name as Python holds it (`os.fsdecode`: surrogates for such bytes)."""
+    text = name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else name
+    if "\\" not in text and not any("\udc80" <= ch <= "\udcff" for ch in text):
+        return text
+    out: list[str] = []
+    for index, ch in enumerate(text):
+        if "\udc80" <= ch <= "\udcff":
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch == "\\" and _starts_escape(text[index + 1 :]):
+            out.append("\\\\")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _starts_escape(rest: str) -> bool:
+    if not rest:
+        return False
+    if rest[0] == "\\" or "\udc80" <= rest[0] <= "\udcff":
+        return True
+    return _BYTE_ESCAPE.match(rest) is not None
+
+
+def unspelled(text: str) -> str:
+    r"""The name `spelled` shows as `text`, as Python holds names (surrogates for bytes that
+    are not UTF-8): `\xHH` (HH from 80 to ff) is that byte and `\\` one backslash; nothing
+    else changes, so no ASCII character can be slipped in as an escape."""
+    if "\\" not in text:
+        return text
+    return _SPELLED_BYTE.sub(_unspell, text)
+
+
+def _unspell(match: re.Match[str]) -> str:
+    byte = match.group(2)
+    return "\\" if byte is None else chr(0xDC00 + int(byte, 16))

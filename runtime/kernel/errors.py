@@ -25,6 +25,7 @@ leak.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,8 +46,10 @@ class UnknownTool(UsageError):
 
     def __init__(self, name: str, available: list[str] | None = None) -> None:
         self.name = name
+        close = difflib.get_close_matches(name, available or [], n=1, cutoff=0.8)
+        meant = f" (did you mean {close[0]}?)" if close else ""
         hint = f"; available: {', '.join(sorted(available))}" if available else ""
-        super().__init__(f"unknown tool {name!r}{hint}")
+        super().__init__(f"unknown tool {name!r}{meant}{hint}")
 
 
 class InvalidArguments(UsageError):

@@ -28,12 +28,63 @@ NEVER = -1.0
 Clock = Callable[[], float]
 
 
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """What "this session" is where a session grant is made, in words for the human who
+    grants: how long it lasts (`until` ends a sentence: "lasts until this `codecoder call`
+    exits") and where its grants are kept. Each interface says its own
+    (`runtime.session.Runtime.session`)."""
+
+    until: str = "until this session ends"
+    kept: str = "kept in memory only (nothing is written)"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionGrant:
+    """One session grant as `codecoder allowlist list` shows it: the entry, the tool, the
+    environment it was approved in, when it expires (NEVER: with the session), how it came
+    (`answer`: the human's AlwaysThisSession; `--allow`: the command line) and when."""
+
+    tool: str
+    entry: str
+    environment: EnvironmentTag
+    expiry: float
+    origin: str
+    granted: float
+
+
 class SessionAllowlist:
-    def __init__(self, ttl: float = NEVER, clock: Clock | None = None) -> None:
+    def __init__(
+        self, ttl: float = NEVER, clock: Clock | None = None, lifetime: Lifetime | None = None
+    ) -> None:
         self._grants: dict[tuple[str, str, EnvironmentTag], float] = {}
         self._digests: dict[tuple[str, str, EnvironmentTag], str | None] = {}
+        self._origins: dict[tuple[str, str, EnvironmentTag], tuple[str, float]] = {}
         self._ttl = ttl
         self._clock = clock or time.time
+        self.lifetime = lifetime or Lifetime()
+        # Told after every change (a grant, a revocation, an expiry): an interface that
+        # publishes its grants (runtime.interfaces.livegrants) republishes them.
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    @property
+    def ttl(self) -> float:
+        """Seconds a grant made now lasts (`session_ttl`), or NEVER."""
+        return self._ttl
+
+    def lasts(self) -> str:
+        """How long a grant made now lasts, in words: the session's lifetime, and the time it
+        expires at when the project sets a `session_ttl`."""
+        if self._ttl < 0:
+            return self.lifetime.until
+        expiry = self._clock() + self._ttl
+        shape = "%H:%M" if self._ttl >= 120 else "%H:%M:%S"
+        at = time.strftime(shape, time.localtime(expiry))
+        return f"{self.lifetime.until}, and at most until {at} (session_ttl {self._ttl:g} s)"
 
     def grant(
         self,
@@ -42,15 +93,20 @@ class SessionAllowlist:
         ttl: float | None = None,
         digest: str | None = None,
         entry: str | None = None,
+        origin: str = "answer",
     ) -> float:
         """Record a grant for `entry` (one of the key's grant levels; by default its narrowest)
-        and digest, in `environment`; returns its expiry (-1 = never)."""
+        and digest, in `environment`; returns its expiry (-1 = never). `origin` says how it
+        came: `answer` (the human's), `--allow`, `hook`."""
         ttl = self._ttl if ttl is None else ttl
-        expiry = NEVER if ttl < 0 else self._clock() + ttl
+        now = self._clock()
+        expiry = NEVER if ttl < 0 else now + ttl
         level = entry if entry is not None else key.grant_levels[0].entry
         recorded = (key.tool, level, environment)
         self._grants[recorded] = expiry
         self._digests[recorded] = digest
+        self._origins[recorded] = (origin, now)
+        self._changed()
         return expiry
 
     def lookup(
@@ -74,19 +130,33 @@ class SessionAllowlist:
                 continue
             if expiry == NEVER or self._clock() < expiry:
                 return level.entry, True, expiry
-            del self._grants[recorded]
+            self._grants.pop(recorded, None)
             expired = (level.entry, False, expiry)
+            self._changed()
         return expired
 
     def revoke(self, raw: str) -> bool:
         """Drop every grant of this key, in every environment."""
-        found = [k for k in self._grants if k[1] == raw]
+        found = [k for k in list(self._grants) if k[1] == raw]
         for k in found:
-            del self._grants[k]
+            self._grants.pop(k, None)
+        if found:
+            self._changed()
         return bool(found)
 
     def clear(self) -> None:
+        had = bool(self._grants)
         self._grants.clear()
+        if had:
+            self._changed()
+
+    def granted(self) -> list[SessionGrant]:
+        """Every grant still held (an expired one until a lookup drops it), described."""
+        found = []
+        for (tool, entry, environment), expiry in sorted(self._grants.items()):
+            origin, when = self._origins.get((tool, entry, environment), ("answer", 0.0))
+            found.append(SessionGrant(tool, entry, environment, expiry, origin, when))
+        return found
 
     def entries(self) -> list[tuple[str, str, EnvironmentTag, float]]:
         """(tool, key, environment approved in, expiry) of every grant."""
@@ -98,12 +168,20 @@ class SessionAllowlist:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """One usable allowlist entry of codecoder.json."""
+    """One usable allowlist entry or deny rule, and the file it came from (codecoder.json, or
+    the user's own file for a deny rule), so that a decision names the file it really read."""
 
     pattern: KeyPattern
     line: int | None = None
     column: int | None = None
     digest: str | None = None
+    file: str | None = None  # None: the project's codecoder.json
+
+    @property
+    def where(self) -> str:
+        """The rule's file and line, as a person finds it: `/p/codecoder.json line 4`."""
+        name = self.file or "codecoder.json"
+        return f"{name} line {self.line}" if self.line else name
 
 
 class ProjectAllowlist:

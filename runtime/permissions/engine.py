@@ -61,6 +61,8 @@ from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission,
 from codecoder.runtime.permissions.patterns import KeyPattern
 from codecoder.runtime.permissions.prompt import Asker, AskRequest, non_interactive
 
+_SUBJECT_LABELS = {KeyStyle.COMMAND: "runs", KeyStyle.PATH: "path"}
+
 
 class GrantRecorder(Protocol):
     """Writes an AlwaysThisProject answer to the project's file (runtime.config.writing's
@@ -83,11 +85,15 @@ class PermissionEngine:
         session: SessionAllowlist,
         asker: Asker,
         record_grant: GrantRecorder,
+        project_file: str = "codecoder.json",
     ) -> None:
+        """`project_file` is where an AlwaysThisProject answer is written, as the question
+        names it."""
         self._project = project
         self.session = session
         self.asker = asker
         self._record_grant = record_grant
+        self.project_file = project_file
 
     def evaluate(
         self, tool: str, environment: EnvironmentTag, permission: Permission
@@ -247,6 +253,13 @@ class PermissionEngine:
             note=note,
             grants=grants,
             host_key=host.raw if host is not None else "",
+            notes=key.notes,
+            session_lasts=self.session.lasts(),
+            session_kept=self.session.lifetime.kept,
+            project_file=self.project_file,
+            preview=key.preview,
+            subject_label=_SUBJECT_LABELS.get(key.style, "does"),
+            compound=key.compound,
         )
         answer = asker(request)
         done = tuple(violations)
@@ -328,7 +341,9 @@ class PermissionEngine:
                 decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
         self._project().add_grant(Grant(KeyPattern.parse(entry), digest=key.digest))
-        return decided(True, Source.PROJECT, "allowed for the project (written to codecoder.json)")
+        return decided(
+            True, Source.PROJECT, f"allowed for the project (written to {self.project_file})"
+        )
 
     @staticmethod
     def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:
@@ -367,7 +382,7 @@ def _refuse_denied(
         environment,
         key.raw,
         deny.pattern.raw,
-        reason=f"deny rule {deny.pattern.raw!r} of codecoder.json",
+        reason=f"deny rule {deny.pattern.raw!r} of {deny.where}",
     )
     raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
 

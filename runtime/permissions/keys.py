@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,17 @@ class GrantLevel:
 
 
 @dataclass(frozen=True, slots=True)
+class Preview:
+    """What a call would change, shown with its question before the human answers: one line
+    that says what and how much (`replaces src/app.py: 1,204 → 1,388 bytes`), then a few lines
+    (a diff, a new file's head), already bounded. Lines are the file's text as it is: the
+    question neutralises them as it shows them."""
+
+    summary: str
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DenyView:
     """One command as deny rules see it: the canonical name of its program (`git` for
     `/usr/lib/git-core/git-push`; `runtime.permissions.programs.ANY` when the parser cannot know it)
@@ -126,6 +138,9 @@ class PermissionKey:
     argv: tuple[str, ...] | None = None
     protected: bool = False
     subject: str = ""  # what the call does, in full, for the human (the command, the path)
+    # What the human should know besides the subject (where the program lives, the workspace
+    # code it runs), one remark each.
+    notes: tuple[str, ...] = ()
     # What exactly would run, for keys whose grants are pinned to it (a capability's manifest
     # and code): a project grant recorded with another digest does not cover this key.
     digest: str | None = None
@@ -136,6 +151,8 @@ class PermissionKey:
     read_only: str = ""
     filters: str = ""
     needs_host: str = ""
+    # What the call would change, computed only when a question is shown (it reads files).
+    preview: Callable[[], Preview] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def named(cls, tool: str, action: str = "", **kw: Any) -> PermissionKey:

@@ -2,34 +2,104 @@
 
 An asker is any callable `AskRequest -> Answer`. The terminal prompt is one; `non_interactive`
 (CI: anything not granted is denied) and `fixed(answer)` are others. Everything shown to a human
-goes through `visible()` (runtime.kernel.display), so a command cannot hide part of itself.
+goes through `visible()` (runtime.kernel.display), so a command cannot hide part of itself; a
+text of several lines (a multi-line command, a diff) is shown as that many lines, each made
+visible, behind a gutter (`│ `) that no line of it can remove.
 
-Each "always" choice records one entry (`AskRequest.grants`), and its label says what that
-entry covers: the narrowest key naming what the human saw (`run_command:git:status`) unless
-the human picks the program-wide choice, whose label says it covers every simple command of
-that program, or, for a command in a sandbox, every simple command there (`run_command:*`).
+Each choice is one value, `Choice`, that every surface prints from (the terminal prompt, the
+MCP elicitation form, `codecoder decide`, the hooks' messages): its answer and letter, the
+scope in codecoder.json's names (`Once`, `AlwaysThisSession`, `AlwaysThisProject`, `Deny`), the
+entry it records and what that entry covers ("`run_command:cp` — every simple `cp …` command,
+with any arguments"), how long it lasts (this call; this `codecoder call`, this MCP server, or
+this session until HH:MM with a `session_ttl`; the project until revoked) and where it is kept
+(memory, the state directory, codecoder.json). `AskRequest.options()` builds them.
+
+How a new choice plugs in: give it an `Answer` value (runtime.kernel.decision) whose `scope`
+says how long it lasts, a letter in `LETTERS`, and, when it records an entry, the entry in the
+request's `grants` (the engine, runtime.permissions.engine, offers it in `choices`). A choice
+that runs the call somewhere else than the request's environment says so in `Choice.runs_in`.
 A command that would fail contained is also offered the host, unconfined, once or for the
-session: those choices say so, and name the key they run under there.
+session (`HOST_ONCE`, `HOST_SESSION`: `Choice.runs_in` is @shell, and they name the key they
+run under there).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import lookalikes, visible
-from codecoder.runtime.permissions.keys import GrantLevel
+from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.runtime.permissions.keys import GrantLevel, Preview
+
+# What a question shows of a call's preview (a diff, a new file's head): enough to judge it.
+PREVIEW_LINES = 40
+PREVIEW_WIDTH = 160
+GUTTER = "│ "
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One answer as a person is offered it: what it records, covers, lasts and where it is
+    kept. `entry` is None for Once and Deny, which record nothing."""
+
+    answer: Answer
+    letter: str
+    scope: str  # codecoder.json's name for it: Once, AlwaysThisSession, AlwaysThisProject, Deny
+    entry: str | None
+    covers: str  # what the entry covers ("every simple `cp …` command, with any arguments")
+    lasts: str  # "this call only", "until this `codecoder call` exits", "until revoked"
+    kept: str  # "nothing is recorded", "kept in memory …", "written to /p/codecoder.json"
+    runs_in: EnvironmentTag | None = None  # set when the choice runs the call elsewhere
+    entry_shown: str = ""  # how the entry is shown, where not as itself (a multi-line command)
+
+    @property
+    def grant(self) -> str:
+        """The entry and what it covers, one phrase: "run_command:cp — every simple …"."""
+        if self.entry is None:
+            return self.covers
+        return f"{self.entry_shown or visible(self.entry)} — {visible(self.covers)}"
+
+    @property
+    def when(self) -> str:
+        """How long, and where it is kept, one phrase."""
+        return f"lasts {self.lasts}; {self.kept}"
+
+    @property
+    def title(self) -> str:
+        """The whole choice on one line (an MCP form's choice, a hook's message)."""
+        if self.entry is None:
+            return f"{self.scope}: {self.covers}"
+        return f"{self.scope}: {self.grant} ({self.when})"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "answer": self.answer.value,
+            "letter": self.letter,
+            "scope": self.scope,
+            "entry": self.entry,
+            "covers": self.covers,
+            "lasts": self.lasts,
+            "kept": self.kept,
+            "runs_in": self.runs_in.value if self.runs_in else None,
+        }
+
+
+_ONCE = "this call only; nothing is recorded"
+_DENY = "nothing runs; nothing is recorded"
+_NOTHING = "nothing is recorded"
 
 
 @dataclass(frozen=True, slots=True)
 class AskRequest:
     """One question to the human. `grants` says, for each "always" choice offered, the entry
-    it records and what that entry covers."""
+    it records and what that entry covers; `session_lasts` and `session_kept` what a session
+    grant means where the question is asked, `project_file` where a project grant is written."""
 
     tool: str
     environment: EnvironmentTag
@@ -40,6 +110,14 @@ class AskRequest:
     note: str = ""  # e.g. a CeilingViolation met on the way, an expired session grant
     grants: tuple[tuple[Answer, GrantLevel], ...] = ()
     host_key: str = ""  # the key on the host, where the host choices are offered
+    notes: tuple[str, ...] = ()  # the key's remarks: where the program lives, what code it runs
+    session_lasts: str = "until this session ends"
+    session_kept: str = "kept in memory only (nothing is written)"
+    project_file: str = "codecoder.json"
+    subject_label: str = "runs"  # what the subject is: "runs" (a command), "path", "does"
+    compound: bool = False  # the key is the whole command (runtime.permissions.commandkey)
+    # What the call would change (a diff): read when the question is shown, never compared.
+    preview: Callable[[], Preview] | None = field(default=None, compare=False, repr=False)
 
     def grant_for(self, answer: Answer) -> GrantLevel:
         """The entry `answer` records (the key itself where the request names none)."""
@@ -47,6 +125,75 @@ class AskRequest:
             if offered is answer:
                 return level
         return GrantLevel(self.key, "exactly this key")
+
+    def option(self, answer: Answer) -> Choice:
+        """`answer` as the person is offered it."""
+        letter = LETTERS[answer]
+        host = EnvironmentTag.SHELL if answer.on_host else None
+        where = " on the host" if host else ""
+        if answer.scope is Answer.ONCE:
+            if host:
+                covers = (
+                    f"this call only, run on the host, unconfined (@shell), as "
+                    f"{key_for_person(self.host_key)}; nothing is recorded"
+                )
+            elif self.host_key:
+                covers = (
+                    f"this call only, contained in {self.environment.value} (it would likely "
+                    "fail); nothing is recorded"
+                )
+            else:
+                covers = _ONCE
+            return Choice(
+                answer, letter, f"Once{where}", None, covers, "this call only", _NOTHING, host
+            )
+        if answer.scope is Answer.DENY:
+            return Choice(answer, letter, "Deny", None, _DENY, "this call only", _NOTHING)
+        level = self.grant_for(answer)
+        if answer.scope is Answer.SESSION:
+            lasts, kept = self.session_lasts, self.session_kept
+        else:
+            lasts, kept = "until revoked", f"written to {self.project_file}"
+        covers = f"{level.covers}, run on the host, unconfined (@shell)" if host else level.covers
+        shown = _key_shown(self) if level.entry == self.key else ""
+        return Choice(
+            answer,
+            letter,
+            f"{answer.label}{where}",
+            level.entry,
+            covers,
+            lasts,
+            kept,
+            host,
+            entry_shown=shown,
+        )
+
+    def options(self) -> tuple[Choice, ...]:
+        """Every choice offered, in order."""
+        return tuple(self.option(answer) for answer in self.choices)
+
+    def shown_preview(self) -> Preview | None:
+        """The preview bounded for a question (its lines cut to `PREVIEW_LINES` lines of
+        `PREVIEW_WIDTH` characters, each neutralised as tool output is), or None. A preview
+        that fails to compute says so instead of failing the question."""
+        if self.preview is None:
+            return None
+        try:
+            found = self.preview()
+        except Exception as exc:  # a question must be shown, whatever the preview met
+            return Preview(f"(no preview: {type(exc).__name__}: {exc})")
+        lines = [_bounded(line) for line in found.lines[:PREVIEW_LINES]]
+        hidden = len(found.lines) - PREVIEW_LINES
+        if hidden > 0:
+            lines.append(f"… {hidden} more line{'s' if hidden != 1 else ''} not shown")
+        return Preview(found.summary, tuple(lines))
+
+
+def _bounded(line: str) -> str:
+    shown = for_terminal(line.replace("\n", "\\n"))
+    if len(shown) > PREVIEW_WIDTH:
+        shown = shown[:PREVIEW_WIDTH] + f"… ({len(shown) - PREVIEW_WIDTH} more characters)"
+    return shown
 
 
 Asker = Callable[[AskRequest], Answer]
@@ -70,7 +217,7 @@ def fixed(answer: Answer) -> Asker:
     return ask
 
 
-_LETTERS = {
+LETTERS = {
     Answer.ONCE: "o",
     Answer.SESSION: "s",
     Answer.SESSION_PROGRAM: "a",
@@ -81,79 +228,96 @@ _LETTERS = {
     Answer.HOST_SESSION: "r",
     Answer.DENY: "d",
 }
-_SCOPES = {
-    Answer.SESSION: "always this session",
-    Answer.SESSION_PROGRAM: "always this session",
-    Answer.PROJECT: "always this project",
-    Answer.PROJECT_PROGRAM: "always this project",
-    Answer.PROJECT_ANY: "always this project",
-    Answer.HOST_SESSION: "on the host, unconfined (@shell), for the rest of this session",
-}
-# Choices whose entry is worth naming whenever they are offered, and that make the narrow
-# choices name theirs too.
-_NAMED = (Answer.SESSION_PROGRAM, Answer.PROJECT_PROGRAM, Answer.PROJECT_ANY)
 
 
-def choice_label(request: AskRequest, answer: Answer) -> str:
-    """What choosing `answer` does, in words, including the entry it records and what that
-    covers when the request has a choice between a narrow and a program-wide entry."""
-    if answer is Answer.ONCE:
-        if request.host_key:
-            return f"allow once, contained in {request.environment.value} (it would likely fail)"
-        return "allow once"
-    if answer is Answer.DENY:
-        return "deny"
-    if answer is Answer.HOST_ONCE:
-        return f"run it on the host, unconfined (@shell), once [{visible(request.host_key)}]"
-    writes = " (writes codecoder.json)" if answer.scope is Answer.PROJECT else ""
-    detail = choice_detail(request, answer)
-    return f"{_SCOPES[answer]}{': ' + detail if detail else ''}{writes}"
-
-
-def choice_detail(request: AskRequest, answer: Answer) -> str:
-    """What an "always" choice's entry covers and the entry itself, where the request offers
-    a wider choice than the key (program-wide, any command in the sandbox) or the host for the
-    session (otherwise the key shown is what is recorded: "")."""
-    named = answer in (*_NAMED, Answer.HOST_SESSION) or any(
-        offered in _NAMED for offered in request.choices
-    )
-    if not named or answer.scope not in (Answer.SESSION, Answer.PROJECT):
-        return ""
-    level = request.grant_for(answer)
-    return f"{visible(level.covers)} [{visible(level.entry)}]"
-
-
-def describe(request: AskRequest) -> list[tuple[str, str]]:
-    """What a person is shown about a call, as (label, text) pairs, all of it made visible.
+def describe(request: AskRequest) -> list[tuple[str, list[str]]]:
+    """What a person is shown about a call, as (label, lines) pairs, all of it made visible;
+    most values are one line, a multi-line command or a preview several.
 
     The terminal prompt and the MCP elicitation both print from this, each in its own layout.
     """
-    rows = [
-        ("tool", visible(request.tool)),
-        ("environment", f"{request.environment.value} ({request.environment.containment})"),
-        ("key", visible(request.key)),
+    rows: list[tuple[str, list[str]]] = [
+        ("tool", [visible(request.tool)]),
+        ("environment", [f"{request.environment.value} ({request.environment.containment})"]),
+        ("key", [_key_line(request)]),
     ]
     if request.subject:
-        rows.append(("runs", visible(request.subject)))
+        rows.append((request.subject_label, visible_lines(request.subject)))
     if request.host_key:
-        rows.append(("on the host", f"{visible(request.host_key)} (@shell, unconfined)"))
+        rows.append(("on the host", [f"{key_for_person(request.host_key)} (@shell, unconfined)"]))
     odd = lookalikes(request.subject or request.key)
     if odd:
-        rows.append(("warning", f"non-ASCII characters: {', '.join(odd)}"))
+        rows.append(("warning", [f"non-ASCII characters: {', '.join(odd)}"]))
+    for remark in request.notes:
+        rows.append(("note", visible_lines(remark)))
     if request.note:
-        rows.append(("note", visible(request.note)))
+        rows.append(("note", visible_lines(request.note)))
+    preview = request.shown_preview()
+    if preview is not None:
+        rows.append(("changes", [visible(preview.summary), *preview.lines]))
     return rows
+
+
+def key_for_person(key: str) -> str:
+    """A key made visible for a line a person reads (a status line, the log, a list): a
+    compound command's key of several lines, which is the whole command JSON-quoted, shown as
+    its first line and how many there are, so no `\\n` is read as part of it."""
+    tool, sep, action = key.partition(":")
+    if sep and len(action) > 1 and action[0] == action[-1] == '"':
+        try:
+            command = json.loads(action)
+        except ValueError:
+            command = None
+        if isinstance(command, str) and "\n" in command:
+            lines = command.split("\n")
+            return f'{visible(tool)}:"{visible(lines[0])}…" ({len(lines)} lines)'
+    return visible(key)
+
+
+def _key_shown(request: AskRequest) -> str:
+    """The key, made visible; a compound command's key, which is the whole command
+    JSON-quoted, is not repeated with its escapes where the command is shown line by line."""
+    if request.compound and "\n" in request.subject:
+        return f'{visible(request.tool)}:"…"'
+    return visible(request.key)
+
+
+def _key_line(request: AskRequest) -> str:
+    shown = _key_shown(request)
+    if shown != visible(request.key):
+        return f"{shown} (this whole command, exactly as shown below)"
+    return shown
+
+
+def why_not_project(request: AskRequest) -> str:
+    """Why AlwaysThisProject is not offered, made visible, the key as `_key_shown` shows it."""
+    return visible(request.why_not_project).replace(visible(request.key), _key_shown(request))
+
+
+def laid_out(label: str, lines: list[str], width: int) -> list[str]:
+    """One described row as text lines: `label` padded to `width`, then its value; a value of
+    several lines goes behind the gutter, one line each, so none can pass for a line of the
+    question (a choice, a label)."""
+    if len(lines) == 1:
+        return [f"{label:<{width}} {lines[0]}"]
+    pad = " " * width
+    return [f"{label if i == 0 else pad:<{width}} {GUTTER}{line}" for i, line in enumerate(lines)]
 
 
 def render(request: AskRequest) -> str:
     """The terminal prompt's text."""
     lines = ["codecoder: permission required"]
-    lines += [f"  {label:<12} {text}" for label, text in describe(request)]
+    for label, value in describe(request):
+        lines += [f"  {line}" for line in laid_out(label, value, 12)]
     lines.append("")
-    for answer in request.choices:
-        lines.append(f"  [{_LETTERS[answer]}] {choice_label(request, answer)}")
+    options = request.options()
+    width = max(len(choice.scope) for choice in options)
+    for choice in options:
+        lines.append(f"  [{choice.letter}] {choice.scope:<{width}}  {choice.grant}")
+        if choice.entry is not None:
+            lines.append(f"      {'':<{width}}  {choice.when}")
     if request.why_not_project:
-        lines.append(f"  (always this project is not offered: {visible(request.why_not_project)})")
+        lines.append(f"  (AlwaysThisProject is not offered: {why_not_project(request)})")
     return "\n".join(lines)
 
 
@@ -181,7 +345,7 @@ class TerminalPrompt:
         stdin, stdout, opened = self._streams()
         try:
             stdout.write(render(request) + "\n")
-            letters = {_LETTERS[a]: a for a in request.choices}
+            letters = {LETTERS[a]: a for a in request.choices}
             choice = "/".join(letters)
             while True:
                 stdout.write(f"choice [{choice}]: ")

@@ -37,6 +37,10 @@ from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, P
 from codecoder.runtime.permissions.programs import canonical_name
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 
+# Where a command is a process on the host's own file system, as the human's shell would run it:
+# what PATH finds there (and whether a sandbox could have put it there) is what runs.
+_HOST = frozenset({EnvironmentTag.SHELL, EnvironmentTag.CONFINED})
+
 
 class RunCommandParameters(Parameters):
     command: str = Field(
@@ -116,12 +120,13 @@ class RunCommand(Tool[RunCommandParameters]):
     name = "run_command"
     description = (
         "Run a command line in the project workspace and return its output and exit code. "
-        "Runs on the host by default (@shell); a project may bind it to a contained sandbox "
-        "(@bwrap) or a container (@docker)."
+        "Runs in a kernel sandbox by default (@bwrap: the workspace writable, its protected "
+        "paths read-only, the user's secrets hidden, no network); a project may bind it to a "
+        "container (@docker) or to the host (@shell)."
     )
     category = Category.EXECUTE
-    environment = EnvironmentTag.SHELL
-    bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.BWRAP, EnvironmentTag.DOCKER})
+    environment = EnvironmentTag.BWRAP
+    bindable = frozenset({EnvironmentTag.BWRAP, EnvironmentTag.SHELL, EnvironmentTag.DOCKER})
     parameters = RunCommandParameters
     key_style = KeyStyle.COMMAND
     output_schema = COMMAND_OUTPUT_SCHEMA
@@ -132,7 +137,7 @@ class RunCommand(Tool[RunCommandParameters]):
     def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
         key = self.permission(args).key
         assert key is not None
-        if site.environment is not EnvironmentTag.SHELL:
+        if site.environment not in _HOST:
             # In a sandbox: its own PATH, its own file system.
             if key.read_only and site.environment.confines_read_only:
                 return Permission.read_only(key)
@@ -154,7 +159,7 @@ class RunCommand(Tool[RunCommandParameters]):
                 key = dataclasses.replace(
                     key,
                     protected=True,
-                    subject=f"{key.subject}\n(protected: {reached} through a symlink)",
+                    notes=(*key.notes, f"protected: {reached} through a symlink"),
                 )
         words = key.argv
         if words is None:
@@ -168,8 +173,11 @@ class RunCommand(Tool[RunCommandParameters]):
             # What the grant means on the host: the code there when it runs, whoever wrote it.
             key = dataclasses.replace(
                 key,
-                subject=f"{key.subject}\n(runs code from the workspace: {code}; whatever may "
-                "write the workspace, sandboxed tools included, can change it)",
+                notes=(
+                    *key.notes,
+                    f"runs code from the workspace: {code}; whatever may write the workspace, "
+                    "sandboxed tools included, can change it",
+                ),
             )
         name = words[0]
         if "/" in name:
@@ -191,7 +199,8 @@ class RunCommand(Tool[RunCommandParameters]):
                 by_path.permission_key(self.name),
                 argv=argv,
                 protected=key.protected or by_path.protected,
-                subject=f"{key.subject}\n({name} is {program.where()})",
+                subject=key.subject,
+                notes=(*key.notes, f"{name} is {program.where()}"),
                 filters=key.filters,
                 views=key.views if key.filters else by_path.views,
             )
@@ -212,7 +221,7 @@ class RunCommand(Tool[RunCommandParameters]):
         elif key.filters:
             argv, script = None, f"{shlex.join(key.argv)} {key.filters}"
         env = None
-        if script is not None and ctx.environment_tag is EnvironmentTag.SHELL:
+        if script is not None and ctx.environment_tag in _HOST:
             env = {**os.environ, "PATH": host_path(ctx.workspace)}
         request = CommandRequest(
             cwd=ctx.workspace,
@@ -270,8 +279,8 @@ class Commit(Tool[CommitParameters]):
         "staging the given paths (or all tracked changes) first."
     )
     category = Category.GIT
-    environment = EnvironmentTag.SHELL
-    bindable = frozenset({EnvironmentTag.SHELL, EnvironmentTag.BWRAP})
+    environment = EnvironmentTag.BWRAP
+    bindable = frozenset({EnvironmentTag.BWRAP, EnvironmentTag.SHELL})
     parameters = CommitParameters
     output_schema = COMMAND_OUTPUT_SCHEMA
 
@@ -279,14 +288,14 @@ class Commit(Tool[CommitParameters]):
         return Permission.ask(PermissionKey.named(self.name, subject=_commit_summary(args)))
 
     def permission_in(self, args: CommitParameters, site: CallSite) -> Permission:
-        subject = _commit_summary(args)
         try:
             hooks = HostGit.for_workspace(site.workspace).hooks
         except ExecutionFailed:
             hooks = ()  # execute() refuses, saying why
-        if hooks:
-            subject += f"\n(runs the hooks {', '.join(hooks)} from .git/hooks)"
-        return Permission.ask(PermissionKey.named(self.name, subject=subject))
+        notes = (f"runs the hooks {', '.join(hooks)} from .git/hooks",) if hooks else ()
+        return Permission.ask(
+            PermissionKey.named(self.name, subject=_commit_summary(args), notes=notes)
+        )
 
     def execute(self, args: CommitParameters, ctx: ToolContext) -> ToolResult:
         git = HostGit.for_workspace(ctx.workspace).runner(

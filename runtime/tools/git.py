@@ -40,6 +40,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.confined import Beneath
+from codecoder.runtime.kernel.display import spelled
 from codecoder.runtime.kernel.errors import CodecoderError, ExecutionFailed
 from codecoder.runtime.permissions.keys import Permission
 from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
@@ -379,9 +380,9 @@ def _text(path: bytes) -> str:
 def _shown(path: str) -> str:
     """A path as printed: quoted like git's core.quotePath when it holds control characters,
     so a file name cannot rewrite the terminal it is shown on."""
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xDC80 <= ord(c) <= 0xDCFF for c in path):
-        return json.dumps(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
-    return path
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in path):
+        return json.dumps(spelled(path))
+    return spelled(path)  # a name that is not UTF-8 as `n\\xe9e.txt`, which reads back
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
-"""Egress from the @docker sandbox as a permission: every host a key `network:<host>`.
+"""Egress from a sandbox (@docker, @bwrap) as a permission: every host a key `network:<host>`.
 
-A project whose `docker.network` is `{"allow": [...]}` lets the sandbox reach those hosts through
-the runtime's egress proxy (`environments.docker.egress`), and only as far as the permission chain
+A project whose `docker.network` is `{"allow": [...]}` (the one egress allowlist of its
+sandboxes: @bwrap obeys it too) lets the sandbox reach those hosts through
+the runtime's egress proxy (`environments.egress`), and only as far as the permission chain
 admits each host: `network:pypi.org` is asked like any other key, refused by a deny rule
 (`"deny": ["network:*"]`), granted for the session or, because the sandbox contains whatever
 comes back, for the project (`"network:pypi.org": "AlwaysThisProject"`).
@@ -49,14 +50,14 @@ def network_key(host: str, port: int) -> PermissionKey:
         tool="network",
         action=host,
         raw=f"network:{host}",
-        subject=f"connect to {host}:{port} from the @docker sandbox, through its egress proxy",
+        subject=f"connect to {host}:{port} from the sandbox, through its egress proxy",
         levels=(GrantLevel(f"network:{escape_literal(host)}", f"connections to {host} only"),),
     )
 
 
 class NetworkAccess(Tool[NetworkParameters]):
     name = "network"
-    description = "A connection from the @docker sandbox to a host of its egress allowlist."
+    description = "A connection from a sandbox to a host of its egress allowlist."
     category = Category.WEB
     environment = EnvironmentTag.DOCKER
     bindable = frozenset({EnvironmentTag.DOCKER})
@@ -66,7 +67,7 @@ class NetworkAccess(Tool[NetworkParameters]):
         return Permission.ask(network_key(args.host, args.port))
 
     def execute(self, args: NetworkParameters, ctx: ToolContext) -> ToolResult:
-        raise ExecutionFailed("network is a permission of the @docker sandbox, not a tool")
+        raise ExecutionFailed("network is a permission of the sandboxes, not a tool")
 
 
 NETWORK: Final = NetworkAccess()

@@ -12,6 +12,10 @@ fields); this package carries the attempts out and reports what it *observed* fo
                       symlink swapped during a call, a tampered compiled-module cache, file tools,
                       modules built to exhaust memory, tables or the compiler, FIFOs, the disk,
                       protected paths planted at any depth
+    bwrap             scripts attacking the @bwrap sandbox from inside: the workspace's protected
+                      paths, the user's secrets and the runtime's state, the host's network,
+                      sockets and processes, mounts, namespaces, keyrings, the terminal,
+                      privileges, processes outliving their call (bait served on the host)
     docker            scripts attacking the container from inside: network (a canary served on
                       the host), filesystems, privileges, resources, time, the agent that runs
                       them, processes outliving their call, state left for another grant
@@ -27,6 +31,7 @@ Each attempt ends blocked, escaped, not run or not applicable (outcomes.py says 
     keying.py            the keying layer
     permission_files.py  the permission-files layer
     wasm.py              the wasm layer
+    bwrap.py             the bwrap layer
     docker.py            the docker layer
     calls.py             recording environments, a fixed-answer asker, a call's outcome in words
     workspace.py         the scratch workspace: bait, protected paths, snapshots, restoring

@@ -24,7 +24,15 @@ __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
 Layer: TypeAlias = Literal[
-    "keying", "contained", "permission-files", "rules", "hooks", "wasm", "docker", "pool"
+    "keying",
+    "contained",
+    "permission-files",
+    "rules",
+    "hooks",
+    "wasm",
+    "bwrap",
+    "docker",
+    "pool",
 ]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
 LAYERS: Final[tuple[Layer, ...]] = (
@@ -34,6 +42,7 @@ LAYERS: Final[tuple[Layer, ...]] = (
     "rules",
     "hooks",
     "wasm",
+    "bwrap",
     "docker",
     "pool",
 )
@@ -106,6 +115,7 @@ class PermissionFileEntry(_Entry):
         "link-to-protected",
         "bare-repository",
         "read-root-swap",
+        "question-preview",
     ]
     call: ToolCall
     entry: dict[str, str] = Field(default_factory=dict)
@@ -211,6 +221,21 @@ class DockerEntry(_Entry):
         return self.model_copy(update=changes)
 
 
+BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home"]
+
+
+class BwrapEntry(_Entry):
+    script: str | tuple[str, ...]
+    writable: bool = False
+    timeout: float = Field(default=30.0, gt=0)
+    escaped_if: tuple[BwrapCheck, ...] = ("token",)
+    blocked_by: tuple[ErrorName, ...] = ()
+    watch: tuple[str, ...] = ()
+    expect_output: str | None = None
+    stage: tuple[Literal["setuid-binary"], ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 WasmCheck = Literal["secret", "succeeded", "completed", "overran", "uncapped"]
 
 
@@ -255,6 +280,7 @@ AnyEntry: TypeAlias = (
     | HooksEntry
     | DockerEntry
     | WasmEntry
+    | BwrapEntry
     | PoolEntry
 )
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
@@ -264,6 +290,7 @@ _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "rules": RulesEntry,
     "hooks": HooksEntry,
     "wasm": WasmEntry,
+    "bwrap": BwrapEntry,
     "docker": DockerEntry,
     "pool": PoolEntry,
 }

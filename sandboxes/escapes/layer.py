@@ -1,15 +1,16 @@
 """What every layer's runner is (`_LayerRunner`: keying.py, permission_files.py, wasm.py,
-docker.py) and what it may use of the audit it runs in (`AuditContext`: the project's
+bwrap.py, docker.py) and what it may use of the audit it runs in (`AuditContext`: the project's
 configuration, the scratch workspace, the environments).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from codecoder.environments.base import Environment
+from codecoder.runtime.config.project import ProjectConfig
 from codecoder.runtime.config.settings import ShellSettings
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.permissions.keys import PermissionKey
@@ -32,6 +33,8 @@ class AuditContext(Protocol):
     @property
     def options(self) -> AuditOptions: ...
     @property
+    def config(self) -> ProjectConfig: ...
+    @property
     def tools(self) -> Mapping[str, Tool[Any]]: ...
     @property
     def trusted(self) -> bool: ...
@@ -52,6 +55,7 @@ class AuditContext(Protocol):
     def scratch_dir(self, name: str) -> Path: ...
     def fresh_dir(self, name: str) -> Path: ...
     def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]: ...
+    def on_close(self, callback: Callable[[], None]) -> None: ...
 
 
 class _LayerRunner:

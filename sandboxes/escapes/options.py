@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from codecoder.environments.base import CommandRequest, CommandResult, Environment
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.runtime.tools.base import Tool
 
@@ -20,7 +21,7 @@ class AuditOptions:
     """Replacements for parts of the project's configuration; None keeps the project's own.
 
     They exist to show that the suite can fail: a weakened Docker configuration, a client that
-    changes what containers are created with, a tool with a broken keyer.
+    changes what containers are created with, a weakened @bwrap, a tool with a broken keyer.
     """
 
     tools: Mapping[str, Tool[Any]] | None = None
@@ -30,3 +31,8 @@ class AuditOptions:
     # The engine runtimes the docker layer attacks besides the project's own (None: every one
     # the engine offers that codecoder knows).
     docker_runtimes: Collection[str] | None = None
+    # What the bwrap layer attacks instead of a @bwrap environment of the project's settings,
+    # made for the scratch workspace and the environment variables given (a weakened one).
+    bwrap_environment: (
+        Callable[[Path, Mapping[str, str]], Environment[CommandRequest, CommandResult]] | None
+    ) = None

@@ -23,6 +23,7 @@ from codecoder.runtime.dispatcher import CallOutcome
 from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
 from codecoder.runtime.kernel.decision import Answer, Source
 from codecoder.runtime.kernel.display import visible
+from codecoder.runtime.permissions.prompt import AskRequest, render
 from codecoder.runtime.session import Runtime, Session
 from codecoder.sandboxes.escapes.calls import (
     _allowed,
@@ -63,6 +64,7 @@ class _PermissionFilesLayer(_LayerRunner):
             "link-to-protected": self._link_to_protected,
             "bare-repository": self._bare_repository,
             "read-root-swap": self._read_root_swap,
+            "question-preview": self._question_preview,
         }
         return procedures[entry.kind](entry, entry.call)
 
@@ -70,8 +72,9 @@ class _PermissionFilesLayer(_LayerRunner):
     def _recorded_session(
         self, directory: Path, text: str | None, asker: _Asker
     ) -> Iterator[tuple[Runtime, Session, MockEnvironment]]:
-        """A session on `directory` (with `text` as its codecoder.json, when given) whose
-        environments only record, trusted as far as the project's own file is."""
+        """A session on `directory` (with `text` as its codecoder.json, when given; else with
+        the project's own bindings) whose environments only record, trusted as far as the
+        project's own file is."""
         if text is not None:
             (directory / PROJECT_FILE).write_text(text)
         recorder, environments = _recorders()
@@ -83,10 +86,15 @@ class _PermissionFilesLayer(_LayerRunner):
                 audit_log=None,
                 tools=self.audit.tools,
                 trusted=self.audit.trusted,
+                bindings=None if text is not None else self._bindings(),
             ) as runtime,
             runtime.session() as session,
         ):
             yield runtime, session, recorder
+
+    def _bindings(self) -> dict[str, EnvironmentTag]:
+        """The environments the project's configuration binds its tools to."""
+        return dict(self.audit.config.bindings)
 
     def _not_allowed(self, outcome: CallOutcome, recorder: MockEnvironment, what: str) -> None:
         if _allowed(outcome) or recorder.requests:
@@ -426,8 +434,14 @@ class _PermissionFilesLayer(_LayerRunner):
         (directory / "top.txt").write_text("changed\n")
         environments = {EnvironmentTag.SHELL: audit.environment(EnvironmentTag.SHELL)}
         asker = _Asker(Answer.ONCE)
+        # The hardening of git on the host is what is attacked: commit bound there.
         with Runtime(
-            directory, asker=asker, environments=environments, audit_log=None, tools=audit.tools
+            directory,
+            asker=asker,
+            environments=environments,
+            audit_log=None,
+            tools=audit.tools,
+            bindings={call.tool: EnvironmentTag.SHELL},
         ) as runtime:
             outcome = runtime.session().call(call.tool, call.args)
         ran = sorted(os.listdir(markers))
@@ -466,7 +480,7 @@ class _PermissionFilesLayer(_LayerRunner):
             _escaped(
                 f"the planted {program} was covered by {innocent.raw}: {_grant_source(outcome)}"
             )
-        shown = asker.requests[0].subject if asker.requests else ""
+        shown = _remarks(asker.requests)
         if ".venv/bin" not in shown:
             _escaped(f"the prompt did not say where {program} lives: {shown!r}")
         return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
@@ -497,7 +511,7 @@ class _PermissionFilesLayer(_LayerRunner):
             outcome = session.call(call.tool, call.args)
         if _allowed(outcome) or recorder.requests:
             _escaped(f"the write through the link was covered by {innocent.raw}")
-        shown = asker.requests[0].subject if asker.requests else ""
+        shown = _remarks(asker.requests)
         if "leads to .git" not in shown:
             _escaped(f"the prompt did not say where the link leads: {shown!r}")
         return f"{_refusal(outcome, asker)}; the prompt said: {visible(shown.splitlines()[-1])}"
@@ -527,6 +541,7 @@ class _PermissionFilesLayer(_LayerRunner):
                 audit_log=None,
                 tools=audit.tools,
                 trusted=audit.trusted,
+                bindings=self._bindings(),
             ) as runtime,
             runtime.session() as session,
         ):
@@ -558,6 +573,34 @@ class _PermissionFilesLayer(_LayerRunner):
             _escaped("the read tool read the bait through the swapped root")
         return _result_line(outcome)
 
+    def _question_preview(self, entry: PermissionFileEntry, call: ToolCall) -> str:
+        """What a sandbox may leave where a write is asked about (`links`: a symlink to the bait
+        outside, a directory swapped for one; `script_file`: a FIFO), then the call: the
+        question's diff must show none of the bait, and must not hang on the FIFO."""
+        audit = self.audit
+        directory = audit.fresh_dir("question-preview")
+        bait = audit.fresh_dir("question-preview-bait")
+        (bait / "secret.txt").write_text(f"{audit.token}\n")
+        for link, target in entry.links.items():
+            place = directory / link
+            place.parent.mkdir(parents=True, exist_ok=True)
+            place.symlink_to(target.replace("@OUTSIDE@", str(bait)))
+        if entry.script_file is not None:
+            os.mkfifo(directory / entry.script_file)
+        asker = _Asker()
+        with self._recorded_session(directory, None, asker) as (_, session, _recorder):
+            outcome = session.call(call.tool, call.args)
+        if not asker.requests:
+            raise _NotRun(f"{call.tool} was not asked about: {_result_line(outcome)}")
+        shown = render(asker.requests[0])
+        if audit.token in shown or audit.token in json.dumps(outcome.to_json()):
+            _escaped("the question showed the bait outside the workspace")
+        if (bait / "secret.txt").read_text() != f"{audit.token}\n":
+            _escaped("the bait outside the workspace was changed")
+        changes = [line for line in shown.splitlines() if line.startswith("  changes")]
+        said = " ".join(changes[0].replace("│", " ").split()) if changes else "no preview"
+        return f"{_refusal(outcome, asker)}; the question said: {said}"
+
     def _after_reload(self, calls: Sequence[ToolCall]) -> str:
         """What a /reload of the (possibly rewritten) file grants: each call must still ask."""
         asker = _Asker()
@@ -574,6 +617,13 @@ class _PermissionFilesLayer(_LayerRunner):
 
 
 _CLONED_REPORTS: Final = frozenset({"untrusted", "read_root_forbidden"})
+
+
+def _remarks(requests: Sequence[AskRequest]) -> str:
+    """What the first question said of its call, one remark a line (the last: what matters)."""
+    if not requests:
+        return ""
+    return "\n".join((requests[0].subject, *requests[0].notes))
 
 
 def _widenings_in_effect(config: Any, workspace: Path) -> list[str]:

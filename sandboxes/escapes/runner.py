@@ -36,6 +36,7 @@ from codecoder.runtime.kernel.errors import CodecoderError, SandboxUnavailable
 from codecoder.runtime.permissions.keys import CallSite, PermissionKey
 from codecoder.runtime.permissions.prompt import non_interactive
 from codecoder.runtime.session import Runtime
+from codecoder.sandboxes.escapes.bwrap import _BwrapLayer
 from codecoder.sandboxes.escapes.calls import _last_line
 from codecoder.sandboxes.escapes.canary import _Canary
 from codecoder.sandboxes.escapes.contained import _ContainedLayer
@@ -118,11 +119,18 @@ class _Audit:
         self._unavailable: dict[EnvironmentTag, str] = {}
         self._owned: list[Environment[Any, Any]] = []
         self._canary: _Canary | None = None
+        self._closing: list[Callable[[], None]] = []
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when the audit ends (a layer's bait services)."""
+        self._closing.append(callback)
 
     def __enter__(self) -> _Audit:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for callback in reversed(self._closing):
+            callback()
         if self._canary is not None:
             self._canary.close()
         for env in self._owned:
@@ -284,6 +292,7 @@ class _Audit:
             "rules": _RulesLayer,
             "hooks": _HooksLayer,
             "wasm": _WasmLayer,
+            "bwrap": _BwrapLayer,
             "docker": _DockerLayer,
             "pool": _PoolLayer,
         }

@@ -45,11 +45,14 @@ class _Workspace:
             PROJECT_FILE: self.project_file,
             ".git/config": b"[core]\n\trepositoryformatversion = 0\n",
             ".git/HEAD": b"ref: refs/heads/main\n",
+            ".claude/settings.json": b"{}\n",
+            "vendor/lib/.git/config": b"[core]\n\trepositoryformatversion = 0\n",
+            "vendor/lib/.git/HEAD": b"ref: refs/heads/main\n",
             "src/notes.txt": b"notes\n",
             "race/real-dir/secret.txt": b"inside\n",
             "bin/probe.wasm": _probe_bytes(),
         }
-        for directory in (".codecoder", ".git/hooks"):
+        for directory in (".codecoder", ".git/hooks", "vendor/lib/.git/hooks"):
             (self.path / directory).mkdir(parents=True)
         for name, data in files.items():
             self.write(name, data)

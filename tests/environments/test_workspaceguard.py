@@ -18,6 +18,7 @@ from codecoder.environments.workspaceguard import (
     quarantine_marker,
     unresolved_quarantine,
 )
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.session import Runtime
@@ -208,7 +209,8 @@ def test_a_failed_quarantine_says_so_and_keeps_host_tools_from_running(
     marker = quarantine_marker(tree)
     record = json.loads(marker.read_text())
     assert (record["why"], record["paths"]) == ("a test plant", {"src/.git": "still in place"})
-    with Runtime(tree, asker=RecordingAsker(Answer.ONCE, Answer.ONCE)) as runtime:
+    on_host = {"run_command": EnvironmentTag.SHELL}
+    with Runtime(tree, asker=RecordingAsker(Answer.ONCE, Answer.ONCE), bindings=on_host) as runtime:
         refused = runtime.session().call("run_command", {"command": "echo hi"})
         marker.unlink()  # the human looked
         allowed = runtime.session().call("run_command", {"command": "echo hi"})

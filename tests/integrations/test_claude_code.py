@@ -152,14 +152,15 @@ def test_as_its_hook_codecoder_answers_for_claude_codes_own_tools(
     read, wrote, push, touch, passwd, plant = texts(run)
     assert "hello" in read
     assert "notes/b.md" in wrote and (project / "notes" / "b.md").read_text() == "b\n"
-    assert push == (
+    assert push.startswith(
         "codecoder: run_command:git:push is refused: deny rule 'run_command:git:push' of "
-        "codecoder.json"
+        "codecoder.json line "
     )
     # Asked: `claude -p` shows no prompt, so Claude Code refuses it with codecoder's reason.
-    assert touch == (
+    assert touch.startswith(
         "codecoder: run_command:touch on @shell needs your approval; approving allows "
-        "run_command:touch for the rest of this session"
+        "run_command:touch (every simple `touch …` command, with any arguments) for the rest of "
+        "this Claude Code session"
     )
     assert passwd.startswith("codecoder: /etc/passwd is outside the workspace")
     assert plant.startswith(f"codecoder: write_file:{PLANT} on @wasm needs your approval")
@@ -217,12 +218,12 @@ def test_in_a_terminal_what_the_human_approves_at_claude_codes_prompt_holds_for_
     assert asked == 2, screen[-3000:]  # `touch one` and `git log`; never `touch two`
     assert (
         "codecoder: run_command:touch on @shell needs your approval; approving allows "
-        "run_command:touch for the rest of this session" in screen
+        "run_command:touch (every simple" in screen
     )
     assert (project / "one").exists() and (project / "two").exists()
     assert (
         "codecoder: run_command:git:log on @shell needs your approval; approving allows "
-        "run_command:git:log for the rest of this session" in screen
+        "run_command:git:log (only" in screen
     )
     results = [r["content"] for r in run.tool_results()]
     assert results[1] == "(Bash completed with no output)"  # allowed by the recorded grant

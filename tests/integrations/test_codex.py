@@ -199,12 +199,13 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
         script=[
             Call("mcp__codecoder__run_command", {"command": "touch one"}),
             Call("mcp__codecoder__run_command", {"command": "touch two"}),
-            Call("mcp__codecoder__run_command", {"command": "git log"}),
+            # Not `git log`: a read-only command runs in @bwrap without a question.
+            Call("mcp__codecoder__run_command", {"command": "git tag v1"}),
         ],
         terminal=[
             ("runs: touch one", ""),
             ("esc to cancel", "\x1b[B\r"),  # the second choice: for this session
-            ("runs: git log", ""),
+            ("runs: git tag v1", ""),
             ("esc to cancel", "\x1b"),  # Esc
             ("All done.", ""),
         ],
@@ -212,14 +213,20 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
     screen = run.screen
     assert run.exit_code == 0, screen[-3000:]
     assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
-    assert "› 1. Allow once 2. Always allow for this session 3. Deny" in screen
+    # Each choice says what it records, what that covers, how long and where it is kept.
+    assert (
+        "› 1. Once: this call only; nothing is recorded 2. AlwaysThisSession: run_command:touch "
+        "— every simple `touch …` command, with any arguments (lasts while this MCP server runs "
+        "(until its client disconnects); kept in the server's memory; `codecoder allowlist "
+        "list` shows it) 3. Deny: nothing runs; nothing is recorded" in screen
+    )
     # The refusal's reason is in the transcript the person reads, not only the model's.
-    assert "permission denied: run_command:git:log was not allowed" in screen, screen[-3000:]
+    assert "permission denied: run_command:git:tag was not allowed" in screen, screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()
     one, two, log = texts(run)
     assert one == two == "[exit code 0]"
     assert log == (
-        "permission denied: run_command:git:log was not allowed: the MCP client cancelled the "
+        "permission denied: run_command:git:tag was not allowed: the MCP client cancelled the "
         "question (no answer was given)"
     )
     assert audit(project, env) == [

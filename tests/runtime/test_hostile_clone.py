@@ -2,7 +2,8 @@
 codecoder.json, committed symlinks out of the workspace, a .venv/bin on PATH holding a `git` of
 its own, and a .gitmodules. An agent then calls every tool it can. Nothing beyond the workspace
 may be revealed, and nothing may run on the host without a prompt that says what will run.
-Real git, real @wasm file tools, real @shell."""
+Real git, real @wasm file tools, real @shell (commands are bound there: the host is what is
+attacked here; the same clone's commands in @bwrap are attacked in tests/environments)."""
 
 from __future__ import annotations
 
@@ -145,7 +146,11 @@ def attack(workspace: Path, bait: Path, answer: Answer, collector_url: str) -> d
     outcomes = []
     with (
         Runtime(
-            workspace, asker=human, environments={EnvironmentTag.SHELL: host}, audit_log=None
+            workspace,
+            asker=human,
+            environments={EnvironmentTag.SHELL: host},
+            audit_log=None,
+            bindings={"run_command": EnvironmentTag.SHELL, "commit": EnvironmentTag.SHELL},
         ) as runtime,
         runtime.session() as session,
     ):
@@ -190,7 +195,7 @@ def test_a_cloned_hostile_repository_reveals_nothing_and_runs_nothing_unasked(
     human, host = allowed["human"], allowed["host"]
     prompts = {request.key: request for request in human.asked}
     git_prompt = prompts["run_command:./.venv/bin/git:status"]
-    assert ".venv/bin/git, inside the workspace, which sandboxes can write" in git_prompt.subject
+    assert ".venv/bin/git, inside the workspace, which sandboxes can write" in git_prompt.notes[-1]
     assert prompts["commit"].subject == "git commit --all -m 'wip'"
     assert all(
         prompts[key].environment is EnvironmentTag.SHELL for key in prompts if "run_command" in key

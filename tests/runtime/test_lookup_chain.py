@@ -1,4 +1,8 @@
-"""Every branch of the permission lookup chain (SPEC §4), through the public API."""
+"""Every branch of the permission lookup chain (SPEC §4), through the public API.
+
+run_command is the Ask tool of most tests. Where a test is about a tool on the host (the
+session ceiling, PATH looked up on the host), its project binds run_command to @shell
+(`SHELL_BOUND`); by default it runs contained in @bwrap."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from codecoder.runtime.tools.catalogue import builtin_tools
 from tests.conftest import RecordingAsker, write_config
 
 DOCKER_BOUND = {"environments": {"run_command": "@docker"}}
+SHELL_BOUND = {"environments": {"run_command": "@shell"}}
 
 
 def never_ask(request: Any) -> Answer:
@@ -220,7 +225,7 @@ def test_a_project_grant_for_a_sandboxed_tool_runs_without_asking(make_runtime, 
 def test_a_project_entry_for_a_shell_tool_is_a_reported_ceiling_violation_then_asks(
     make_runtime, project
 ) -> None:
-    write_config(project, {"allowlist": {"run_command:git": "AlwaysThisProject"}})
+    write_config(project, {**SHELL_BOUND, "allowlist": {"run_command:git": "AlwaysThisProject"}})
     asker = RecordingAsker(Answer.ONCE)
     runtime = make_runtime(asker=asker)
     assert [d.code for d in runtime.diagnostics] == ["ceiling_violation"]
@@ -251,7 +256,10 @@ def test_always_this_session_is_remembered_for_the_session_only(make_runtime) ->
     assert not (runtime.project_dir / "codecoder.json").exists()
 
 
-def test_always_this_session_grants_only_the_subcommand_the_human_saw(make_runtime) -> None:
+def test_always_this_session_grants_only_the_subcommand_the_human_saw(
+    make_runtime, project
+) -> None:
+    write_config(project, SHELL_BOUND)  # the argv run names git as found on the host's PATH
     asker = RecordingAsker(Answer.SESSION)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
@@ -262,7 +270,10 @@ def test_always_this_session_grants_only_the_subcommand_the_human_saw(make_runti
     assert [request.argv for request in ran(runtime)] == [(git, "status", "--short")]
 
 
-def test_the_program_wide_choice_is_offered_apart_and_says_what_it_covers(make_runtime) -> None:
+def test_the_program_wide_choice_is_offered_apart_and_says_what_it_covers(
+    make_runtime, project
+) -> None:
+    write_config(project, SHELL_BOUND)  # where the project choices are not offered
     asker = RecordingAsker(Answer.SESSION_PROGRAM)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
@@ -294,7 +305,8 @@ def test_a_session_grant_expires(make_runtime, project) -> None:
     assert "expired" in asker.requests[1].note
 
 
-def test_minus_one_means_a_session_grant_never_expires(make_runtime) -> None:
+def test_minus_one_means_a_session_grant_never_expires(make_runtime, project) -> None:
+    write_config(project, SHELL_BOUND)
     now = [0.0]
     runtime = make_runtime(asker=RecordingAsker(Answer.SESSION), clock=lambda: now[0])
     session = runtime.session()
@@ -335,11 +347,22 @@ def test_non_interactive_denies_whatever_is_not_granted(make_runtime) -> None:
 def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
     make_runtime, project
 ) -> None:
+    write_config(project, SHELL_BOUND)
     shell_asker = RecordingAsker(Answer.DENY)
     call(make_runtime(asker=shell_asker), "ls")
     shown = shell_asker.requests[0]
     assert shown.choices == (Answer.ONCE, Answer.SESSION, Answer.DENY)
     assert "ceiling is AlwaysThisSession" in shown.why_not_project
+    write_config(project, {})  # the default: contained in @bwrap
+    contained_asker = RecordingAsker(Answer.DENY)
+    call(make_runtime(asker=contained_asker), "ls")
+    assert contained_asker.requests[0].choices == (
+        Answer.ONCE,
+        Answer.SESSION,
+        Answer.PROJECT,
+        Answer.DENY,
+    )
+    assert contained_asker.requests[0].environment is EnvironmentTag.BWRAP
     write_config(project, DOCKER_BOUND)
     docker_asker = RecordingAsker(Answer.DENY)
     call(make_runtime(asker=docker_asker), "ls")
@@ -359,11 +382,12 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
 def test_always_this_project_for_a_shell_tool_is_a_ceiling_violation_and_not_granted(
     make_runtime, project
 ) -> None:
+    write_config(project, SHELL_BOUND)
     runtime = make_runtime(asker=RecordingAsker(Answer.PROJECT))
     outcome = call(runtime, "git status")
     assert isinstance(outcome.error, CeilingViolation)
     assert "permanent trust goes only to sandboxed tools" in str(outcome.error)
-    assert not (project / "codecoder.json").exists()
+    assert "allowlist" not in (project / "codecoder.json").read_text()
     assert ran(runtime) == []
 
 
@@ -470,6 +494,7 @@ def test_a_simple_grant_never_covers_a_compound_command(make_runtime, project) -
 def test_a_compound_command_is_granted_only_by_its_exact_key_and_runs_as_approved(
     make_runtime, project
 ) -> None:
+    write_config(project, SHELL_BOUND)
     asker = RecordingAsker(Answer.SESSION)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
@@ -516,7 +541,7 @@ def test_a_session_grant_covers_only_the_environment_it_was_approved_in(
     session = runtime.session()
     assert call(runtime, "git status", session).decision.source is Source.SESSION
     assert call(runtime, "git status", session).decision.source is Source.SESSION
-    write_config(project, {})
+    write_config(project, SHELL_BOUND)
     runtime.reload()
 
     on_host = call(runtime, "git status", session)

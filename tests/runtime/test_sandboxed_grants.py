@@ -98,11 +98,12 @@ def test_the_seed_example_file_yields_exactly_the_expected_diagnostics(project: 
     write_config(
         project,
         {
+            "environments": {"run_command": "@shell"},  # as in the seed: commands on the host
             "allowlist": {
                 "run_command:git": "AlwaysThisProject",
                 "run_command:cargo": "AlwaysThisSession",
                 "write_file:tests/**": "AlwaysThisProject",
-            }
+            },
         },
     )
     runtime = Runtime(project, asker=RecordingAsker())

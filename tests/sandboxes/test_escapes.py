@@ -62,13 +62,20 @@ CAPABILITY_ATTEMPTS = {
 CAPABILITIES_BUILT = {"create_capability", "run_capability"} <= set(builtin_tools())
 CAPABILITY_STATUS = BLOCKED if CAPABILITIES_BUILT else NOT_APPLICABLE
 
-# Not applicable on a default project: run_command runs on the host (@shell), which contains
-# nothing (and the capability attempts until capabilities exist).
+# Not applicable on a default project: run_command and commit run contained (@bwrap), where a
+# project grant for them is legitimate, PATH is the sandbox's own and the protected paths are
+# mounts (and the capability attempts until capabilities exist). The host-only attempts run on
+# a project that binds them to @shell (`ON_SHELL`).
 NOT_APPLICABLE_BY_DEFAULT = {
-    "permission-files.run-command-git-hook",
-    "permission-files.run-command-git-config",
-    "permission-files.run-command-capability-dir",
+    "permission-files.shell-entry-commit",
+    "permission-files.shell-entry-run-command",
+    "permission-files.shell-entry-wildcard",
+    "permission-files.path-hijack-venv",
+    "permission-files.write-through-link-to-git",
+    "permission-files.bare-repository-fsmonitor",
+    "permission-files.bare-repository-in-subdirectory",
 } | (set() if CAPABILITIES_BUILT else CAPABILITY_ATTEMPTS)
+ON_SHELL = {"environments": {"run_command": "@shell", "commit": "@shell"}}
 
 
 def statuses(report: AuditReport) -> dict[str, Status]:
@@ -128,14 +135,15 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
     assert per_layer == {
         "keying": 145,
         "contained": 68,
-        "permission-files": 43,
+        "permission-files": 48,
         "rules": 20,
         "hooks": 31,
         "wasm": 43,
+        "bwrap": 29,
         "docker": 45,
         "pool": 17,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 412
+    assert len({a.id for a in corpus}) == len(corpus) == 446
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -188,14 +196,23 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
     by_id = {r.attempt.id: r.how for r in report.results}
     assert by_id["keying.and-list"] == (
         'keyed run_command:"git status && git push --force origin main" (command list), '
-        "not covered by run_command:git:status, run_command:git; the prompt refused it; nothing ran"
+        "not covered by run_command:git:status, run_command:git, run_command:git:*, "
+        "run_command:*; the prompt refused it; nothing ran"
     )
     assert by_id["keying.deny-absolute-path"] == (
         "refused by the deny rule run_command:git:push; nothing ran"
     )
-    # The program as the runtime found it on PATH when it keyed the call: no second lookup.
-    git = shutil.which("git")
+    # Contained (@bwrap), the grant may be the project's, and the program is the sandbox's
+    # own `git` (on @shell it is the one found on PATH when the call was keyed: below).
     assert by_id["keying.quoted-metacharacters"] == (
+        "allowed (project: run_command:git), run as the argv "
+        "['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
+    )
+    on_host = write_config(project, ON_SHELL)
+    host = run_audit(project, ["keying"], attempts=["keying.quoted-metacharacters"])
+    on_host.unlink()
+    git = shutil.which("git")
+    assert host.results[0].how == (
         "allowed (session: run_command:git), run as the argv "
         f"['{git}', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
@@ -351,6 +368,7 @@ HOST_ONLY_PERMISSION_FILES = [
 
 
 def test_permission_file_attempts_without_docker_are_blocked_or_explained(project: Path) -> None:
+    write_config(project, ON_SHELL)
     report = run_audit(project, ["permission-files"], attempts=HOST_ONLY_PERMISSION_FILES)
 
     assert statuses(report) == {
@@ -360,7 +378,7 @@ def test_permission_file_attempts_without_docker_are_blocked_or_explained(projec
     assert report.ok  # not applicable is explained, neither a pass nor a failure
     how = {r.attempt.id: r.how for r in report.results}
     assert how["permission-files.shell-entry-commit"].startswith(
-        "CeilingViolation at line 3: commit is AlwaysThisProject, but commit runs in @shell"
+        "CeilingViolation at line 7: commit is AlwaysThisProject, but commit runs in @shell"
     )
     assert how["permission-files.run-command-self-grant"] == (
         "run_command ran in @shell: exit code 0, (no output); @shell is no sandbox: it changed "
@@ -373,8 +391,8 @@ def test_permission_file_attempts_without_docker_are_blocked_or_explained(projec
         'run_command {"command": "sh -c id"} asked'
     )
     assert how["permission-files.write-through-link-to-git"] == (
-        "asked for run_command:cp: denied at the prompt; the prompt said: (protected: g/config "
-        "(leads to .git/config) through a symlink)"
+        "asked for run_command:cp: denied at the prompt; the prompt said: protected: g/config "
+        "(leads to .git/config) through a symlink"
     )
     assert "safe.bareRepository is 'explicit'" in how["permission-files.bare-repository-fsmonitor"]
     assert how["permission-files.read-root-swapped-for-link"].startswith(
@@ -488,7 +506,7 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     assert code == 2
     assert capsys.readouterr().err == (
         "codecoder: unknown layer network; the layers are keying, contained, permission-files, "
-        "rules, hooks, wasm, docker, pool\n"
+        "rules, hooks, wasm, bwrap, docker, pool\n"
     )
 
 
@@ -570,6 +588,7 @@ def test_a_run_command_bound_to_docker_cannot_write_the_permission_files(
     legitimate = {  # project grants for a sandboxed run_command are what the ceiling allows
         "permission-files.shell-entry-run-command",
         "permission-files.shell-entry-wildcard",
+        "permission-files.shell-entry-commit",  # commit: contained in @bwrap by default
         # and a container has its own PATH, which the host's does not reach, and its own view
         # of the workspace, where .git is mounted read-only
         "permission-files.path-hijack-venv",
@@ -761,6 +780,7 @@ class NoLookupRunCommand(RunCommand):
 def test_a_run_command_blind_to_path_is_caught_by_the_path_hijack_attempt(
     project: Path,
 ) -> None:
+    write_config(project, ON_SHELL)
     tools = {**builtin_tools(), "run_command": NoLookupRunCommand()}
 
     report = run_audit(

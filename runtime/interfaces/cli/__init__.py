@@ -17,10 +17,10 @@ another agent, and `--version` should not load the tool catalogue.
 (`exit_codes`). The commands' handlers are grouped by concern: running calls (`calling`: call,
 exec, replay), deciding without running (`deciding`: decide, key), the tool catalogue
 (`catalogue`: tools, schema), the project's configuration and trust (`configuration`: check,
-trust, allowlist), serving other programs (`serving`: hook, serve, session, reload), sandbox
-images (`images`) and the escape-attempt suite (`audit`). They share `project` (the run's
-`Runtime` and `--allow` grants), `inputs` (JSON arguments, files) and `output` (JSON, a call's
-outcome).
+trust), the grants in force (`grants`: allowlist), the audit log (`log`), serving other
+programs (`serving`: hook, serve, session, reload), sandbox images (`images`) and the
+escape-attempt suite (`audit`). They share `project` (the run's `Runtime` and `--allow`
+grants), `inputs` (a call's arguments, files) and `output` (JSON, a call's outcome, errors).
 """
 
 from __future__ import annotations
@@ -47,12 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        # Every command takes only its own options, but `bench`, whose options are the
-        # benchmarks' (their own parser reads them, --help included).
-        args, extra = _parser().parse_known_args(argv)
-        if extra and args.command != "bench":
-            _parser().error(f"unrecognized arguments: {' '.join(extra)}")
-        args.passed_on = extra
+        args = _parsed(argv)
         _place_project(args)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
@@ -86,11 +81,28 @@ def _place_project(args: argparse.Namespace) -> None:
         args.project = args.place.directory
 
 
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    """The command line parsed. What follows `--` after the options of a command that takes a
+    call's arguments is its arguments (`call run_command --answer once -- ls -la`): argparse
+    alone would have matched the positional arguments before the options."""
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)
+    # `bench` takes the benchmarks' options (their own parser reads them, --help included).
+    args.passed_on = rest if args.command == "bench" else []
+    if args.command == "bench":
+        return args
+    if rest and rest[0] == "--" and isinstance(getattr(args, "arguments", None), list):
+        args.arguments = [*args.arguments, *rest[1:]]
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def _error(exc: BaseException, as_json: bool) -> None:
     if as_json:
         error = {"type": type(exc).__name__, "message": str(exc)}
         print(json.dumps({"ok": False, "error": error}, ensure_ascii=False))
     else:
-        from codecoder.runtime.kernel.display import visible
+        from codecoder.runtime.interfaces.cli.output import prefixed
 
-        print(f"codecoder: {visible(str(exc))}", file=sys.stderr)
+        print(prefixed(str(exc)), file=sys.stderr)

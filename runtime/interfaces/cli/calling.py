@@ -30,39 +30,47 @@ if TYPE_CHECKING:
 
 
 def _asker_for(args: argparse.Namespace) -> Asker:
-    from codecoder.runtime.kernel.decision import Answer
     from codecoder.runtime.permissions.prompt import fixed, non_interactive
     from codecoder.runtime.session import default_asker
 
     if args.answer:
-        return fixed(Answer(args.answer))
+        return fixed(args.answer)
     if args.non_interactive:
         return non_interactive
     return default_asker()
 
 
 def call(args: argparse.Namespace) -> int:
+    from codecoder.runtime.interfaces.livegrants import published
     from codecoder.runtime.interfaces.liveview import TerminalView
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.session import Runtime
     from codecoder.runtime.tools.liveoutput import LiveOutput
 
-    payload = call_arguments(args.arguments)
     runtime = Runtime(args.project, asker=_asker_for(args))
-    report_config(runtime)
-    live = None
-    if is_terminal() and not args.json:
-        live = TerminalView(sys.stdout, sys.stderr, limit=runtime.config.limits.max_output)
-    progress = ProgressLine() if live is None and sys.stderr.isatty() else None
-    kept = LiveOutput(live)  # what the command printed, should the call be interrupted
+    live: TerminalView | None = None
+    progress: ProgressLine | None = None
     try:
-        with interruptible(), runtime.session() as session:
-            outcome = granted(session, args).call(
-                args.tool, payload, progress=progress, output=kept
-            )
-    except KeyboardInterrupt as exc:
-        _finish(progress, live)
-        _report_interrupted(exc, kept.text(), shown=live is not None and live.shown, args=args)
-        raise
+        payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
+        report_config(runtime)
+        if is_terminal() and not args.json:
+            live = TerminalView(sys.stdout, sys.stderr, limit=runtime.config.limits.max_output)
+        progress = ProgressLine() if live is None and sys.stderr.isatty() else None
+        kept = LiveOutput(live)  # what the command printed, should the call be interrupted
+        try:
+            with (
+                interruptible(),
+                runtime.session(lifetime=Lifetime(CALL_LIFETIME)) as session,
+                published(runtime.project_dir, "codecoder call", session.allowlist),
+            ):
+                outcome = granted(session, args).call(
+                    args.tool, payload, progress=progress, output=kept
+                )
+        except KeyboardInterrupt as exc:
+            _finish(progress, live)
+            shown = live is not None and live.shown
+            _report_interrupted(exc, kept.text(), shown=shown, args=args)
+            raise
     finally:
         runtime.close()
     _finish(progress, live)
@@ -99,6 +107,13 @@ def _report_interrupted(
         sys.stdout.flush()
 
 
+# What "this session" is for a grant made in each command (runtime.permissions.allowlist's
+# Lifetime, made where it is used: `decide` and `hook` start without the permission model).
+CALL_LIFETIME = "until this `codecoder call` exits (this process only)"
+REPLAY_LIFETIME = "until this replay ends (this process only)"
+EXEC_LIFETIME = "until this `codecoder exec` exits (this process only)"
+
+
 class ProgressLine:
     """A long call's progress, as one line on stderr (a terminal) rewritten in place, and
     cleared when the call ends; a call that reports nothing writes nothing at all."""
@@ -133,6 +148,7 @@ def exec_(args: argparse.Namespace) -> int:
     from codecoder.runtime.kernel.ceiling import EnvironmentTag
     from codecoder.runtime.kernel.decision import Answer, Decision, Source
     from codecoder.runtime.kernel.errors import DeniedByUser
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime, default_asker
 
@@ -167,7 +183,7 @@ def exec_(args: argparse.Namespace) -> int:
     contained = args.sandbox == "bwrap"
     bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
     with Runtime(args.project, asker=asker, bindings=bindings) as runtime:
-        session = granted(runtime.session(), args)
+        session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
         tool = "run_command" if contained else "run_container"
@@ -186,26 +202,41 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.runtime.interfaces.livegrants import published
+    from codecoder.runtime.kernel.decision import Answer, Decision, Source
+    from codecoder.runtime.kernel.errors import DeniedByUser
+    from codecoder.runtime.permissions.allowlist import Lifetime
     from codecoder.runtime.permissions.prompt import AskRequest
     from codecoder.runtime.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
     current: list[Answer] = []
+    line_number = [0]
 
     def answer(request: AskRequest) -> Answer:
-        return current[0] if current else Answer.DENY
+        if current:
+            return current[0]
+        reason = f"line {line_number[0]} of the replay gives no answer, and nothing granted it"
+        decision = Decision(
+            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        )
+        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
 
     runtime = Runtime(args.project, asker=answer)
     report_config(runtime)
     codes: list[int] = []
     try:
-        with interruptible(), runtime.session() as session:
+        with (
+            interruptible(),
+            runtime.session(lifetime=Lifetime(REPLAY_LIFETIME)) as session,
+            published(runtime.project_dir, "codecoder replay", session.allowlist),
+        ):
             granted(session, args)
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
                 current.clear()
+                line_number[0] = number
                 try:
                     tool, call_args, given = _replay_line(line, number)
                 except UsageError as exc:
@@ -248,7 +279,11 @@ def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
     if unknown:
         raise UsageError(f"line {number}: unknown fields {sorted(unknown)}")
     answer = row.get("answer")
-    if answer is not None and answer not in {a.value for a in Answer}:
-        choices = ", ".join(a.value for a in Answer)
-        raise UsageError(f"line {number}: answer must be one of {choices}")
-    return row["tool"], row.get("args", {}), Answer(answer) if answer else None
+    if answer is None:
+        return row["tool"], row.get("args", {}), None
+    if not isinstance(answer, str):
+        raise UsageError(f'line {number}: "answer" must be a string, e.g. "AlwaysThisSession"')
+    try:
+        return row["tool"], row.get("args", {}), Answer.parse(answer)
+    except ValueError as exc:
+        raise UsageError(f"line {number}: {exc}") from None

@@ -1,19 +1,22 @@
 """The project's configuration and its trust: `check` (codecoder.json and the user's file
-against the tools and the ceiling rule, and where each rule is from), `trust` (what the project
-file widens, trusted as it is now) and `allowlist` (the project's grants and deny rules, or a
-grant revoked)."""
+against the tools and the ceiling rule, and where each rule is from) and `trust` (what the
+project file widens, trusted as it is now). Grants in force are `allowlist`'s (`grants`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.runtime.interfaces.cli.inputs import usage
 from codecoder.runtime.interfaces.cli.output import print_json
 from codecoder.runtime.interfaces.cli.project import project_runtime, trust_note
 from codecoder.runtime.kernel.errors import ConfigError
+
+if TYPE_CHECKING:
+    from codecoder.runtime.session import Runtime
 
 
 def check(args: argparse.Namespace) -> int:
@@ -38,6 +41,7 @@ def check(args: argparse.Namespace) -> int:
         )
     ok = not any(d.severity == "error" for d in diagnostics)
     place = args.place
+    commands = _commands(runtime)
     if args.json:
         print_json(
             {
@@ -51,6 +55,7 @@ def check(args: argparse.Namespace) -> int:
                 "rules": [rule.to_json() for rule in config.rules],
                 "diagnostics": [d.to_json() for d in diagnostics],
                 "docker": docker.to_json(),
+                "commands": commands,
             }
         )
         return EXIT_OK if ok else EXIT_FAILED
@@ -67,6 +72,8 @@ def check(args: argparse.Namespace) -> int:
             "while the rules cannot be read, every call that needs permission is refused "
             "(calls that need none still run)"
         )
+    if commands is not None:
+        print(f"commands: run_command runs in {commands['environment']}: {commands['why']}")
     if not config.file.exists:
         # Never "ok" for a file that is not there: say which project this is, and how found.
         print(
@@ -184,48 +191,24 @@ def _trust_git(args: argparse.Namespace, workspace: Path) -> int:
     return EXIT_OK
 
 
-def allowlist(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.writing import remove_allow_entry
-    from codecoder.runtime.kernel.display import visible
+def _commands(runtime: Runtime) -> dict[str, object] | None:
+    """Where run_command runs for this project, and why: its binding, or what this machine
+    offers (`environments.bwrap.probe`)."""
+    from codecoder.environments.bwrap.probe import command_sandbox
 
-    runtime = project_runtime(args)
-    if args.action == "revoke":
-        if not args.key:
-            usage("allowlist revoke needs the KEY to revoke")
-        try:
-            removed = remove_allow_entry(runtime.project_file, args.key)
-        except ConfigError as exc:
-            print(f"codecoder: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if args.json:
-            print_json({"revoked": removed, "key": args.key})
-        else:
-            print(f"revoked {args.key}" if removed else f"{args.key} is not in the allowlist")
-        return EXIT_OK if removed else EXIT_FAILED
-    problems = {
-        d.key: d
-        for d in runtime.diagnostics
-        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+    if "run_command" not in runtime.tools:
+        return None
+    tag = runtime.environment_of("run_command")
+    bound = runtime.config.bindings.get("run_command")
+    found = command_sandbox()
+    why = (
+        f"bound to {bound.value} by the configuration ({tag.containment})"
+        if bound is not None
+        else found.reason
+    )
+    return {
+        "environment": tag.value,
+        "ceiling": tag.ceiling.label,
+        "why": why,
+        "machine": found.to_json(),
     }
-    entries = [
-        {
-            "key": e.pattern,
-            "scope": e.scope,
-            "line": e.line,
-            "grants": e.grants and e.pattern not in problems,
-            "problem": problems[e.pattern].code if e.pattern in problems else None,
-        }
-        for e in runtime.config.file.allowlist
-    ]
-    denies = [{"key": d.pattern, "line": d.line} for d in runtime.config.file.deny]
-    if args.json:
-        print_json({"file": str(runtime.project_file), "allowlist": entries, "deny": denies})
-    else:
-        for e in entries:
-            state = "grants" if e["grants"] else f"grants nothing ({e['problem'] or 'scope'})"
-            print(f"allow  {visible(str(e['key']))}  {e['scope']}  [{state}]")
-        for d in denies:
-            print(f"deny   {visible(str(d['key']))}")
-        if not entries and not denies:
-            print("(no entries)")
-    return EXIT_OK

@@ -8,9 +8,10 @@ import argparse
 from typing import Any
 
 from codecoder.runtime.interfaces.cli.exit_codes import EXIT_DENIED, EXIT_OK, EXIT_WOULD_ASK
-from codecoder.runtime.interfaces.cli.inputs import call_arguments, json_arg, usage
+from codecoder.runtime.interfaces.cli.inputs import call_arguments, usage
 from codecoder.runtime.interfaces.cli.output import print_json
 from codecoder.runtime.interfaces.cli.project import granted, project_runtime
+from codecoder.runtime.interfaces.shorthand import parse_json
 
 
 def key(args: argparse.Namespace) -> int:
@@ -35,7 +36,7 @@ def key(args: argparse.Namespace) -> int:
     else:
         runtime = project_runtime(args)
         tool = runtime.tools.get(args.tool) or usage(f"unknown tool {args.tool!r}")
-        params = validate_arguments(tool, json_arg(args.input, "arguments"))
+        params = validate_arguments(tool, parse_json(args.input))
         site = CallSite(runtime.project_dir, runtime.environment_of(tool.name))
         key = tool.permission_in(params, site).key
         data = {
@@ -61,19 +62,22 @@ def key(args: argparse.Namespace) -> int:
 def decide(args: argparse.Namespace) -> int:
     from codecoder.runtime.evaluation import evaluate
     from codecoder.runtime.kernel.display import visible
+    from codecoder.runtime.permissions.prompt import key_for_person
 
-    payload = call_arguments(args.arguments)
     with project_runtime(args) as runtime:
+        payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
         session = granted(runtime.session(), args)
         verdict = evaluate(session, args.tool, payload)
     if args.json:
         print_json(verdict.to_json())
     else:
-        key = visible(verdict.key) if verdict.key else "(no permission needed)"
+        key = key_for_person(verdict.key) if verdict.key else "(no permission needed)"
         print(f"{verdict.decision}  {key}  {verdict.environment.value}")
         print(f"  {visible(verdict.reason)}")
         if verdict.matched:
             print(f"  matched: {visible(verdict.matched)}")
         for violation in verdict.violations:
             print(f"  {visible(violation)}")
+        for choice in verdict.question.options() if verdict.question else ():
+            print(f"  [{choice.letter}] {visible(choice.title)}")
     return {"allow": EXIT_OK, "deny": EXIT_DENIED, "ask": EXIT_WOULD_ASK}[verdict.decision]

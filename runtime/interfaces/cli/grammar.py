@@ -4,10 +4,12 @@ module of the command's concern)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from codecoder.runtime.interfaces.cli import (
     audit,
@@ -16,17 +18,33 @@ from codecoder.runtime.interfaces.cli import (
     catalogue,
     configuration,
     deciding,
+    grants,
     images,
+    log,
     serving,
     starting,
 )
 from codecoder.runtime.kernel.errors import UsageError
 
-# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them)
+if TYPE_CHECKING:
+    from codecoder.runtime.kernel.decision import Answer
+
+# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them);
+# `--answer` also takes codecoder.json's names for them (`_answer`).
 ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
     *("host-once", "host-session", "deny"),
 )
+
+
+def _answer(text: str) -> Answer:
+    """`--answer` takes either vocabulary (`session`, `AlwaysThisSession`): Answer.parse."""
+    from codecoder.runtime.kernel.decision import Answer
+
+    try:
+        return Answer.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,12 +56,26 @@ class _Parser(argparse.ArgumentParser):
     lazy_epilog: Callable[[], str] | None = None
 
     def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            given, offered = choice.group(1), _CHOICES.findall(choice.group(2))
+            close = difflib.get_close_matches(given, offered, n=1, cutoff=0.7)
+            meant = f" (did you mean {close[0]}?)" if close else ""
+            if self.prog == "codecoder":  # the command itself: the argument has no name
+                message, what = "", "a command"
+            else:
+                message, what = message[: choice.start()], "a choice"
+            message += f"{given!r} is not {what}{meant}; the choices are {', '.join(offered)}"
         raise UsageError(f"{self.prog}: {message}")
 
     def format_help(self) -> str:
         if self.lazy_epilog is not None:
             self.epilog = self.lazy_epilog()
         return super().format_help()
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_CHOICES = re.compile(r"'([^']*)'")
 
 
 def _version() -> str:
@@ -129,15 +161,20 @@ def _parser() -> argparse.ArgumentParser:
     _tool_names(p.add_argument("tool", help="the tool to call (listed below)"))
     p.add_argument(
         "arguments",
-        nargs="?",
-        default="{}",
-        help="the arguments as a JSON object; - reads them from stdin, @FILE from FILE",
+        nargs="*",
+        metavar="ARGUMENTS",
+        help="the arguments as a JSON object; - reads them from stdin, @FILE from FILE; or, "
+        "for a tool with one text argument, its text (`call read_file README.md`, "
+        "`call run_command -- ls -la`)",
     )
     allow(p)
     p.add_argument(
         "--answer",
-        choices=ANSWERS,
-        help="answer any permission prompt with this (ceilings still apply)",
+        type=_answer,
+        metavar="ANSWER",
+        help="answer any permission prompt with this (ceilings still apply): once, session, "
+        "project or deny, or codecoder.json's names Once, AlwaysThisSession, "
+        "AlwaysThisProject",
     )
     p.add_argument(
         "--non-interactive", action="store_true", help="never ask: anything not granted is denied"
@@ -155,7 +192,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     _tool_names(p.add_argument("tool"))
     p.add_argument(
-        "arguments", nargs="?", default="{}", help="the arguments as JSON; - for stdin, @FILE"
+        "arguments",
+        nargs="*",
+        metavar="ARGUMENTS",
+        help="the arguments as JSON; - for stdin, @FILE; or a tool's one text argument",
     )
     allow(p)
     p.set_defaults(handler=deciding.decide)
@@ -197,10 +237,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("command_line", metavar="COMMAND", help="the command line (after --)")
     p.set_defaults(handler=calling.exec_)
 
-    p = command("allowlist", "list the project's grants and deny rules, or revoke a grant")
+    p = command(
+        "allowlist",
+        "list every grant in force (codecoder.json, running servers and sessions, hooks) and "
+        "the deny rules, or revoke a grant wherever it is kept",
+    )
     p.add_argument("action", choices=["list", "revoke"])
     p.add_argument("key", nargs="?", help="the entry to revoke")
-    p.set_defaults(handler=configuration.allowlist)
+    p.set_defaults(handler=grants.allowlist)
 
     p = command("serve", "serve the tools over MCP (stdio), asking through elicitation")
     allow(p)
@@ -225,6 +269,33 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("reload", "apply codecoder.json to the project's running servers (SIGHUP)")
     p.set_defaults(handler=serving.reload)
+
+    p = command("log", "read the project's audit log: every call, its decision and how it ended")
+    p.add_argument("--tool", action="append", metavar="TOOL", help="only this tool (repeatable)")
+    p.add_argument("--decision", choices=["allow", "deny"], help="only allowed or refused calls")
+    p.add_argument(
+        "--source",
+        choices=["none", "deny", "project", "session", "once", "denied"],
+        help="only calls decided so (a deny rule, a project or session grant, an answer …)",
+    )
+    p.add_argument(
+        "--outcome",
+        choices=["ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"],
+        help="only calls that ended so",
+    )
+    p.add_argument("--since", metavar="WHEN", help="30s, 10m, 2h, 3d ago; 14:05; 2026-12-03T14:05")
+    p.add_argument("--until", metavar="WHEN", help="the same forms as --since")
+    p.add_argument(
+        "--last",
+        "-n",
+        type=int,
+        metavar="N",
+        help=f"the last N records that match (default {log.DEFAULT_LAST}; with --json, all)",
+    )
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="then show new records as they come (Ctrl-C)"
+    )
+    p.set_defaults(handler=log.log)
 
     p = sub.add_parser(
         "bench",

@@ -1,37 +1,34 @@
-"""What a command reads besides its options: a call's JSON arguments (inline, `-` for stdin,
-`@FILE` for a file) and files; input it cannot use is a usage error (or invalid arguments)."""
+"""What a command reads besides its options: a call's arguments (JSON inline, `-` for stdin,
+`@FILE` for a file, or the shorthand `read_file README.md`) and files; input it cannot use is a
+usage error that says what was wrong."""
 
 from __future__ import annotations
 
-import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from codecoder.runtime.kernel.errors import InvalidArguments, UsageError
+from codecoder.runtime.interfaces.shorthand import arguments_of, parse_json
+from codecoder.runtime.kernel.errors import UsageError
+
+if TYPE_CHECKING:
+    from codecoder.runtime.tools.base import Tool
 
 
 def usage(message: str) -> NoReturn:
     raise UsageError(message)
 
 
-def call_arguments(text: str) -> Any:
-    """A call's JSON arguments: given inline, `-` for stdin, `@FILE` for a file (no limit of
-    the command line's length either way)."""
-    if text == "-":
-        return json_arg(sys.stdin.read(), "arguments (stdin)")
-    if text.startswith("@"):
-        return json_arg(read_text(Path(text[1:])), f"arguments ({text[1:]})")
-    return json_arg(text, "arguments")
-
-
-def json_arg(text: str, what: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArguments(
-            "(cli)", [(what, f"not valid JSON: {exc.msg} at column {exc.colno}")]
-        ) from None
+def call_arguments(words: Sequence[str], name: str, tool: Tool[Any] | None) -> Any:
+    """A call's arguments: a JSON object inline, `-` for stdin, `@FILE` for a file (no limit of
+    the command line's length either way), or the shorthand of `codecoder session`
+    (`read_file README.md`, `run_command git status`: runtime.interfaces.shorthand)."""
+    if len(words) == 1 and words[0] == "-":
+        return parse_json(sys.stdin.read(), "the arguments on stdin")
+    if len(words) == 1 and words[0].startswith("@"):
+        return parse_json(read_text(Path(words[0][1:])), f"the arguments in {words[0][1:]}")
+    return arguments_of(name, tool, words)
 
 
 def read_text(path: Path) -> str:

@@ -17,13 +17,29 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
+def prefixed(message: str, kind: str = "") -> str:
+    """An error as a person reads it on stderr, `codecoder: KIND: message`, with codecoder
+    and the kind said once (a message that already starts with them is not prefixed again),
+    its lines kept as lines and neutralised (`visible_message`)."""
+    from codecoder.runtime.kernel.display import visible_message
+
+    text = visible_message(message).removeprefix("codecoder: ")
+    if kind:
+        text = text.removeprefix(f"{kind}: ")
+    elif text.startswith("codecoder "):  # `codecoder call: argument …` names itself
+        return text
+    return f"codecoder: {kind + ': ' if kind else ''}{text}"
+
+
 def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -> None:
     """One call's outcome on stdout (errors on stderr). On a terminal, tool output goes through
-    `for_terminal()` and JSON is ASCII-escaped, so no escape sequence in it reaches the terminal.
-    `shown`: the command's output is on the terminal already (it was shown as it came), so
-    only the line that ends a command's result follows it. A command that failed before it
-    ended (killed at its deadline) has its output so far written before the error."""
-    from codecoder.runtime.kernel.display import for_terminal, visible
+    `for_terminal()` (its harmless colours shown as colours unless NO_COLOR is set, every other
+    escape made visible) and JSON is ASCII-escaped, so no escape sequence that could hide or
+    rewrite what is shown reaches the terminal. `shown`: the command's output is on the
+    terminal already (it was shown as it came), so only the line that ends a command's result
+    follows it. A command that failed before it ended (killed at its deadline) has its output
+    so far written before the error."""
+    from codecoder.runtime.kernel.display import colours_for, for_terminal
 
     if as_json:
         print(json.dumps(outcome.to_json(), ensure_ascii=not is_terminal()))
@@ -32,7 +48,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -
     for violation in decision.violations if decision else ():
         if str(outcome.error).endswith(violation):
             continue
-        print(f"codecoder: {visible(violation)}", file=sys.stderr)
+        print(prefixed(violation), file=sys.stderr)
     if outcome.result is not None:
         output = outcome.result.output
         data = outcome.result.data
@@ -42,13 +58,13 @@ def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -
             killed_by = data.get("killed_by")
             output = command_status(data["exit_code"], killed_by if killed_by else None)
         if is_terminal():
-            output = for_terminal(output)
+            output = for_terminal(output, colours_for(sys.stdout))
         sys.stdout.write(output)
         if not output.endswith("\n"):
             sys.stdout.write("\n")
     so_far = outcome.error.output if isinstance(outcome.error, ToolError) else ""
     if so_far and not shown:
-        sys.stdout.write(for_terminal(so_far) if is_terminal() else so_far)
+        sys.stdout.write(for_terminal(so_far, colours_for(sys.stdout)) if is_terminal() else so_far)
         if not so_far.endswith("\n"):
             sys.stdout.write("\n")
     if outcome.error is not None:
@@ -60,7 +76,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -
             if isinstance(outcome.error, ToolError)
             else "error"
         )
-        print(f"codecoder: {kind}: {visible(str(outcome.error))}", file=sys.stderr)
+        print(prefixed(str(outcome.error), kind), file=sys.stderr)
 
 
 def is_terminal() -> bool:

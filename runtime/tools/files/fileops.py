@@ -21,6 +21,7 @@ from typing import Any
 
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
+from codecoder.runtime.kernel.display import spelled
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.tools.base import ToolContext
 from codecoder.runtime.tools.files import limits
@@ -59,7 +60,7 @@ def _field(obj: Mapping[str, Any], key: str) -> str:
         return value
     raw = obj.get(key + "_hex")
     if isinstance(raw, str):
-        return bytes.fromhex(raw).decode("utf-8", errors="backslashreplace")
+        return spelled(bytes.fromhex(raw))
     return ""
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from codecoder.environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
+from codecoder.runtime.kernel.display import spelled
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.tools.files import limits
 from codecoder.runtime.tools.files.backend import (
@@ -85,7 +86,7 @@ class LandlockFiles(BeneathFiles):
         _, result = self._ripgrep(
             base, ["--files", "--null", *_option_args(options)], progress, "paths listed"
         )
-        listing = result.stdout.decode("utf-8", "backslashreplace")
+        listing = spelled(result.stdout)
         regex = _listing_regex("" if rel == "." else rel + "/", pattern)
         prefix = f"{shown}/" if shown else ""
         paths = sorted(prefix + m.group(0) for m in regex.finditer(listing))
@@ -113,9 +114,7 @@ class LandlockFiles(BeneathFiles):
         if query.files_only:
             names = result.stdout.split(b"\0")
             names.pop()
-            found.files = [
-                ((prefix + n).decode("utf-8", "backslashreplace"), []) for n in sorted(names)
-            ]
+            found.files = [(spelled(prefix + n), []) for n in sorted(names)]
         else:
             body = result.stdout
             stats = _RG_STATS.search(body)
@@ -123,10 +122,7 @@ class LandlockFiles(BeneathFiles):
                 found.searched = int(stats.group(1))
                 body = body[: stats.start() + 1]
             by_file = _parse_records(body)
-            found.files = [
-                ((prefix + name).decode("utf-8", "backslashreplace"), by_file[name])
-                for name in sorted(by_file)
-            ]
+            found.files = [(spelled(prefix + name), by_file[name]) for name in sorted(by_file)]
         if query.glob is not None and top.type == "dir":
             # Matched here: a ripgrep --glob would override the ignore and hidden rules.
             _, rel, _ = self._locate(query.root)

@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import AfterValidator
 
 from codecoder.runtime.kernel.confined import open_root
+from codecoder.runtime.kernel.display import unspelled
 from codecoder.runtime.kernel.errors import ExecutionFailed
 
 
@@ -26,6 +27,8 @@ def normalise_path(value: str, *, allow_root: bool = False) -> str:
     """
     if "\0" in value:
         raise ValueError("the path contains a NUL byte")
+    # A name that is not UTF-8 comes back as the tools show it (`n\\xe9e.txt`).
+    value = unspelled(value)
     if value.startswith("/"):
         raise ValueError(f"{value!r} is absolute; paths are relative to the workspace")
     if value.startswith("~"):
@@ -50,6 +53,12 @@ def _dir_path(value: str) -> str:
 
 def _write_path(value: str) -> str:
     path = normalise_path(value)
+    if any("\udc80" <= ch <= "\udcff" for ch in path):
+        raise ValueError(
+            "the name is not UTF-8 (a byte shown as \\xHH): the write tools create and change "
+            "files with UTF-8 names only (the sandbox takes its paths as text); the read tools "
+            "read such files"
+        )
     if path.startswith("@"):
         raise ValueError(
             f"{value!r}: paths starting with `@` name the project's read roots, which are "

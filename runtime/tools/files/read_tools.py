@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from codecoder.environments.landlock import LandlockEnvironment
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.display import spelled
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.permissions.keys import Permission
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
@@ -145,18 +146,20 @@ class ListDir(_ReadTool, Tool[ListDirParameters]):
         entries = _reader(ctx).list(args.path)
         rows = []
         for e in entries:
+            name = spelled(e.path)  # a name that is not UTF-8 as `n\\xe9e.txt`, which reads back
             if e.type == "dir":
-                rows.append(f"{e.path}/")
+                rows.append(f"{name}/")
             elif e.type == "symlink":
-                rows.append(f"{e.path} -> {e.target or '(a target outside the workspace)'}")
+                target = spelled(e.target) if e.target else "(a target outside the workspace)"
+                rows.append(f"{name} -> {target}")
             elif e.type == "file":
-                rows.append(f"{e.path}  ({e.size} bytes)")
+                rows.append(f"{name}  ({e.size} bytes)")
             else:
-                rows.append(f"{e.path}  (special file)")
+                rows.append(f"{name}  (special file)")
         text, truncated = _cap("".join(f"{row}\n" for row in rows), ctx.limits.max_output)
         data = {
             "path": args.path,
-            "entries": [{"name": e.path, "type": e.type, "size": e.size} for e in entries],
+            "entries": [{"name": spelled(e.path), "type": e.type, "size": e.size} for e in entries],
             "truncated": truncated,
         }
         return ToolResult(text or f"{args.path} is empty\n", data=data)

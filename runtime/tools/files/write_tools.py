@@ -8,15 +8,19 @@ links, so the path in a key is the file that changes. Edits are computed here, i
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 from pydantic import Field, model_validator
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.permissions.keys import KeyStyle, Permission
+from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, Preview
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 from codecoder.runtime.tools.files.fileops import _files
 from codecoder.runtime.tools.files.keys import _move_key, _path_key
 from codecoder.runtime.tools.files.paths import WritePath
+from codecoder.runtime.tools.files.preview import edit_preview, write_preview
 from codecoder.runtime.tools.files.text import _read_text
 
 
@@ -27,6 +31,11 @@ class _WriteTool:
     environment = EnvironmentTag.WASM
     bindable = frozenset({EnvironmentTag.WASM})
     key_style = KeyStyle.PATH
+
+
+def _with_preview(permission: Permission, preview: Callable[[], Preview]) -> Permission:
+    assert permission.key is not None
+    return Permission.ask(dataclasses.replace(permission.key, preview=preview))
 
 
 class WriteFileParameters(Parameters):
@@ -46,6 +55,12 @@ class WriteFile(_WriteTool, Tool[WriteFileParameters]):
 
     def permission(self, args: WriteFileParameters) -> Permission:
         return _path_key(self.name, args.path)
+
+    def permission_in(self, args: WriteFileParameters, site: CallSite) -> Permission:
+        """The key, with what the write would change for its question (read only if asked)."""
+        return _with_preview(
+            self.permission(args), write_preview(site.workspace, args.path, args.content)
+        )
 
     def execute(self, args: WriteFileParameters, ctx: ToolContext) -> ToolResult:
         data = args.content.encode("utf-8")
@@ -84,6 +99,13 @@ class EditFile(_WriteTool, Tool[EditFileParameters]):
 
     def permission(self, args: EditFileParameters) -> Permission:
         return _path_key(self.name, args.path)
+
+    def permission_in(self, args: EditFileParameters, site: CallSite) -> Permission:
+        """The key, with the edit's diff for its question (read only if asked)."""
+        preview = edit_preview(
+            site.workspace, args.path, args.old_string, args.new_string, args.replace_all
+        )
+        return _with_preview(self.permission(args), preview)
 
     def execute(self, args: EditFileParameters, ctx: ToolContext) -> ToolResult:
         files = _files(ctx)

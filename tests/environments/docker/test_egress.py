@@ -20,9 +20,9 @@ import pytest
 
 from codecoder.environments.base import CommandRequest, Connection
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
-from codecoder.environments.docker.egress import EgressProxy
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.settings import Egress
+from codecoder.environments.egress import EgressProxy
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import SandboxUnavailable

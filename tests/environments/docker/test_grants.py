@@ -57,7 +57,10 @@ def test_run_command_bound_to_docker_is_granted_for_the_project_and_runs_contain
 def test_the_same_entry_is_a_ceiling_violation_once_run_command_is_back_on_the_host(
     workspace: Path,
 ) -> None:
-    write_config(workspace, {"allowlist": {"run_command:id": "AlwaysThisProject"}})
+    on_host = {"run_command": "@shell"}  # explicitly: by default it is contained (@bwrap)
+    write_config(
+        workspace, {"environments": on_host, "allowlist": {"run_command:id": "AlwaysThisProject"}}
+    )
     proc = codecoder("check", "--json", project=workspace)
     [diagnostic] = json.loads(proc.stdout)["diagnostics"]
     assert (proc.returncode, diagnostic["code"], diagnostic["key"]) == (

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from codecoder.environments.host.git import HostGit
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.permissions.prompt import fixed
@@ -123,7 +124,11 @@ def hostile(project: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def commit(project: Path, asker: Any = None, **args: Any) -> Any:
-    with Runtime(project, asker=asker or fixed(Answer.ONCE), audit_log=None) as runtime:
+    """The commit tool on the host (@shell): git's hardening there is what is tested."""
+    on_host = {"commit": EnvironmentTag.SHELL}
+    with Runtime(
+        project, asker=asker or fixed(Answer.ONCE), audit_log=None, bindings=on_host
+    ) as runtime:
         return runtime.session().call("commit", {"message": "by the tool", **args})
 
 
@@ -170,8 +175,9 @@ def test_top_level_hooks_run_and_the_prompt_names_them(hostile: tuple[Path, Path
 
     assert outcome.ok
     assert os.listdir(markers) == ["top-pre-commit"]
-    assert asker.requests[0].subject == (
-        "git commit --all -m 'by the tool'\n(runs the hooks pre-commit from .git/hooks)"
+    assert (asker.requests[0].subject, asker.requests[0].notes) == (
+        "git commit --all -m 'by the tool'",
+        ("runs the hooks pre-commit from .git/hooks",),
     )
 
 
@@ -327,17 +333,19 @@ def test_a_git_command_says_when_its_hooks_come_from_the_workspace(tmp_path: Pat
     subprocess.run(["git", "init", "-q", str(workspace)], check=True, env=_plain_env())
     site = CallSite(workspace.resolve(), EnvironmentTag.SHELL)
 
-    def subject(command: str) -> str:
+    def said(command: str) -> tuple[str, tuple[str, ...]]:
         key = RunCommand().permission_in(RunCommandParameters(command=command), site).key
         assert key is not None
-        return key.subject
+        return key.subject, key.notes
 
-    assert subject("git commit -m x") == "git commit -m x"
+    assert said("git commit -m x") == ("git commit -m x", ())
     git(workspace, "config", "core.hooksPath", ".husky/_")
-    assert subject("git commit -m x") == (
-        "git commit -m x\n(runs code from the workspace: the hooks in .husky/_/ "
-        "(core.hooksPath); whatever may write the workspace, sandboxed tools included, can "
-        "change it)"
+    assert said("git commit -m x") == (
+        "git commit -m x",
+        (
+            "runs code from the workspace: the hooks in .husky/_/ (core.hooksPath); whatever "
+            "may write the workspace, sandboxed tools included, can change it",
+        ),
     )
     git(workspace, "config", "core.hooksPath", ".git/hooks")
-    assert subject("git commit -m x") == "git commit -m x"
+    assert said("git commit -m x") == ("git commit -m x", ())

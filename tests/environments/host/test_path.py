@@ -14,12 +14,15 @@ from codecoder.environments.host.path import host_path, locate, sandbox_writable
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer, Source
 from codecoder.runtime.permissions.keys import CallSite
-from codecoder.runtime.permissions.prompt import AskRequest
+from codecoder.runtime.permissions.prompt import AskRequest, render
 from codecoder.runtime.session import Runtime
 from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
 from tests.conftest import RecordingAsker
 
 REAL_GIT = shutil.which("git")
+ON_HOST = {
+    "run_command": EnvironmentTag.SHELL
+}  # these are host processes (not @bwrap, the default)
 pytestmark = pytest.mark.skipif(REAL_GIT is None, reason="git is not installed")
 
 
@@ -32,6 +35,14 @@ def plant(path: Path, marker: Path) -> None:
 def key(command: str, workspace: Path, tag: EnvironmentTag = EnvironmentTag.SHELL) -> Any:
     tool = RunCommand()
     return tool.permission_in(RunCommandParameters(command=command), CallSite(workspace, tag)).key
+
+
+def question_for(command: str, workspace: Path) -> AskRequest:
+    """The question a call of `command` asks on @shell (denied: nothing runs)."""
+    asker = RecordingAsker()
+    with Runtime(workspace, asker=asker, audit_log=None) as runtime, runtime.session() as session:
+        session.call("run_command", {"command": command})
+    return asker.requests[0]
 
 
 @pytest.fixture
@@ -50,8 +61,9 @@ def test_a_program_found_in_the_workspace_is_keyed_by_its_path(
 
     assert found.raw == "run_command:./.venv/bin/git:status"
     assert found.argv == (str(project / ".venv" / "bin" / "git"), "status")
-    assert found.subject == (
-        "git status\n(git is ./.venv/bin/git, inside the workspace, which sandboxes can write)"
+    assert (found.subject, found.notes) == (
+        "git status",
+        ("git is ./.venv/bin/git, inside the workspace, which sandboxes can write",),
     )
 
 
@@ -59,7 +71,10 @@ def test_a_session_grant_for_the_program_name_does_not_run_the_planted_one(
     project: Path, hijacked: Path
 ) -> None:
     asker = RecordingAsker()  # denies
-    with Runtime(project, asker=asker, audit_log=None) as runtime, runtime.session() as session:
+    with (
+        Runtime(project, asker=asker, audit_log=None, bindings=ON_HOST) as runtime,
+        runtime.session() as session,
+    ):
         git = key("git status", project)
         session.allowlist.grant(
             RunCommand().permission(RunCommandParameters(command="git status")).key,  # type: ignore[arg-type]
@@ -69,7 +84,7 @@ def test_a_session_grant_for_the_program_name_does_not_run_the_planted_one(
 
     assert outcome.decision is not None and outcome.decision.source is Source.DENIED
     assert asker.requests[0].key == git.raw == "run_command:./.venv/bin/git:status"
-    assert "inside the workspace, which sandboxes can write" in asker.requests[0].subject
+    assert "inside the workspace, which sandboxes can write" in render(asker.requests[0])
     assert not hijacked.exists()
 
 
@@ -78,18 +93,23 @@ def test_decide_and_the_hooks_see_the_key_the_call_would_get(project: Path, hija
     # that runs `git status` through its own shell would find the planted git too.
     from codecoder.runtime.evaluation import evaluate
 
-    with Runtime(project, audit_log=None) as runtime, runtime.session() as session:
+    with (
+        Runtime(project, audit_log=None, bindings=ON_HOST) as runtime,
+        runtime.session() as session,
+    ):
         session.grant("run_command:git:status")
         verdict = evaluate(session, "run_command", {"command": "git status"})
     assert (verdict.decision, verdict.key) == ("ask", "run_command:./.venv/bin/git:status")
     assert verdict.question is not None
-    assert "inside the workspace" in verdict.question.subject
+    assert "inside the workspace" in render(verdict.question)
 
 
 def test_approved_with_its_path_shown_the_planted_program_is_what_runs(
     project: Path, hijacked: Path
 ) -> None:
-    with Runtime(project, asker=RecordingAsker(Answer.ONCE), audit_log=None) as runtime:
+    with Runtime(
+        project, asker=RecordingAsker(Answer.ONCE), audit_log=None, bindings=ON_HOST
+    ) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git status"})
 
     assert outcome.result is not None and "planted-git-ran" in outcome.result.output
@@ -108,7 +128,7 @@ def test_what_runs_is_what_was_found_at_key_time_not_a_second_lookup(
         plant(project / ".venv" / "bin" / "git", marker)
         return Answer.ONCE
 
-    with Runtime(project, asker=plant_while_asking, audit_log=None) as runtime:
+    with Runtime(project, asker=plant_while_asking, audit_log=None, bindings=ON_HOST) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git --version"})
 
     assert outcome.result is not None and outcome.result.output.startswith("git version")
@@ -143,7 +163,8 @@ def test_a_world_writable_directory_and_a_symlink_into_the_workspace_are_writabl
     assert key("git status", project).raw == f"run_command:{shared / 'git'}:status"
     linked = key("ls -l", project)
     assert linked.raw == f"run_command:{trusted / 'ls'}"
-    assert "a symlink to" in linked.subject and "inside the workspace" in linked.subject
+    (note,) = linked.notes
+    assert "a symlink to" in note and "inside the workspace" in note
 
 
 def test_a_program_in_a_directory_no_sandbox_writes_keeps_its_name(project: Path) -> None:
@@ -161,7 +182,9 @@ def test_in_a_sandbox_the_host_path_means_nothing(project: Path, hijacked: Path)
 
 
 def test_compound_commands_find_no_program_a_sandbox_wrote(project: Path, hijacked: Path) -> None:
-    with Runtime(project, asker=RecordingAsker(Answer.ONCE), audit_log=None) as runtime:
+    with Runtime(
+        project, asker=RecordingAsker(Answer.ONCE), audit_log=None, bindings=ON_HOST
+    ) as runtime:
         outcome = runtime.session().call("run_command", {"command": "git --version && echo ok"})
 
     assert outcome.result is not None
@@ -191,14 +214,18 @@ def test_on_the_host_the_question_says_what_workspace_code_a_grant_runs(
 ) -> None:
     # A sandboxed tool may have written package.json, the Makefile or conftest.py: a grant for
     # `npm test` on the host is a grant for whatever they hold when it runs.
-    subject = key(command, project).subject
-    assert subject.startswith(f"{command}\n(runs code from the workspace: {said}")
-    assert subject.endswith(
-        "whatever may write the workspace, sandboxed tools included, can change it)"
+    found = key(command, project)
+    assert found.subject == command
+    (note,) = found.notes
+    assert note.startswith(f"runs code from the workspace: {said}")
+    assert note.endswith(
+        "whatever may write the workspace, sandboxed tools included, can change it"
     )
-    assert key(command, project, EnvironmentTag.DOCKER).subject == command
+    assert f"  note         {note}" in render(question_for(command, project))
+    contained = key(command, project, EnvironmentTag.DOCKER)
+    assert (contained.subject, contained.notes) == (command, ())
 
 
 @pytest.mark.parametrize("command", ["ls -la src", "git log --oneline -n 5", "grep -rn foo src"])
 def test_programs_that_run_no_workspace_code_say_nothing_more(project: Path, command: str) -> None:
-    assert key(command, project).subject == command
+    assert (key(command, project).subject, key(command, project).notes) == (command, ())

@@ -205,7 +205,7 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "schema",
                 'unknown key "allow" at the top level '
                 "(known: $schema, allowlist, deny, environments, limits, session_ttl, web, agent, "
-                "read_roots, docker)",
+                "read_roots, docker, bwrap)",
                 None,
                 3,
                 3,
@@ -233,7 +233,7 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "error",
                 "schema",
                 'environments["run_command"] should be '
-                "'@shell', '@bwrap', '@docker', '@wasm', '@landlock' or '@runtime'",
+                "'@shell', '@bwrap', '@confined', '@docker', '@wasm', '@landlock' or '@runtime'",
                 "run_command",
                 2,
                 35,

@@ -51,7 +51,7 @@ def test_tools_lists_every_tool_with_its_permission(project: Path) -> None:
     assert rows["run_command"] == {
         "name": "run_command",
         "category": "execute",
-        "environment": "@shell",
+        "environment": "@bwrap",
         "permission": "ask",
         "description": rows["run_command"]["description"],
         "child": False,
@@ -105,17 +105,23 @@ def test_key_for_any_tool_takes_its_arguments_as_json(project: Path) -> None:
 
 
 def test_check_reports_the_seed_example_as_a_user_would_expect(project: Path) -> None:
+    def found(proc: subprocess.CompletedProcess[str]) -> list[tuple[Any, ...]]:
+        diagnostics = as_json(proc)["diagnostics"]
+        return [(d["severity"], d["code"], d["key"], d["line"], d["column"]) for d in diagnostics]
+
+    # run_command is contained by default (@bwrap): its project grant holds.
     write_config(project, SEED)
-    proc = codecoder("check", "--json", project=project)
-    assert proc.returncode == 1
-    report = as_json(proc)
-    found = [
-        (d["severity"], d["code"], d["key"], d["line"], d["column"]) for d in report["diagnostics"]
-    ]
-    assert report["ok"] is False
-    assert found == [
-        ("error", "ceiling_violation", "run_command:git", 3, 5),
-        ("warning", "invalid_scope", "run_command:cargo", 4, 26),
+    contained = codecoder("check", "--json", project=project)
+    assert (contained.returncode, as_json(contained)["ok"]) == (0, True)
+    assert found(contained) == [("warning", "invalid_scope", "run_command:cargo", 4, 26)]
+    # On the host, as in the seed's own design, it is above the ceiling.
+    on_shell = SEED.replace("{\n", '{\n  "environments": {"run_command": "@shell"},\n', 1)
+    write_config(project, on_shell)
+    host = codecoder("check", "--json", project=project)
+    assert (host.returncode, as_json(host)["ok"]) == (1, False)
+    assert found(host) == [
+        ("error", "ceiling_violation", "run_command:git", 4, 5),
+        ("warning", "invalid_scope", "run_command:cargo", 5, 26),
     ]
 
 
@@ -132,6 +138,12 @@ def test_check_of_a_good_file_is_ok_and_of_a_broken_one_names_line_and_column(
     checked = as_json(codecoder("check", "--json", project=project))
     sandbox = checked.pop("docker")  # a tool is bound to @docker: check reports the sandbox
     assert (sandbox["image"], sandbox["workspace"]) == ("codecoder-sandbox", "bind")
+    commands = checked.pop("commands")  # where run_command runs, and why
+    assert {k: commands[k] for k in ("environment", "ceiling", "why")} == {
+        "environment": "@docker",
+        "ceiling": "AlwaysThisProject",
+        "why": "bound to @docker by the configuration (a hardened container)",
+    }
     file = str(project / "codecoder.json")
     assert checked == {
         "ok": True,
@@ -207,12 +219,13 @@ def test_call_runs_through_the_chain_with_exit_codes(project: Path) -> None:
 
 
 def test_call_with_always_this_project_on_a_shell_tool_is_refused(project: Path) -> None:
+    write_config(project, {"environments": {"run_command": "@shell"}})
     proc = codecoder(
         "call", "run_command", '{"command": "git status"}', "--answer", "project", project=project
     )
     assert proc.returncode == 3
     assert "CeilingViolation" in proc.stderr
-    assert not (project / "codecoder.json").exists()
+    assert "AlwaysThisProject" not in (project / "codecoder.json").read_text()
 
 
 def test_replay_runs_one_session_so_session_grants_carry_over(project: Path) -> None:
@@ -255,7 +268,13 @@ def test_allowlist_lists_and_revokes(project: Path) -> None:
         ("run_command:git", True),
         ("run_command:make", True),
     ]
-    assert listed["deny"] == [{"key": "run_command:rm", "line": listed["deny"][0]["line"]}]
+    assert listed["deny"] == [
+        {
+            "key": "run_command:rm",
+            "line": listed["deny"][0]["line"],
+            "file": str(project / "codecoder.json"),
+        }
+    ]
     revoked = codecoder("allowlist", "revoke", "run_command:git", project=project)
     assert revoked.returncode == 0
     config = json.loads((project / "codecoder.json").read_text())
@@ -392,6 +411,7 @@ def _wait_for(path: Path, lines: int) -> list[int]:
 def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
     project: Path, signal_number: int, code: int, word: str
 ) -> None:
+    write_config(project, {"environments": {"run_command": "@shell"}})  # pids of the host's
     pids = project / "pids"
     command = f"echo $$ > {pids}; sleep 300 & echo $! >> {pids}; wait"
     env = {k: v for k, v in os.environ.items() if k != "CI"}
@@ -452,11 +472,43 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
         "decision": "ask",
         "tool": "run_command",
         "key": "run_command:touch",
-        "environment": "@shell",
+        "environment": "@bwrap",
         "source": None,
         "matched": None,
         "would_ask": True,
         "choices": ["once", "session", "deny"],
+        "options": [
+            {
+                "answer": "once",
+                "letter": "o",
+                "scope": "Once",
+                "entry": None,
+                "covers": "this call only; nothing is recorded",
+                "lasts": "this call only",
+                "kept": "nothing is recorded",
+                "runs_in": None,
+            },
+            {
+                "answer": "session",
+                "letter": "s",
+                "scope": "AlwaysThisSession",
+                "entry": "run_command:touch",
+                "covers": "every simple `touch …` command, with any arguments",
+                "lasts": "until this session ends",
+                "kept": "kept in memory only (nothing is written)",
+                "runs_in": None,
+            },
+            {
+                "answer": "deny",
+                "letter": "d",
+                "scope": "Deny",
+                "entry": None,
+                "covers": "nothing runs; nothing is recorded",
+                "lasts": "this call only",
+                "kept": "nothing is recorded",
+                "runs_in": None,
+            },
+        ],
         "reason": "nothing grants this key: the human would be asked",
         "violations": [],
         "protected": False,
@@ -546,20 +598,23 @@ def test_call_reads_its_arguments_from_stdin_or_a_file_of_any_size(project: Path
 
 
 def test_json_errors_are_json(project: Path) -> None:
-    bad = codecoder("call", "run_command", "{nope", "--json", project=project)
+    bad = codecoder("call", "run_command", '{"command": "ls"', "--json", project=project)
     assert bad.returncode == 2
     assert as_json(bad) == {
         "ok": False,
         "error": {
-            "type": "InvalidArguments",
-            "message": "invalid arguments for (cli): arguments: not valid JSON: Expecting property "
-            "name enclosed in double quotes at column 2",
+            "type": "UsageError",
+            "message": "the arguments are not valid JSON: Expecting ',' delimiter at line 1 "
+            "column 17",
         },
     }
     usage = codecoder("schema", "--format", "nope", "--json", project=project)
     assert usage.returncode == 2
-    assert as_json(usage)["error"]["type"] == "UsageError"
-    assert "invalid choice: 'nope'" in as_json(usage)["error"]["message"]
+    assert as_json(usage)["error"] == {
+        "type": "UsageError",
+        "message": "codecoder schema: argument --format: 'nope' is not a choice; the choices are "
+        "openai, openai-responses, anthropic, mcp",
+    }
 
 
 def test_version(project: Path) -> None:

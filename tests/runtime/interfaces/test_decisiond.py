@@ -454,7 +454,7 @@ def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
     with _fake_server(machine.directory / f"{name}.sock", {"refused": "no"}, served):
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
     assert len(served) == 1
-    assert (code, out.splitlines()[0]) == (4, "ask  run_command:ls  @shell")
+    assert (code, out.splitlines()[0]) == (4, "ask  run_command:ls  @bwrap")
 
 
 @pytest.mark.parametrize("mode", [0o770, 0o707, 0o755])

@@ -95,7 +95,9 @@ def test_claude_code_a_command_is_asked_then_its_approval_holds_for_the_session(
     assert decision(first) == (
         "ask",
         "codecoder: run_command:git:status on @shell needs your approval; approving allows "
-        "run_command:git:status for the rest of this session",
+        "run_command:git:status (only `git status …` commands) for the rest of this Claude Code "
+        "session, kept in codecoder's state directory (`codecoder allowlist revoke "
+        "run_command:git:status` takes it back)",
     )
     # The host ran it: the human approved at the host's prompt.
     ran = claude("Bash", {"command": "git status"}, event="PostToolUse")
@@ -179,7 +181,9 @@ def test_a_project_grant_for_a_sandboxed_tool_allows_without_asking(
     assert (verdict, reason) == (
         "ask",
         "codecoder: edit_file:src/a.py on @wasm needs your approval; approving allows "
-        "edit_file:src/a.py for the rest of this session",
+        "edit_file:src/a.py (only src/a.py) for the rest of this Claude Code session, kept in "
+        "codecoder's state directory (`codecoder allowlist revoke edit_file:src/a.py` takes it "
+        "back)",
     )
     write = claude("Write", {"file_path": str(project / "src" / "a.py"), "content": "x"})
     assert decision(answer("claude-code", write, project))[0] == "allow"
@@ -346,8 +350,11 @@ def test_a_session_grant_is_bound_to_the_environment_it_was_approved_in(
 ) -> None:
     answer("claude-code", claude("Bash", {"command": "make"}), project)
     answer("claude-code", claude("Bash", {"command": "make"}, event="PostToolUse"), project)
-    write_config(project, {"environments": {"run_command": "@docker"}})
-    out = answer("claude-code", claude("Bash", {"command": "make"}, call="t2"), project)
+    again = answer("claude-code", claude("Bash", {"command": "make"}, call="t2"), project)
+    assert decision(again)[0] == "allow"  # on the host, where it was approved
+    # The same command in the sandbox (run_container in @docker) was never approved.
+    boxed = claude("Bash", {"command": "make"}, call="t3")
+    out = answer("claude-code", boxed, project, "--sandbox", "docker")
     assert decision(out)[0] == "ask"
 
 

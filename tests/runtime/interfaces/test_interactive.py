@@ -1,4 +1,8 @@
-"""`codecoder session`, used as a person uses it: in a real pseudo-terminal."""
+"""`codecoder session`, used as a person uses it: in a real pseudo-terminal.
+
+Most tests here are about the prompt and the session on @shell, so their project binds
+run_command there (`start` writes that binding unless the test wrote its own codecoder.json);
+the last ones are about commands contained in @bwrap, the default."""
 
 from __future__ import annotations
 
@@ -16,10 +20,14 @@ from codecoder.runtime.kernel.state import project_state_directory
 from tests.conftest import write_config
 
 PROMPT = "codecoder> "
+ON_SHELL = {"environments": {"run_command": "@shell"}}
 
 
-def start(project: Path) -> tuple[pexpect.spawn, io.StringIO]:
-    """A session in a terminal, and everything the terminal received."""
+def start(project: Path, *, contained: bool = False) -> tuple[pexpect.spawn, io.StringIO]:
+    """A session in a terminal, and everything the terminal received. Unless `contained`, or
+    the test wrote its own codecoder.json, run_command is bound to @shell."""
+    if not contained and not (project / "codecoder.json").exists():
+        write_config(project, ON_SHELL)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     child = pexpect.spawn(
         sys.executable,
@@ -65,10 +73,13 @@ def test_the_prompt_shows_the_choices_and_why_project_is_missing_for_a_shell_too
         "  key          run_command:echo",
         "  runs         echo hi",
         "",
-        "  [o] allow once",
-        "  [s] always this session",
-        "  [d] deny",
-        "  (always this project is not offered: run_command:echo runs in @shell (host "
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:echo — every simple `echo …` command, with any "
+        "arguments",
+        "                         lasts until you leave this session (/quit); kept in its "
+        "memory; `codecoder allowlist list` shows it",
+        "  [d] Deny               nothing runs; nothing is recorded",
+        "  (AlwaysThisProject is not offered: run_command:echo runs in @shell (host "
         "processes, not sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes "
         "only to sandboxed tools)",
     ]
@@ -115,15 +126,17 @@ def test_escape_sequences_in_a_command_and_its_output_are_shown_harmlessly(
     child.sendline("o")
     child.expect_exact(PROMPT)
     lines = child.before.replace("\r\n", "\n").splitlines()
-    assert lines[1:3] == ["\\e[2J\\e[31mred", "[exit code 0]"]
+    # The clear-screen is shown, not obeyed; red is a colour that hides nothing, shown as red
+    # on a terminal and reset at the end of its line.
+    assert lines[1:3] == ["\\e[2J\x1b[31mred\x1b[0m", "[exit code 0]"]
     quit(child)
-    assert "\x1b" not in screen.getvalue()
+    assert "\x1b[2J" not in screen.getvalue()
 
 
 def test_reload_after_a_broken_edit_shows_the_error_and_keeps_the_last_good_rules(
     project: Path,
 ) -> None:
-    write_config(project, {"deny": ["run_command:rm"]})
+    write_config(project, {**ON_SHELL, "deny": ["run_command:rm"]})
     child, _ = start(project)
     for broken in ('{\n  "deny": ["run_command:rm",]\n}\n', '{\n  "deny": "run_command:rm"\n}\n'):
         write_config(project, broken)
@@ -145,9 +158,9 @@ def test_reload_after_a_broken_edit_shows_the_error_and_keeps_the_last_good_rule
 
 
 def test_a_ceiling_violation_is_reported_at_start_and_by_reload(project: Path) -> None:
-    write_config(project, {"allowlist": {"run_command:git": "AlwaysThisProject"}})
+    write_config(project, {**ON_SHELL, "allowlist": {"run_command:git": "AlwaysThisProject"}})
     child, screen = start(project)
-    where = f"{project / 'codecoder.json'}:3:5: error: [ceiling_violation] "
+    where = f"{project / 'codecoder.json'}:6:5: error: [ceiling_violation] "
     banner = screen.getvalue().replace("\r\n", "\n").splitlines()
     assert [line for line in banner if line.startswith(where)] != []
     shown = run(child, "/reload").splitlines()
@@ -193,7 +206,9 @@ def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
         "cmd: Extra inputs are not permitted"
     )
     typo = run(child, "run_comand ls").splitlines()
-    assert typo[0].startswith("codecoder: unknown tool 'run_comand'; available: ")
+    assert typo[0].startswith(
+        "codecoder: unknown tool 'run_comand' (did you mean run_command?); available: "
+    )
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
@@ -253,3 +268,75 @@ def test_sigterm_ends_the_session_and_the_running_command(project: Path) -> None
 
     assert child.exitstatus == 143
     assert not any(_alive(pid) for pid in running)
+
+
+def test_a_contained_command_offers_the_project_and_its_grant_holds_in_the_next_session(
+    project: Path,
+) -> None:
+    child, _ = start(project, contained=True)
+    child.sendline("run_command echo hi")
+    child.expect_exact("choice [o/s/p/d]: ")
+    shown = child.before.replace("\r\n", "\n")
+    assert "  environment  @bwrap (host processes in bubblewrap namespaces" in shown
+    child.sendline("p")
+    child.expect_exact(PROMPT)
+    lines = child.before.replace("\r\n", "\n").splitlines()
+    assert lines[1:3] == ["hi", "[exit code 0]"]
+    assert " · @bwrap · " in lines[3]
+    quit(child)
+    again, _ = start(project, contained=True)
+    answered = run(again, "run_command echo again")
+    assert answered.splitlines()[:2] == ["again", "[exit code 0]"]
+    assert "permission required" not in answered
+    quit(again)
+
+
+def test_ctrl_c_ends_a_contained_command_and_everything_it_started(project: Path) -> None:
+    marker = f"313.{os.getpid()}"
+    child, _ = start(project, contained=True)
+    child.sendline(f"run_command (setsid sleep {marker} &); sleep {marker}")
+    child.expect_exact("choice [o/s/p/d]: ")
+    child.sendline("o")
+    deadline = time.monotonic() + 30
+    while not _with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _with(marker)
+
+    child.sendintr()
+    child.expect_exact("(interrupted)")
+    child.expect_exact(PROMPT)
+
+    deadline = time.monotonic() + 10  # the kernel ends the sandbox's processes: a moment
+    while _with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _with(marker) == []
+    quit(child)
+
+
+def _with(marker: str) -> list[str]:
+    """Host processes whose command line holds `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmdline and "codecoder" not in cmdline:
+                found.append(cmdline)
+    return found
+
+
+def test_broken_json_is_refused_and_a_command_group_is_still_a_command(project: Path) -> None:
+    (project / '{"path": "notes"').write_text("never read\n")
+    child, _ = start(project)
+    assert run(child, 'read_file {"path": "notes"').splitlines() == [
+        "codecoder: the arguments are not valid JSON: Expecting ',' delimiter at line 1 column 17"
+    ]
+    child.sendline("run_command { echo grouped; }")
+    child.expect_exact("choice [o/s/d]: ")
+    assert "  runs         { echo grouped; }" in child.before.replace("\r\n", "\n")
+    child.sendline("o")
+    child.expect_exact(PROMPT)
+    assert child.before.replace("\r\n", "\n").splitlines()[1] == "grouped"
+    quit(child)

@@ -50,6 +50,8 @@ from tests.conftest import echo_handler, write_config
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[3]
+# Where a test is about a tool on the host (its questions, the session ceiling).
+ON_SHELL = {"environments": {"run_command": "@shell"}}
 SHELL_REFUSAL = (
     "run_command:echo runs in @shell (host processes, not sandboxed), whose ceiling is "
     "AlwaysThisSession: permanent trust goes only to sandboxed tools"
@@ -164,6 +166,7 @@ async def test_a_none_tool_of_the_registry_runs_without_asking(project: Path) ->
 
 
 async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("once", "once")
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "echo hi"})
@@ -179,7 +182,7 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
         "environment: @shell (host processes, not sandboxed)\n"
         "key: run_command:echo\n"
         "runs: echo hi\n"
-        f"always this project is not offered: {SHELL_REFUSAL}"
+        f"AlwaysThisProject is not offered: {SHELL_REFUSAL}"
     )
     assert question.requested_schema == {
         "type": "object",
@@ -189,9 +192,15 @@ async def test_an_ask_tool_answered_once_runs_and_asks_again_next_time(project: 
                 "title": "Allow this call?",
                 "description": "run_command:echo on @shell",
                 "oneOf": [
-                    {"const": "once", "title": "Allow once"},
-                    {"const": "session", "title": "Always allow for this session"},
-                    {"const": "deny", "title": "Deny"},
+                    {"const": "once", "title": "Once: this call only; nothing is recorded"},
+                    {
+                        "const": "session",
+                        "title": "AlwaysThisSession: run_command:echo — every simple `echo …` "
+                        "command, with any arguments (lasts while this MCP server runs (until "
+                        "its client disconnects); kept in the server's memory; `codecoder "
+                        "allowlist list` shows it)",
+                    },
+                    {"const": "deny", "title": "Deny: nothing runs; nothing is recorded"},
                 ],
             }
         },
@@ -233,6 +242,7 @@ async def test_a_declined_question_is_a_denied_tool_error_and_nothing_runs(
 
 
 async def test_the_project_answer_is_refused_where_it_was_not_offered(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("project")
     async with connected(project, human) as session:
         result = await session.call_tool("run_command", {"command": "touch marker"})
@@ -240,7 +250,7 @@ async def test_the_project_answer_is_refused_where_it_was_not_offered(project: P
     assert result.is_error
     assert decision_of(result)["source"] == "denied"
     assert not (project / "marker").exists()
-    assert not (project / "codecoder.json").exists()
+    assert "allowlist" not in (project / "codecoder.json").read_text()
 
 
 async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_asked_again(
@@ -252,7 +262,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
     assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
-    assert "always this project is not offered" not in human.asked[0].message
+    assert "AlwaysThisProject is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
     assert [decision_of(r)["source"] for r in (first, second)] == ["project", "project"]
@@ -264,6 +274,7 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
 async def test_a_client_without_elicitation_gets_an_error_naming_the_key_and_how_to_grant(
     project: Path,
 ) -> None:
+    write_config(project, ON_SHELL)
     async with connected(project) as session:
         result = await session.call_tool("run_command", {"command": "touch marker"})
     assert result.is_error
@@ -435,7 +446,7 @@ async def test_an_edit_applies_only_after_codecoder_reload_and_then_the_deny_rul
     assert decision_of(refused)["source"] == "deny"
     assert text_of(refused) == (
         "permission denied: run_command:echo is refused by deny rule 'run_command:echo' of "
-        "codecoder.json"
+        "codecoder.json line 3"
     )
     assert len(human.asked) == 1
 
@@ -535,11 +546,11 @@ def test_stale_pid_files_are_ignored_and_removed(project: Path) -> None:
 def test_reload_without_a_running_server_prints_the_diagnostics_of_the_file(
     project: Path,
 ) -> None:
-    write_config(project, {"allowlist": {"run_command:git": "AlwaysThisProject"}})
+    write_config(project, {**ON_SHELL, "allowlist": {"run_command:git": "AlwaysThisProject"}})
     proc = codecoder("reload", "--project", str(project))
     assert proc.returncode == 1
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith(f"{project / 'codecoder.json'}:3:5: error: [ceiling_violation]")
+    assert lines[0].startswith(f"{project / 'codecoder.json'}:6:5: error: [ceiling_violation]")
     assert lines[1:] == [
         f"no running server of {project} to reload",
         f"{project / 'codecoder.json'}: errors found",
@@ -553,6 +564,7 @@ def test_reload_without_a_running_server_prints_the_diagnostics_of_the_file(
 
 
 async def test_a_2026_client_is_asked_through_input_required(project: Path) -> None:
+    write_config(project, ON_SHELL)
     human = Human("once", "session")
     async with Client(server_parameters(project), elicitation_callback=human) as client:
         assert client.protocol_version == "2026-07-28"
@@ -715,9 +727,10 @@ def test_clients_before_2025_11_25_get_the_choices_as_enum_with_names() -> None:
     schema = elicitation_schema(shell_request("echo hi"), "2025-06-18")
     assert schema["properties"]["decision"]["enum"] == ["once", "session", "deny"]
     assert schema["properties"]["decision"]["enumNames"] == [
-        "Allow once",
-        "Always allow for this session",
-        "Deny",
+        "Once: this call only; nothing is recorded",
+        "AlwaysThisSession: run_command:echo — exactly this key (lasts until this session ends; "
+        "kept in memory only (nothing is written))",
+        "Deny: nothing runs; nothing is recorded",
     ]
 
 
@@ -795,9 +808,9 @@ async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
     assert titles["project-any"] == (
-        "Always allow for this project (writes codecoder.json): any simple command in @bwrap "
-        "(one program with literal arguments; never a compound command, nor one that needs the "
-        "host) [run_command:*]"
+        "AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host) (lasts until "
+        f"revoked; written to {project / 'codecoder.json'})"
     )
     assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
 
@@ -813,7 +826,10 @@ async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_onc
     titles = {
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
-    assert titles["host-once"] == "Run it on the host instead, unconfined (@shell), once"
+    assert titles["host-once"] == (
+        "Once on the host: this call only, run on the host, unconfined (@shell), as "
+        "run_command:git:push; nothing is recorded"
+    )
     assert "would likely fail" in question.message
     decision = decision_of(result)
     assert (decision["environment"], decision["escalated_from"], decision["answer"]) == (

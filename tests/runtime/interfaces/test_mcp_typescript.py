@@ -74,11 +74,11 @@ def test_every_tool_has_a_title_and_annotations_derived_from_the_tool_model(
         "openWorldHint": False,
     }
     assert tools["run_command"]["annotations"] == {
-        "title": "Run command (@shell)",
+        "title": "Run command (@bwrap)",  # contained: no network
         "readOnlyHint": False,
         "destructiveHint": True,
         "idempotentHint": False,
-        "openWorldHint": True,
+        "openWorldHint": False,
     }
     assert tools["run_container"]["annotations"]["openWorldHint"] is False  # no network
     assert tools["web_fetch"]["annotations"]["openWorldHint"] is True

@@ -188,7 +188,7 @@ def test_the_schema_command_prints_the_export_as_json(project: Path, format: str
 def test_an_unknown_format_is_a_usage_error(project: Path) -> None:
     proc = codecoder("schema", "--format", "gemini", project=project)
     assert proc.returncode == 2
-    assert "invalid choice: 'gemini'" in proc.stderr
+    assert "'gemini' is not a choice; the choices are openai" in proc.stderr
 
 
 # --- strict mode and the Responses API, checked with the providers' own SDK types ------------

@@ -1,7 +1,8 @@
 """Protected paths as the host meets them: spelled out, reached through a symlink a sandbox or a
 clone planted, or naming the runtime's own state, configuration and command line. Each attack
 has a session grant that would cover the command if it were not protected; real git, real
-@shell."""
+@shell (run_command is bound there: in @bwrap, its default, the mounts protect these paths,
+tests/environments/test_bwrap.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from codecoder.runtime.evaluation import evaluate
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.protected import mentions_runtime_directory, reaches_protected
 from codecoder.runtime.kernel.state import config_directory, state_directory
@@ -21,6 +23,7 @@ from codecoder.runtime.session import Runtime
 from tests.conftest import RecordingAsker
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+ON_HOST = {"run_command": EnvironmentTag.SHELL}
 
 
 @pytest.fixture
@@ -42,7 +45,7 @@ def test_a_symlink_to_git_does_not_carry_a_granted_write_into_its_config(
     planted += f'[core]\n\tfsmonitor = "touch {marker}; false"\n'
     (repo / "notes.txt").write_text(planted)
     asker = RecordingAsker()
-    with Runtime(repo) as runtime, runtime.session(asker=asker) as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session(asker=asker) as session:
         session.grant("run_command:cp")
         session.grant("run_command:git:status")
         copied = session.call("run_command", {"command": "cp notes.txt g/config"})
@@ -50,7 +53,7 @@ def test_a_symlink_to_git_does_not_carry_a_granted_write_into_its_config(
 
     assert copied.error is not None and copied.decision.source == "denied"
     (question,) = asker.requests
-    assert "g/config (leads to .git/config) through a symlink" in question.subject
+    assert question.notes == ("protected: g/config (leads to .git/config) through a symlink",)
     assert "only once" in question.note + question.why_not_project
     assert [choice.value for choice in question.choices] == ["once", "deny"]
     assert "fsmonitor" not in (repo / ".git" / "config").read_text()
@@ -66,7 +69,7 @@ def test_every_word_of_a_host_command_is_followed_when_it_is_keyed(
 ) -> None:
     (repo / "g").symlink_to(".git")
     (repo / "notes.txt").write_text("x\n")
-    with Runtime(repo) as runtime, runtime.session() as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session() as session:
         session.grant("run_command:cp")
         session.grant("run_command:sort")
         verdict = evaluate(session, "run_command", {"command": command})
@@ -75,7 +78,7 @@ def test_every_word_of_a_host_command_is_followed_when_it_is_keyed(
 
 def test_a_compound_command_through_the_link_is_protected_too(repo: Path) -> None:
     (repo / "g").symlink_to(".git/hooks")
-    with Runtime(repo) as runtime, runtime.session() as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session() as session:
         command = "cat notes.txt > x && cp x g/pre-commit"
         session.grant(key_of(command))
         verdict = evaluate(session, "run_command", {"command": command})
@@ -101,7 +104,7 @@ def test_the_runtime_directories_are_protected_by_path_by_name_and_through_links
         "rm -rf s/projects",  # through a link in the workspace
         "cp x c/config.json",
     ]
-    with Runtime(repo) as runtime, runtime.session() as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session() as session:
         session.grant("run_command:rm")
         session.grant("run_command:cp")
         for command in commands:
@@ -120,7 +123,7 @@ def test_the_runtime_directories_are_protected_by_path_by_name_and_through_links
     ],
 )
 def test_no_grant_covers_running_the_runtimes_own_command_line(repo: Path, command: str) -> None:
-    with Runtime(repo) as runtime, runtime.session() as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session() as session:
         session.grant("run_command:codecoder")
         session.grant(key_of(command))
         verdict = evaluate(session, "run_command", {"command": command})
@@ -130,7 +133,7 @@ def test_no_grant_covers_running_the_runtimes_own_command_line(repo: Path, comma
 def test_ordinary_commands_are_not_protected(repo: Path) -> None:
     (repo / "src").mkdir()
     (repo / "link").symlink_to("src")
-    with Runtime(repo) as runtime, runtime.session() as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session() as session:
         for command in ("git status", "ls -la link", "cp a link/b", "grep -rn codecoder-x src"):
             verdict = evaluate(session, "run_command", {"command": command})
             assert not verdict.protected, command
@@ -148,6 +151,6 @@ def test_what_reaches_a_protected_path_is_said_precisely(repo: Path) -> None:
 def test_a_protected_once_answer_runs_it_once(repo: Path) -> None:
     (repo / "g").symlink_to(".git")
     asker = RecordingAsker(Answer.ONCE)
-    with Runtime(repo) as runtime, runtime.session(asker=asker) as session:
+    with Runtime(repo, bindings=ON_HOST) as runtime, runtime.session(asker=asker) as session:
         outcome = session.call("run_command", {"command": "ls g/hooks"})
     assert outcome.decision.source == "once"

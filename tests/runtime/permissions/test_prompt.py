@@ -48,14 +48,19 @@ def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missin
         "  key          run_command:git",
         "  runs         git push\\e[8m --force",
         "",
-        "  [o] allow once",
-        "  [s] always this session",
-        "  [d] deny",
-        "  (always this project is not offered: run_command:git runs in @shell)",
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:git — exactly this key",
+        "                         lasts until this session ends; kept in memory only (nothing is "
+        "written)",
+        "  [d] Deny               nothing runs; nothing is recorded",
+        "  (AlwaysThisProject is not offered: run_command:git runs in @shell)",
     ]
 
 
 def spawn(project: Path, command: str) -> pexpect.spawn:
+    """`codecoder call run_command` in a terminal, run_command bound to @shell: the prompt of a
+    tool on the host (a contained command's is tested in test_interactive.py)."""
+    write_config(project, {"environments": {"run_command": "@shell"}})
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = [
         "-m",
@@ -82,7 +87,7 @@ def test_a_person_answers_in_a_real_terminal(project: Path) -> None:
     child.expect(r"choice \[o/s/d\]: ")
     screen = child.before
     assert "environment  @shell (host processes, not sandboxed)" in screen
-    assert "always this project is not offered" in screen
+    assert "AlwaysThisProject is not offered" in screen
     assert "ceiling is AlwaysThisSession" in screen
     assert "[p]" not in screen
     child.sendline("x")
@@ -194,11 +199,15 @@ def test_the_prompt_offers_the_narrow_key_and_the_program_wide_one_and_says_what
         choices=(Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY),
         grants=((Answer.SESSION, narrow), (Answer.SESSION_PROGRAM, wide)),
     )
-    assert render(request).splitlines()[-4:] == [
-        "  [o] allow once",
-        "  [s] always this session: only `git status …` commands [run_command:git:status]",
-        "  [a] always this session: every simple `git …` command: any subcommand [run_command:git]",
-        "  [d] deny",
+    assert render(request).splitlines()[-6:] == [
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:git:status — only `git status …` commands",
+        "                         lasts until this session ends; kept in memory only (nothing is "
+        "written)",
+        "  [a] AlwaysThisSession  run_command:git — every simple `git …` command: any subcommand",
+        "                         lasts until this session ends; kept in memory only (nothing is "
+        "written)",
+        "  [d] Deny               nothing runs; nothing is recorded",
     ]
 
 
@@ -237,8 +246,9 @@ def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: 
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    assert "visible\\e[8mhidden\\e(0qq\\e[0m" in child.before
-    assert "\x1b" not in child.before.replace("\x1b[?1034h", "")
+    # Conceal and the line-drawing charset are shown, never obeyed; a reset hides nothing.
+    assert "visible\\e[8mhidden\\e(0qq\x1b[0m" in child.before
+    assert "\x1b[8m" not in child.before and "\x1b(0" not in child.before
 
 
 def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
@@ -257,9 +267,248 @@ def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
     )
     field = elicitation_schema(request, "2025-11-25")["properties"]["decision"]
     titles = {choice["const"]: choice["title"] for choice in field["oneOf"]}
-    assert titles["session"].endswith("only `git status …` commands [run_command:git:status]")
-    assert "every simple `git …` command" in titles["session-program"]
-    assert titles["session-program"].endswith("[run_command:git]")
+    assert titles["session"] == (
+        "AlwaysThisSession: run_command:git:status — only `git status …` commands (lasts until "
+        "this session ends; kept in memory only (nothing is written))"
+    )
+    assert titles["session-program"].startswith(
+        "AlwaysThisSession: run_command:git — every simple `git …` command: any subcommand"
+    )
+
+
+def call_in_terminal(project: Path, *args: str) -> pexpect.spawn:
+    """`codecoder call ARGS` in a real terminal, in `project`."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "codecoder.runtime", "call", *args],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(60, 220),
+    )
+
+
+def screen_lines(text: str) -> list[str]:
+    return text.replace("\r\n", "\n").splitlines()
+
+
+def test_the_question_says_what_a_session_answer_records_covers_and_how_long_in_a_call(
+    project: Path,
+) -> None:
+    (project / "README.md").write_text("hello\n")
+    child = call_in_terminal(
+        project, "run_command", json.dumps({"command": "cp README.md README.bak"})
+    )
+    child.expect_exact("choice [o/s/d]: ")
+    shown = screen_lines(child.before)
+    assert shown[shown.index("") + 1 :] == [
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  run_command:cp — every simple `cp …` command, with any arguments",
+        "                         lasts until this `codecoder call` exits (this process only); "
+        "kept in memory only (nothing is written)",
+        "  [d] Deny               nothing runs; nothing is recorded",
+        "  (AlwaysThisProject is not offered: run_command:cp runs in @shell (host processes, not "
+        "sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes only to sandboxed "
+        "tools)",
+    ]
+    child.sendline("s")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert (project / "README.bak").read_text() == "hello\n"
+
+
+def test_with_a_session_ttl_the_session_choice_says_when_it_expires(project: Path) -> None:
+    import time
+
+    write_config(project, {"session_ttl": 3600})
+    before = time.time() + 3600
+    child = call_in_terminal(project, "run_command", json.dumps({"command": "true"}))
+    child.expect_exact("choice [o/s/d]: ")
+    after = time.time() + 3600
+    times = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
+    said = {
+        "                         lasts until this `codecoder call` exits (this process only), "
+        f"and at most until {at} (session_ttl 3600 s); kept in memory only (nothing is written)"
+        for at in times
+    }
+    assert said & set(screen_lines(child.before))
+    child.sendline("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3
+
+
+def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_project_grant_goes(
+    project: Path,
+) -> None:
+    (project / "app.py").write_text("def main():\n    return 1\n\n\nmain()\n")
+    content = "def main():\n    return 2\n\n\nmain()\n"
+    child = call_in_terminal(
+        project, "write_file", json.dumps({"path": "app.py", "content": content})
+    )
+    child.expect_exact("choice [o/s/p/d]: ")
+    shown = screen_lines(child.before)
+    start = shown.index("  key          write_file:app.py")
+    assert shown[start:] == [
+        "  key          write_file:app.py",
+        "  path         app.py",
+        "  changes      │ replaces app.py: 34 bytes, 5 lines → 34 bytes, 5 lines",
+        "               │ --- app.py (now)",
+        "               │ +++ app.py (after)",
+        "               │ @@ -1,4 +1,4 @@",
+        "               │  def main():",
+        "               │ -    return 1",
+        "               │ +    return 2",
+        "               │  ",
+        "               │  ",
+        "",
+        "  [o] Once               this call only; nothing is recorded",
+        "  [s] AlwaysThisSession  write_file:app.py — only app.py",
+        "                         lasts until this `codecoder call` exits (this process only); "
+        "kept in memory only (nothing is written)",
+        "  [p] AlwaysThisProject  write_file:app.py — only app.py",
+        f"                         lasts until revoked; written to {project / 'codecoder.json'}",
+        "  [d] Deny               nothing runs; nothing is recorded",
+    ]
+    child.sendline("p")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert (project / "app.py").read_text() == content
+    assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
+        "write_file:app.py": "AlwaysThisProject"
+    }
+
+
+def test_a_new_file_question_shows_its_size_and_head_bounded_and_neutralised(
+    project: Path,
+) -> None:
+    content = "#!/bin/sh\necho hi\x1b[8m hidden\n" + "".join(f"line {n}\n" for n in range(200))
+    child = call_in_terminal(
+        project, "write_file", json.dumps({"path": "tools/run.sh", "content": content})
+    )
+    child.expect_exact("choice [o/s/p/d]: ")
+    shown = screen_lines(child.before)
+    start = shown.index("  path         tools/run.sh")
+    assert shown[start + 1 : start + 5] == [
+        "  changes      │ creates tools/run.sh: 1,719 bytes, 202 lines; its first lines:",
+        "               │ #!/bin/sh",
+        "               │ echo hi\\e[8m hidden",
+        "               │ line 0",
+    ]
+    assert shown[start + 21 : start + 23] == [
+        "               │ line 17",
+        "               │ … 182 more lines",
+    ]
+    assert "\x1b[8m" not in child.before
+    child.sendline("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3 and not (project / "tools").exists()
+
+
+def test_an_edit_question_shows_the_diff_of_the_edit(project: Path) -> None:
+    (project / "notes.txt").write_text("".join(f"line {n}\n" for n in range(10)))
+    edit = {"path": "notes.txt", "old_string": "line 5\n", "new_string": "line five\nmore\n"}
+    child = call_in_terminal(project, "edit_file", json.dumps(edit))
+    child.expect_exact("choice [o/s/p/d]: ")
+    shown = screen_lines(child.before)
+    start = shown.index("  path         notes.txt")
+    assert shown[start + 1 : shown.index("", start)] == [
+        "  changes      │ edits notes.txt: 1 replacement, 70 bytes, 10 lines → 78 bytes, 11 lines",
+        "               │ --- notes.txt (now)",
+        "               │ +++ notes.txt (after)",
+        "               │ @@ -4,5 +4,6 @@",
+        "               │  line 3",
+        "               │  line 4",
+        "               │ -line 5",
+        "               │ +line five",
+        "               │ +more",
+        "               │  line 6",
+        "               │  line 7",
+    ]
+    child.sendline("o")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "line five\nmore\n" in (project / "notes.txt").read_text()
+
+
+def test_a_multi_line_command_is_shown_as_lines_and_its_notes_apart_without_escaped_newlines(
+    project: Path,
+) -> None:
+    child = call_in_terminal(
+        project, "run_command", json.dumps({"command": "echo one\necho 'two\x1b[2K'\r\nls"})
+    )
+    child.expect_exact("choice [o/s/d]: ")
+    shown = screen_lines(child.before)
+    start = shown.index(
+        '  key          run_command:"…" (this whole command, exactly as shown below)'
+    )
+    assert shown[start + 1 : start + 4] == [
+        "  runs         │ echo one",
+        "               │ echo 'two\\e[2K'\\r",
+        "               │ ls",
+    ]
+    assert "\\n" not in "\n".join(shown[start + 1 :])
+    child.sendline("d")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3
+
+
+def test_a_timeout_message_shows_the_last_output_as_lines(project: Path) -> None:
+    command = {"command": "echo first; echo second; sleep 30", "timeout": 1}
+    child = call_in_terminal(project, "run_command", json.dumps(command), "--answer", "once")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert screen_lines(child.before)[-3:] == [
+        "codecoder: tool error: command killed after 1s (its whole process group); last output:",
+        "  first",
+        "  second",
+    ]
+
+
+def colour_output(project: Path, **env: str) -> str:
+    """What `call` prints on a terminal for a command whose output is coloured."""
+    command = (
+        "printf '\\033[32mPASS\\033[0m ok\\n\\033[30;40mblack\\033[0m "
+        "\\033[38;5;196mred\\033[0m\\n\\033[8mhidden\\n'"
+    )
+    environ = {**{k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}, **env}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "codecoder.runtime", "call", "run_command", command, "--answer", "once"],
+        cwd=str(project),
+        env=environ,
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    return str(child.before).replace("\r\n", "\n")
+
+
+def test_on_a_terminal_harmless_colours_show_as_colours_and_hiding_ones_are_shown(
+    project: Path,
+) -> None:
+    assert colour_output(project).splitlines()[:3] == [
+        "\x1b[32mPASS\x1b[0m ok\x1b[0m",
+        "black\x1b[0m red\x1b[0m\x1b[0m",  # black, a background and 256 colours: plain text
+        "\\e[8mhidden",
+    ]
+
+
+def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Path) -> None:
+    shown = colour_output(project, NO_COLOR="1")
+    assert shown.splitlines()[:3] == ["PASS ok", "black red", "\\e[8mhidden"]
+    assert "\x1b" not in shown.replace("\x1b[?1034h", "")
+    assert "\\e[32m" not in shown
 
 
 def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
@@ -267,14 +516,18 @@ def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(proje
     child = spawn(project, "npm test")
     child.expect(r"choice \[o/s/a/p/w/c/d\]: ")
     screen = child.before.replace("\r\n", "\n")
+    said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
-    assert "  [p] always this project: only `npm test …` commands [run_command:npm:test]" in screen
-    assert "  [w] always this project: every simple `npm …` command" in screen
-    assert (
-        "  [c] always this project: any simple command in @bwrap (one program with literal "
-        "arguments; never a compound command, nor one that needs the host) [run_command:*] "
-        "(writes codecoder.json)" in screen
+    assert "[p] AlwaysThisProject run_command:npm:test — only `npm test …` commands" in said
+    assert any(
+        line.startswith("[w] AlwaysThisProject run_command:npm — every simple `npm …` command")
+        for line in said
     )
+    assert (
+        "[c] AlwaysThisProject run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host)" in said
+    )
+    assert f"lasts until revoked; written to {project / 'codecoder.json'}" in said
     child.sendline("c")
     child.expect(pexpect.EOF)
     child.close()
@@ -292,11 +545,17 @@ def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
     child = spawn(project, f"git ls-remote {remote}")
     child.expect(r"choice \[o/s/p/h/r/d\]: ")
     screen = child.before.replace("\r\n", "\n")
+    said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
-    assert "  [o] allow once, contained in @bwrap (it would likely fail)" in screen
     assert (
-        "  [h] run it on the host, unconfined (@shell), once [run_command:git:ls-remote]" in screen
+        "[o] Once this call only, contained in @bwrap (it would likely fail); nothing is "
+        "recorded" in said
     )
+    assert (
+        "[h] Once on the host this call only, run on the host, unconfined (@shell), as "
+        "run_command:git:ls-remote; nothing is recorded" in said
+    )
+    assert any(line.startswith("[r] AlwaysThisSession on the host run_command:") for line in said)
     child.sendline("h")
     child.expect(pexpect.EOF)
     child.close()

@@ -442,11 +442,9 @@ def test_todo_explains_what_each_action_needs(make_agent_runtime: Callable[..., 
     missing = session.call("todo", {"action": "complete", "id": 9})
 
     assert isinstance(no_title.error, InvalidArguments)
-    assert no_title.error.problems == [
-        ("(arguments)", "Value error, `title` is required to add a task")
-    ]
+    assert no_title.error.problems == [("(arguments)", "`title` is required to add a task")]
     assert isinstance(extra.error, InvalidArguments)
-    assert extra.error.problems == [("(arguments)", "Value error, list takes no `id`")]
+    assert extra.error.problems == [("(arguments)", "list takes no `id`")]
     assert str(missing.error) == "no task 9: the list is empty"
 
 
@@ -553,9 +551,7 @@ def test_memory_arguments_are_checked_per_action(
     outcome = session.call("memory", {"action": "write", "key": "k"})
     bad_key = session.call("memory", {"action": "read", "key": "../../etc/passwd"})
 
-    assert outcome.error.problems == [
-        ("(arguments)", "Value error, `content` is required to write")
-    ]
+    assert outcome.error.problems == [("(arguments)", "`content` is required to write")]
     assert [field for field, _ in bad_key.error.problems] == ["key"]
 
 

@@ -316,12 +316,10 @@ def test_git_diff_arguments_are_checked_before_anything_runs(repo: Path) -> None
 
     assert isinstance(escaping.error, InvalidArguments)
     assert escaping.error.problems == [
-        ("paths", "Value error, must stay inside the workspace (no ..): '../outside'")
+        ("paths", "must stay inside the workspace (no ..): '../outside'")
     ]
     assert isinstance(lonely.error, InvalidArguments)
-    assert lonely.error.problems == [
-        ("target", "Value error, needs `base`: the diff goes from base to target")
-    ]
+    assert lonely.error.problems == [("target", "needs `base`: the diff goes from base to target")]
     assert str(unknown.error) == "unknown revision 'no-such-branch'"
 
 

@@ -1,10 +1,14 @@
-"""The egress proxy: the one way out of a @docker sandbox whose network is an allowlist.
+"""The egress proxy: the one way out of a sandbox (@docker, @bwrap) whose network is an allowlist.
 
-`"docker": {"network": {"allow": ["pypi.org", "files.pythonhosted.org"]}}` keeps the container's
-network namespace empty but for loopback; the agent in it relays 127.0.0.1:3128 (the
-container's HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the
-container. Not an IP network: with a Docker "internal" network and the proxy on its gateway,
-every service of the host that listens on all interfaces would be reachable at that gateway too
+`"docker": {"network": {"allow": ["pypi.org", "files.pythonhosted.org"]}}` (`Egress`, the one
+allowlist of the project's sandboxes) keeps the sandbox's network namespace empty but for
+loopback. In @docker the agent in the container relays 127.0.0.1:3128 (the container's
+HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the container;
+in @bwrap the sandbox's helper listens on 127.0.0.1:3128 in its own network namespace and hands
+that listening socket to the runtime (`serve_listener`), which accepts the sandbox's
+connections on it directly: no Unix socket is reachable from inside at all. Not an IP network:
+with a Docker "internal" network and the proxy on its gateway, every service of the host that
+listens on all interfaces would be reachable at that gateway too
 (Docker's isolation rules filter traffic forwarded through the host, not traffic to it, and an
 engine started with --iptables=false has no rules at all). A Unix socket reaches one thing.
 
@@ -34,12 +38,12 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
-from codecoder.environments.docker.settings import Egress
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.kernel.hosts import (
     Resolver,
@@ -48,11 +52,11 @@ from codecoder.runtime.kernel.hosts import (
     system_resolver,
 )
 
-__all__ = ["PROXY_PORT", "EgressProxy"]
+__all__ = ["PROXY_PORT", "Egress", "EgressProxy"]
 
 log = logging.getLogger(__name__)
 
-PROXY_PORT: Final = 3128  # where the agent listens inside the container
+PROXY_PORT: Final = 3128  # where the agent (the helper) listens inside the sandbox
 SOCKET_NAME: Final = "proxy.sock"
 HEAD_LIMIT: Final = 16 * 1024
 HEAD_SECONDS: Final = 10.0
@@ -60,6 +64,47 @@ CONNECT_SECONDS: Final = 10.0
 # How long the end of a call waits for its connections to be recorded.
 HANDLER_SECONDS: Final = 2.0
 CHUNK: Final = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """`"network": {"allow": [...]}`: the sandbox's only way out is the runtime's egress proxy,
+    which admits these hosts (`host`, `host:port`, `*.suffix`; `runtime.kernel.hosts.
+    parse_host_entry` spellings), each also a permission key `network:<host>` asked like any
+    other."""
+
+    allow: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.allow:
+            raise ValueError('network {"allow": []} allows nothing: use "none"')
+        for index, entry in enumerate(self.allow):
+            try:
+                host, _ = parse_host_entry(entry)
+            except ValueError as exc:
+                raise ValueError(f"network.allow[{index}] {exc}") from None
+            if host == "*":
+                raise ValueError(
+                    f"network.allow[{index}] is *: name the hosts a build needs (a registry, "
+                    "its file host); every host is a network without a sandbox around it"
+                )
+
+    @classmethod
+    def of(cls, value: object) -> Egress | None:
+        """The allowlist a `network` value names, or None for an engine network mode."""
+        if isinstance(value, Egress):
+            return value
+        if isinstance(value, Mapping):
+            if set(value) != {"allow"}:
+                raise ValueError('network must be "none" or {"allow": [hosts]}')
+            hosts = value["allow"]
+            if isinstance(hosts, str) or not isinstance(hosts, Sequence):
+                raise ValueError("network.allow must be a list of hosts")
+            return cls(tuple(str(h) for h in hosts))
+        return None
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"allow": list(self.allow)}
 
 
 class _Refused(Exception):
@@ -92,7 +137,9 @@ class EgressProxy:
         self._tunnels: dict[socket.socket, int] = {}
         self._handlers: dict[int, list[threading.Thread]] = {}
         self._closed = False
-        threading.Thread(target=self._serve, name="codecoder-egress", daemon=True).start()
+        threading.Thread(
+            target=self._serve, args=(self._server,), name="codecoder-egress", daemon=True
+        ).start()
 
     @contextlib.contextmanager
     def call(self, gate: NetworkGate | None) -> Iterator[None]:
@@ -116,6 +163,14 @@ class EgressProxy:
             for handler in handlers:
                 handler.join(max(deadline - time.monotonic(), 0.0))
 
+    def serve_listener(self, listener: socket.socket) -> None:
+        """Also accept connections on `listener` (a socket listening inside a sandbox's own
+        network namespace, handed over by @bwrap's helper), decided like every other, until it
+        is shut down."""
+        threading.Thread(
+            target=self._serve, args=(listener,), name="codecoder-egress-listener", daemon=True
+        ).start()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -131,12 +186,12 @@ class EgressProxy:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _serve(self) -> None:
+    def _serve(self, server: socket.socket) -> None:
         while True:
             try:
-                client, _ = self._server.accept()
+                client, _ = server.accept()
             except OSError:
-                if self._closed:
+                if self._closed or server is not self._server:
                     return
                 time.sleep(0.05)
                 continue

@@ -1,0 +1,370 @@
+"""The @bwrap environment: each command in a bubblewrap sandbox of its own, Landlock and a
+seccomp filter on top.
+
+A call builds its sandbox (`environments.bwrap.plan`), runs bubblewrap with @shell's process
+handling (timeout, cancel, Ctrl-C and the end of the call kill bubblewrap; bubblewrap's init is
+PID 1 of the sandbox, so the kernel then kills every process left in it, a double-forked daemon
+included), and reports the command's output and exit code. A sandbox that could not be built
+(bubblewrap or the helper refused) fails the call with what they said; nothing ran.
+
+Read-only calls (`writable=False`: the whole file system read-only) run side by side. Writable
+calls run one at a time: before each, the protected paths are looked up and bound read-only;
+after it, what it planted is quarantined and the call fails
+(`environments.bwrap.protection`, `environments.workspaceguard.quarantine`), as in @docker.
+
+With an egress allowlist (`docker.network.allow`, the project's one allowlist), the helper
+listens on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket
+to the runtime's egress proxy (`environments.egress`), which decides every connection through
+the permission chain (`network:<host>`) and audits it; HTTP(S)_PROXY point there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
+from codecoder.environments.bwrap.environ import contained_environ
+from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
+from codecoder.environments.bwrap.home import (
+    hidden_paths,
+    home_directories,
+    masked_files,
+    masked_in_toolchain,
+    program_words,
+    toolchains,
+)
+from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
+from codecoder.environments.bwrap.protection import CallProtection, Protection
+from codecoder.environments.bwrap.settings import BwrapSettings
+from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
+from codecoder.environments.shell import ShellEnvironment, materialized
+from codecoder.environments.workspaceguard import quarantine
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.runtime.kernel.hosts import Resolver, system_resolver
+
+__all__ = ["BwrapEnvironment"]
+
+log = logging.getLogger(__name__)
+
+BASH: Final = "/bin/bash"
+BUILD_ATTEMPTS: Final = 3
+_PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+
+
+class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
+    """Runs `CommandRequest`s in bubblewrap sandboxes on `workspace` (see the module docstring).
+
+    `bwrap` is the bubblewrap to run (found by `environments.bwrap.probe` by default), `environ`
+    the environment a request without its own inherits (the runtime's), `resolver` what the
+    egress proxy resolves names with. Safe to use from several threads.
+    """
+
+    tag = EnvironmentTag.BWRAP
+
+    def __init__(
+        self,
+        workspace: Path | str,
+        settings: BwrapSettings | None = None,
+        *,
+        egress: Egress | None = None,
+        bwrap: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        resolver: Resolver | None = None,
+        tmp_size: int = 1024**3,
+    ) -> None:
+        from codecoder.environments.bwrap.probe import bwrap_binary
+
+        self.workspace = Path(workspace).resolve()
+        self.settings = settings or BwrapSettings()
+        self.egress = egress
+        found = bwrap or bwrap_binary()
+        helper = confine_binary()
+        if found is None or helper is None:
+            raise SandboxUnavailable(
+                "@bwrap needs bubblewrap (apt-get install bubblewrap) and codecoder's confine "
+                "helper"
+            )
+        self.bwrap = found
+        self.helper = helper
+        self._environ = dict(os.environ if environ is None else environ)
+        self._resolver = resolver or system_resolver
+        self._tmp_size = tmp_size
+        self._shell = ShellEnvironment(BASH)
+        self._protection = Protection(self.workspace)
+        self._writing = threading.Lock()
+        self._gitconfig: bytes | None = None
+        self._closed = False
+
+    # -- public API -------------------------------------------------------------------------
+
+    def run(self, request: CommandRequest) -> CommandResult:
+        if self._closed:
+            raise SandboxUnavailable("this @bwrap environment was closed")
+        with _materialized(request.snapshot) as snapshot:
+            if snapshot is not None:
+                request = dataclasses.replace(request, cwd=snapshot, snapshot=None)
+            if not request.writable:
+                return self._contain(request, None, snapshot)
+            with self._writing:
+                call = self._protection.before()
+                try:
+                    result = self._contain(request, call, snapshot)
+                except BaseException as exc:
+                    failure = self._guard(call, request)
+                    if failure is not None:
+                        if isinstance(exc, Exception):
+                            raise failure from exc
+                        log.warning("while interrupted: %s", failure)
+                    raise
+                failure = self._guard(call, request)
+                if failure is not None:
+                    raise failure
+                return result
+
+    def close(self) -> None:
+        self._closed = True
+
+    # -- one call ---------------------------------------------------------------------------
+
+    def plan(self, request: CommandRequest, call: CallProtection | None = None) -> SandboxPlan:
+        """The sandbox `request` would run in (its mounts), without running anything."""
+        environ = self._environ if request.env is None else request.env
+        homes = home_directories(environ)
+        words = list(request.argv[:1]) if request.argv is not None else []
+        if request.script is not None:
+            words = program_words(request.script)
+        path = environ.get("PATH", os.defpath)
+        needed = list(toolchains(words, homes, path, Path(request.cwd), self.workspace))
+        for home in homes:
+            for extra in self.settings.home_paths(home):
+                if extra.exists() and extra not in needed:
+                    needed.append(extra)
+        covered: list[Path] = []
+        for toolchain in needed:
+            if toolchain.is_dir():
+                covered += masked_in_toolchain(toolchain, homes)
+        return SandboxPlan(
+            workspace=self.workspace,
+            cwd=Path(request.cwd),
+            writable=request.writable,
+            homes=homes,
+            hidden=hidden_paths(environ, homes),
+            masked=masked_files(),
+            toolchains=tuple(needed),
+            covered=covered,
+            read_only=list(call.read_only) if call is not None else [],
+            writable_extra=list(call.writable) if call is not None else [],
+            tmp_size=self._tmp_size,
+        )
+
+    def _contain(
+        self, request: CommandRequest, call: CallProtection | None, snapshot: Path | None
+    ) -> CommandResult:
+        if not Path(request.cwd).is_dir():
+            raise ExecutionFailed(f"working directory {request.cwd} does not exist")
+        plan = self.plan(request, call)
+        plan.snapshot = snapshot
+        environ = self._environ if request.env is None else request.env
+        extra = {}
+        if self.egress is not None:
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            extra = dict.fromkeys(_PROXY_VARIABLES, url)
+            extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
+        home = str(plan.homes[0]) if plan.homes else "/tmp"
+        env = contained_environ(environ, home=home, passed=self.settings.env, extra=extra)
+        command = (
+            list(request.argv)
+            if request.argv is not None
+            else [BASH, "--noprofile", "--norc", "-c", request.script or ""]
+        )
+        for attempt in range(1, BUILD_ATTEMPTS + 1):
+            result, ready = self._attempt(plan, request, env, command)
+            if ready:
+                result.extra["sandbox"] = {
+                    "toolchains": [str(t) for t in plan.toolchains],
+                    "writable": request.writable,
+                }
+                return result
+            if result.exit_code == CONFINE_FAILED or attempt == BUILD_ATTEMPTS:
+                raise self._unbuilt(result)
+            # Nothing ran. bubblewrap fails now and then while it remounts the file system
+            # read-only, when a mount of the host (a container's) comes or goes meanwhile
+            # (containers/bubblewrap#650): the next try builds the sandbox from scratch.
+            log.info("the @bwrap sandbox could not be built, trying again: %s", result.stderr)
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self, plan: SandboxPlan, request: CommandRequest, env: dict[str, str], command: list[str]
+    ) -> tuple[CommandResult, bool]:
+        """Run bubblewrap once: its result, and whether the sandbox was built (the helper said
+        it was ready: what ran after that was the command)."""
+        with contextlib.ExitStack() as stack:
+            ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+            stack.callback(_close, ready_r)
+            stack.callback(_close, ready_w)
+            gitconfig = self._gitconfig_fd(stack)
+            listen_fd = None
+            if self.egress is not None:
+                # A proxy of the call's own: the connections it admits are decided through
+                # this call's gate, whatever runs beside it.
+                proxy = EgressProxy(self.egress, resolver=self._resolver)
+                stack.callback(proxy.close)
+                host_end, child_end = socket.socketpair()
+                stack.callback(child_end.close)
+                stack.enter_context(_serving(proxy, host_end, request))
+                listen_fd = child_end.fileno()
+            argv = [
+                self.bwrap,
+                *NAMESPACE_OPTIONS,
+                *plan.mounts(gitconfig),
+                "--",
+                str(self.helper),
+                *plan.helper_options(ready_w, listen_fd),
+                "--",
+                *command,
+            ]
+            fds = [fd for fd in (ready_w, gitconfig, listen_fd) if fd is not None]
+            # bubblewrap itself starts in the workspace; the command in its --chdir.
+            outer = dataclasses.replace(request, cwd=self.workspace)
+            result = self._shell.run_process(argv, outer, env, pass_fds=fds)
+            return result, _was_ready(ready_r)
+
+    def _unbuilt(self, result: CommandResult) -> Exception:
+        said = (result.stderr or result.stdout).strip()
+        if result.exit_code == CONFINE_FAILED and CONFINE_PREFIX in said:
+            return ExecutionFailed(f"the @bwrap sandbox could not restrict the command: {said}")
+        return SandboxUnavailable(
+            f"the @bwrap sandbox could not be built (bubblewrap exit code {result.exit_code}): "
+            f"{said or 'no message'}"
+        )
+
+    def _guard(self, call: CallProtection, request: CommandRequest) -> ExecutionFailed | None:
+        """After a writable call: quarantine what it planted; the failure, or None."""
+        planted, said = self._protection.planted(call)
+        if said is None:
+            return None
+        summary = " ".join(request.argv) if request.argv is not None else request.script or ""
+        why = (
+            f"a writable @bwrap call (`{summary[:200]}`) {said} in the workspace; sandboxed "
+            "tools may never create or move protected paths"
+        )
+        where = quarantine(self.workspace, planted, why) if planted else "nothing to move"
+        return ExecutionFailed(f"{why}. Quarantined: {where}")
+
+    # -- what calls share -------------------------------------------------------------------
+
+    def _gitconfig_fd(self, stack: contextlib.ExitStack) -> int:
+        """A pipe holding the sandbox's ~/.gitconfig: the user's name and email (read from the
+        user's git configuration once), `safe.directory`, and nothing else of the user's."""
+        if self._gitconfig is None:
+            self._gitconfig = _gitconfig(self._environ)
+        read, write = os.pipe2(os.O_CLOEXEC)
+        stack.callback(_close, read)
+        try:
+            os.write(write, self._gitconfig)
+        finally:
+            os.close(write)
+        return read
+
+
+def _gitconfig(environ: Mapping[str, str]) -> bytes:
+    lines = []
+    identity = []
+    for key in ("name", "email"):
+        value = _user_git_config(f"user.{key}", environ)
+        if value is not None:
+            identity.append(f"\t{key} = {value}")
+    if identity:
+        lines += ["[user]", *identity]
+    lines += ["[safe]", "\tdirectory = *", "\tbareRepository = explicit"]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _user_git_config(key: str, environ: Mapping[str, str]) -> str | None:
+    git = shutil.which("git", path="/usr/bin:/bin:/usr/local/bin")
+    if git is None:
+        return None
+    env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
+    try:
+        done = subprocess.run(
+            [git, "config", "--global", "--get", key],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.strip()
+    if done.returncode != 0 or not value or "\n" in value:
+        return None
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@contextlib.contextmanager
+def _serving(
+    proxy: EgressProxy, host_end: socket.socket, request: CommandRequest
+) -> Iterator[None]:
+    """While the call runs: receive the sandbox's listening socket from its helper and let the
+    proxy accept on it, deciding through the call's gate; when it ends, close it all."""
+    listeners: list[socket.socket] = []
+
+    def receive() -> None:
+        try:
+            _, fds, _, _ = socket.recv_fds(host_end, 1, 1)
+        except OSError:
+            return
+        for fd in fds:
+            listener = socket.socket(fileno=fd)
+            listeners.append(listener)
+            proxy.serve_listener(listener)
+
+    with proxy.call(request.network):
+        receiver = threading.Thread(target=receive, name="codecoder-bwrap-egress", daemon=True)
+        receiver.start()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                host_end.shutdown(socket.SHUT_RDWR)
+            receiver.join(timeout=2)
+            host_end.close()
+            for listener in listeners:
+                with contextlib.suppress(OSError):
+                    listener.shutdown(socket.SHUT_RDWR)
+                listener.close()
+
+
+@contextlib.contextmanager
+def _materialized(snapshot: Snapshot | None) -> Iterator[Path | None]:
+    """The snapshot's files in a private directory, as @shell makes it (or None)."""
+    if snapshot is None:
+        yield None
+        return
+    with materialized(snapshot) as directory:
+        yield directory
+
+
+def _was_ready(fd: int) -> bool:
+    os.set_blocking(fd, False)
+    try:
+        return bool(os.read(fd, 1))
+    except BlockingIOError:
+        return False
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
