@@ -1,11 +1,12 @@
-"""Inside other agents: how fast `decide` and `hook` start, and what an MCP result costs.
+"""Inside other agents: how fast a `codecoder` command starts, and what an MCP result costs.
 
-A hook is a new process on every tool call of its host, so its start-up is its cost:
-`codecoder decide` and `codecoder hook claude-code` (a Bash call, evaluated through the whole
-chain) are timed as the processes a host starts (the `codecoder` command) against `python -c
-pass` in the same run. They are answered by the warm decision server
-(`runtime.interfaces.decisiond`), which the first call starts; the same commands evaluated
-in-process (`CODECODER_DAEMON=0`) are reported beside them.
+A hook is a new process on every tool call of its host, and so is an agent's `codecoder call`,
+so its start-up is its cost: `codecoder decide`, `codecoder hook claude-code` (a Bash call,
+evaluated through the whole chain), `codecoder call read_file` (a tool run, its output
+printed, its audit record written), `key`, `tools` and `replay` are timed as the processes a
+host starts (the `codecoder` command) against `python -c pass` in the same run. They are run
+by the warm decision server (`runtime.interfaces.decisiond`), which the first command starts;
+the same commands in their own process (`CODECODER_DAEMON=0`) are reported beside them.
 
 The MCP result's figure is what the model receives: the text of the result's `content`, or the
 `structuredContent` as JSON where a client prefers it (Codex shows only that; codecoder sends
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
-from codecoder.benchmarks.workspace import make_project
+from codecoder.benchmarks.workspace import SMALL_FILE, make_project
 
 __all__ = ["AREA"]
 
@@ -55,6 +56,37 @@ SPECS = (
         "ms",
         PYTHON_PASS,
         Target("max_ratio", 3.0, "≤ 3× python -c pass"),
+    ),
+    FigureSpec(
+        "agents.startup.call",
+        "`codecoder call read_file` (a small file) as a new process (decision server)",
+        "ms",
+        PYTHON_PASS,
+        Target("max_ratio", 2.0, "≤ 2× python -c pass"),
+    ),
+    FigureSpec(
+        "agents.startup.key",
+        "`codecoder key 'git status'` as a new process (decision server)",
+        "ms",
+        PYTHON_PASS,
+    ),
+    FigureSpec(
+        "agents.startup.tools",
+        "`codecoder tools --json` as a new process (decision server)",
+        "ms",
+        PYTHON_PASS,
+    ),
+    FigureSpec(
+        "agents.startup.replay",
+        "`codecoder replay -`, two read_file calls, as a new process (decision server)",
+        "ms",
+        PYTHON_PASS,
+    ),
+    FigureSpec(
+        "agents.startup.call_in_process",
+        "`codecoder call read_file`, in its own process (CODECODER_DAEMON=0)",
+        "ms",
+        PYTHON_PASS,
     ),
     FigureSpec(
         "agents.startup.decide_in_process",
@@ -146,11 +178,25 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     decide += ["--project", str(project)]
     hook = [*codecoder, "hook", "claude-code", "--project", str(project)]
     event = json.dumps(EVENT)
+    read = json.dumps({"path": SMALL_FILE})
+    call = [*codecoder, "call", "read_file", read, "--project", str(project)]
+    key = [*codecoder, "key", "git status"]
+    tools = [*codecoder, "tools", "--json"]
+    replay = [*codecoder, "replay", "-", "--project", str(project)]
+    replayed = json.dumps({"tool": "read_file", "args": {"path": SMALL_FILE}}) + "\n"
     with decision_server(env):
         _process(decide, "", env)  # starts the server: the first call waits for it
         figures = {
             "agents.startup.decide": (lambda: _process(decide, "", env), PYTHON_PASS),
             "agents.startup.hook": (lambda: _process(hook, event, env), PYTHON_PASS),
+            "agents.startup.call": (lambda: _process(call, "", env), PYTHON_PASS),
+            "agents.startup.key": (lambda: _process(key, "", env), PYTHON_PASS),
+            "agents.startup.tools": (lambda: _process(tools, "", env), PYTHON_PASS),
+            "agents.startup.replay": (lambda: _process(replay, replayed * 2, env), PYTHON_PASS),
+            "agents.startup.call_in_process": (
+                lambda: _process(call, "", in_process),
+                PYTHON_PASS,
+            ),
             "agents.startup.decide_in_process": (
                 lambda: _process(decide, "", in_process),
                 PYTHON_PASS,
@@ -162,10 +208,11 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         }
         baselines = {PYTHON_PASS: lambda: _process([sys.executable, "-c", "pass"], "", env)}
         measured = compare(figures, baselines, rounds=ctx.rounds(20, 3), sample_seconds=None)
-    for name in ("agents.startup.decide", "agents.startup.hook"):
+    for name in ("agents.startup.decide", "agents.startup.hook", "agents.startup.call"):
         measured[name].miss_note = (
-            "the client imports only socket and json; the rest is the fork of the server and "
-            "the child's fresh read of codecoder.json, trust and grants (~5 ms warm)"
+            "the client imports only socket, json and signal and reads its context from /proc; "
+            "the rest is the fork of the server and the child's fresh read of codecoder.json, "
+            "trust and grants (~5 ms warm), then the command itself"
         )
     seen, text, whole = result_size(project)
     measured["agents.mcp.result_size"] = Measured(

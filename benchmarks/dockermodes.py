@@ -80,12 +80,15 @@ NOTES = {
         "execs runas, then the program; the round trip to the agent is the same as under runc"
     ),
     "docker_modes.sync.vs_bind": (
-        "The host lists the workspace before each call, and after each writable call the "
-        "agent lists the volume as the command user (one fork) to find what changed"
+        "The host lists the workspace before each call (an lstat per entry); after a writable "
+        "call the agent lists the volume itself (a fork as the command user only where a "
+        "directory is private to it) and, when nothing changed, answers with nothing more"
     ),
     "docker_modes.sync.write": (
-        "What changed comes back inline in the agent's answer (through get_archive, about "
-        "40 ms more, only above 256 KiB) and is written by the host beneath the workspace"
+        "What changed comes back inline in the agent's answer (read by the agent itself, a "
+        "fork only for a file private to the command user; through get_archive, about 40 ms "
+        "more, above 256 KiB); the host checks the change set whole, stages it beneath the "
+        "workspace and swaps it in with an undo log"
     ),
 }
 

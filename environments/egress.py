@@ -26,10 +26,24 @@ plain-HTTP request is refused with a message saying to use https. Each is decide
 Then the proxy connects to the checked address (never resolving the name again) and copies bytes
 both ways. Every connection, refused or not, is reported to the gate when it ends (the runtime
 audits it). Outside a call nothing is admitted, and a call's tunnels are closed when it ends.
+
+Its limits hold on this side of the boundary, whatever runs in the container: one event loop
+thread carries every connection (reading heads, copying bytes), and a pool of `DECIDERS`
+threads makes the decisions that may block (resolving a name, asking the human); at most
+`MAX_CONNECTIONS` connections are open at once (the next is answered 503 and closed), and a
+head must arrive within `HEAD_SECONDS`. So however many connections a sandbox opens, the
+runtime's threads stay bounded and the next call is served.
+
+Only the agent's relay can reach the socket: the directory holding it is mounted inside a
+root-only tmpfs in the container (`containers.EGRESS_MOUNT`), which the command user cannot
+enter; the agent (root, owner of that tmpfs) connects. The directory is made read-only once the
+socket is bound, so the agent never takes it for a place a command could write.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import ipaddress
 import logging
@@ -39,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -52,7 +66,7 @@ from codecoder.runtime.kernel.hosts import (
     system_resolver,
 )
 
-__all__ = ["PROXY_PORT", "Egress", "EgressProxy"]
+__all__ = ["MAX_CONNECTIONS", "PROXY_PORT", "Egress", "EgressProxy"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +78,9 @@ CONNECT_SECONDS: Final = 10.0
 # How long the end of a call waits for its connections to be recorded.
 HANDLER_SECONDS: Final = 2.0
 CHUNK: Final = 65536
+# Connections open at once (the relay in the container allows 128 too), and threads deciding.
+MAX_CONNECTIONS: Final = 128
+DECIDERS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,32 +131,81 @@ class _Refused(Exception):
         self.reason = reason
 
 
+@dataclass(slots=True)
+class _Asked:
+    """What one connection asked for, and how far it got (recorded when it ends)."""
+
+    started: float
+    host: str = "?"
+    port: int = 0
+    address: str | None = None
+    reason: str = ""
+    tunnelled: bool = False
+    counts: list[int] = field(default_factory=lambda: [0, 0])
+
+    def refused(self, why: str) -> Connection:
+        return Connection(self.host, self.port, False, why, None, 0, 0, _since(self.started))
+
+    def ended(self) -> Connection:
+        sent, received = self.counts
+        return Connection(
+            self.host,
+            self.port,
+            True,
+            self.reason,
+            self.address,
+            sent,
+            received,
+            _since(self.started),
+        )
+
+
 class EgressProxy:
     """An HTTP CONNECT proxy on a Unix socket in a private directory (`directory`, to be
     mounted into the container), admitting the hosts of `egress` for the call in progress."""
 
-    def __init__(self, egress: Egress, *, resolver: Resolver = system_resolver) -> None:
+    def __init__(
+        self,
+        egress: Egress,
+        *,
+        resolver: Resolver = system_resolver,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
         self._resolver = resolver
+        self.max_connections = max_connections
         # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
         self.directory = Path(tempfile.mkdtemp(prefix="codecoder-egress-"))
-        # The container's root reaches it without any capability (it is not the owner when the
-        # runtime is not root); the socket is mode 0666 for the same reason.
-        self.directory.chmod(0o755)
         self.path = self.directory / SOCKET_NAME
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(str(self.path))
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.path))
+        # The container's root reaches it without any capability (it is not the owner when the
+        # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
+        # socket is in it. Inside the container a root-only tmpfs keeps commands out.
         self.path.chmod(0o666)
-        self._server.listen(64)
+        self.directory.chmod(0o555)
+        server.listen(64)
+        server.setblocking(False)
         self._lock = threading.Lock()
         self._gate: NetworkGate | None = None
         self._call = 0
-        self._tunnels: dict[socket.socket, int] = {}
-        self._handlers: dict[int, list[threading.Thread]] = {}
         self._closed = False
-        threading.Thread(
-            target=self._serve, args=(self._server,), name="codecoder-egress", daemon=True
-        ).start()
+        # Per call: the connections open (their handlers' tasks) and those not yet recorded.
+        self._open: dict[int, set[asyncio.Task[None]]] = {}
+        self._unrecorded: dict[int, int] = {}
+        self._recorded = threading.Condition(self._lock)
+        self._active = 0
+        self._deciders = concurrent.futures.ThreadPoolExecutor(
+            DECIDERS, thread_name_prefix="codecoder-egress-decide"
+        )
+        self._listeners: list[asyncio.AbstractServer] = []
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(server, started), name="codecoder-egress", daemon=True
+        )
+        self._thread.start()
+        started.wait(10)
 
     @contextlib.contextmanager
     def call(self, gate: NetworkGate | None) -> Iterator[None]:
@@ -154,115 +220,157 @@ class EgressProxy:
         finally:
             with self._lock:
                 self._gate = None
-                ending = [sock for sock, owner in self._tunnels.items() if owner == call]
-                handlers = self._handlers.pop(call, [])
-            for sock in ending:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+            if not self._closed:
+                with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
+                    self._loop.call_soon_threadsafe(self._end_call, call)
             deadline = time.monotonic() + HANDLER_SECONDS
-            for handler in handlers:
-                handler.join(max(deadline - time.monotonic(), 0.0))
+            with self._recorded:
+                while self._unrecorded.get(call) and time.monotonic() < deadline:
+                    self._recorded.wait(max(deadline - time.monotonic(), 0.0))
+                self._unrecorded.pop(call, None)
 
     def serve_listener(self, listener: socket.socket) -> None:
         """Also accept connections on `listener` (a socket listening inside a sandbox's own
-        network namespace, handed over by @bwrap's helper), decided like every other, until it
-        is shut down."""
-        threading.Thread(
-            target=self._serve, args=(listener,), name="codecoder-egress-listener", daemon=True
-        ).start()
+        network namespace, handed over by @bwrap's helper), decided like every other, until the
+        proxy closes."""
+        listener.setblocking(False)
+
+        async def serve() -> None:
+            self._listeners.append(
+                await asyncio.start_server(self._handle, sock=listener, limit=HEAD_LIMIT)
+            )
+
+        asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._gate = None
-            tunnels = list(self._tunnels)
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._stop)
+        self._thread.join(HANDLER_SECONDS + 1)
+        self._deciders.shutdown(wait=False, cancel_futures=True)
         with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
-        for sock in tunnels:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            self.directory.chmod(0o700)
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    # -- connections --------------------------------------------------------------------------
+    @property
+    def active(self) -> int:
+        """Connections open now (for `check` and the tests)."""
+        return self._active
 
-    def _serve(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                if self._closed or server is not self._server:
-                    return
-                time.sleep(0.05)
-                continue
-            with self._lock:
-                gate, call = self._gate, self._call
-                handler = threading.Thread(
-                    target=self._handle, args=(client, gate, call), name="codecoder-egress-conn"
-                )
-                if gate is not None:
-                    self._handlers.setdefault(call, []).append(handler)
-            handler.start()
+    # -- the event loop ---------------------------------------------------------------------------
 
-    def _handle(self, client: socket.socket, gate: NetworkGate | None, call: int) -> None:
-        started = time.monotonic()
-        host, port = "?", 0
+    def _run(self, server: socket.socket, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def serve() -> asyncio.AbstractServer:
+            return await asyncio.start_unix_server(self._handle, sock=server, limit=HEAD_LIMIT)
+
+        self._server = self._loop.run_until_complete(serve())
+        started.set()
         try:
-            client.settimeout(HEAD_SECONDS)
-            host, port = _read_connect(client)
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    def _stop(self) -> None:
+        self._server.close()
+        for listener in self._listeners:
+            listener.close()
+        for tasks in self._open.values():
+            for task in tasks:
+                task.cancel()
+        # A moment for the handlers to see their connections end, then stop.
+        self._loop.call_later(0.2, self._loop.stop)
+
+    def _end_call(self, call: int) -> None:
+        """End every connection of `call`: tunnels closed, decisions still queued dropped."""
+        for task in list(self._open.get(call, ())):
+            task.cancel()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._active >= self.max_connections:
+            # Refused before anything is read: a command opening connections without end gets
+            # no more, and costs nothing.
+            writer.write(_answer(503, f"more than {self.max_connections} connections at once"))
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        with self._lock:
+            gate, call = self._gate, self._call
+            if gate is not None:
+                self._unrecorded[call] = self._unrecorded.get(call, 0) + 1
+        self._active += 1
+        self._open.setdefault(call, set()).add(task)
+        asked = _Asked(time.monotonic())
+        connection: Connection | None = None
+        try:
+            connection = await self._serve(reader, writer, gate, call, asked)
+        except asyncio.CancelledError:
+            if asked.host != "?":
+                why = "the call ended before the connection did"
+                connection = asked.refused(why) if not asked.tunnelled else asked.ended()
+        finally:
+            self._active -= 1
+            self._open[call].discard(task)
+            if not self._open[call]:
+                del self._open[call]
+            writer.transport.abort()
+        if gate is not None:
+            if connection is not None:
+                with contextlib.suppress(Exception):  # a gate's failure is not the proxy's
+                    await self._loop.run_in_executor(self._deciders, gate.record, connection)
+            with self._recorded:
+                self._unrecorded[call] = self._unrecorded.get(call, 1) - 1
+                self._recorded.notify_all()
+
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        gate: NetworkGate | None,
+        call: int,
+        asked: _Asked,
+    ) -> Connection | None:
+        """Serve one connection; what to record of it (None: nothing was asked for)."""
+        try:
+            asked.host, asked.port = await asyncio.wait_for(_read_connect(reader), HEAD_SECONDS)
             if gate is None:
                 raise _Refused(503, "no call of the sandbox is running")
-            address, reason = self._decide(gate, host, port)
-            upstream = socket.create_connection((address, port), timeout=CONNECT_SECONDS)
-        except _Refused as refused:
-            with contextlib.suppress(OSError):
-                body = f"codecoder egress: {refused.reason}\n".encode()
-                client.sendall(
-                    f"HTTP/1.1 {refused.status} Refused\r\nContent-Type: text/plain\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                    + body
-                )
-            client.close()
-            if gate is not None and host != "?":
-                gate.record(
-                    Connection(host, port, False, refused.reason, None, 0, 0, _since(started))
-                )
-            return
-        except OSError as exc:
-            client.close()
-            if gate is not None:
-                why = f"cannot connect to {host}:{port}: {exc.strerror or exc}"
-                gate.record(Connection(host, port, False, why, None, 0, 0, _since(started)))
-            return
-        client.settimeout(None)
-        upstream.settimeout(None)
-        with self._lock:
-            live = self._gate is gate and self._call == call and not self._closed
-            if live:
-                self._tunnels[client] = call
-                self._tunnels[upstream] = call
-        try:
-            if not live:
-                why = "the call ended while the connection was being decided"
-                gate.record(Connection(host, port, False, why, None, 0, 0, _since(started)))
-                return
-            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            counts = [0, 0]
-            back = threading.Thread(target=_pump, args=(upstream, client, counts, 1))
-            back.start()
-            _pump(client, upstream, counts, 0)
-            back.join()
-            gate.record(
-                Connection(host, port, True, reason, address, counts[0], counts[1], _since(started))
+            asked.address, asked.reason = await self._loop.run_in_executor(
+                self._deciders, self._decide, gate, asked.host, asked.port
             )
-        except OSError:
-            pass
-        finally:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(asked.address, asked.port, limit=CHUNK), CONNECT_SECONDS
+            )
+        except _Refused as refused:
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.write(_answer(refused.status, refused.reason))
+                await asyncio.wait_for(writer.drain(), HEAD_SECONDS)
+            return asked.refused(refused.reason) if asked.host != "?" else None
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            if asked.host == "?":
+                return None
+            why = getattr(exc, "strerror", None) or repr(exc)
+            return asked.refused(f"cannot connect to {asked.host}:{asked.port}: {why}")
+        try:
             with self._lock:
-                self._tunnels.pop(client, None)
-                self._tunnels.pop(upstream, None)
-            client.close()
-            upstream.close()
+                live = self._gate is gate and self._call == call and not self._closed
+            if not live:
+                return asked.refused("the call ended while the connection was being decided")
+            asked.tunnelled = True
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await asyncio.gather(
+                _pump(reader, up_writer, asked.counts, 0), _pump(up_reader, writer, asked.counts, 1)
+            )
+            return asked.ended()
+        finally:
+            up_writer.transport.abort()
 
     def _decide(self, gate: NetworkGate, host: str, port: int) -> tuple[str, str]:
         """The address to connect to and what admitted it; `_Refused` saying why not."""
@@ -306,16 +414,14 @@ class EgressProxy:
         return None
 
 
-def _read_connect(client: socket.socket) -> tuple[str, int]:
-    """The host and port of the CONNECT request at the start of `client`'s stream."""
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = client.recv(4096)
-        if not chunk:
-            raise _Refused(400, "the request ended before its headers did")
-        head += chunk
-        if len(head) > HEAD_LIMIT:
-            raise _Refused(431, "request headers too large")
+async def _read_connect(reader: asyncio.StreamReader) -> tuple[str, int]:
+    """The host and port of the CONNECT request at the start of the stream."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        raise _Refused(431, "request headers too large") from None
+    except asyncio.IncompleteReadError:
+        raise _Refused(400, "the request ended before its headers did") from None
     request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = request_line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -335,13 +441,26 @@ def _read_connect(client: socket.socket) -> tuple[str, int]:
     return host, port
 
 
-def _pump(source: socket.socket, sink: socket.socket, counts: list[int], index: int) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(CHUNK):
-            sink.sendall(data)
+def _answer(status: int, reason: str) -> bytes:
+    body = f"codecoder egress: {reason}\n".encode()
+    return (
+        f"HTTP/1.1 {status} Refused\r\nContent-Type: text/plain\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+
+
+async def _pump(
+    source: asyncio.StreamReader, sink: asyncio.StreamWriter, counts: list[int], index: int
+) -> None:
+    with contextlib.suppress(OSError, RuntimeError):
+        while data := await source.read(CHUNK):
+            sink.write(data)
             counts[index] += len(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
+            await sink.drain()
+    with contextlib.suppress(OSError, RuntimeError):
+        if sink.can_write_eof():
+            sink.write_eof()
 
 
 def _is_address(host: str) -> bool:

@@ -1,8 +1,8 @@
-"""The `codecoder` command: `decide` and `hook` are answered by the warm decision server when
-one can (`runtime.interfaces.decisiond`), everything else (and every fallback) by
-`runtime.interfaces.cli` in this process. Only the standard library is imported before that
-choice. A shell completing a command line (argcomplete sets `_ARGCOMPLETE`) is answered from the
-grammar alone (`cli.grammar.complete`)."""
+"""The `codecoder` command: the commands the warm decision server runs (decide, hook, call,
+exec, replay, key, tools, check: `runtime.interfaces.decisiond.SERVED`) are run there when it
+can; everything else (and every fallback) by `runtime.interfaces.cli` in this process. Only the
+standard library is imported before that choice. A shell completing a command line (argcomplete
+sets `_ARGCOMPLETE`) is answered from the grammar alone (`cli.grammar.complete`)."""
 
 import os
 import sys

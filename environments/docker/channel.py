@@ -40,6 +40,7 @@ import time
 from typing import Any, Final, Literal
 
 from codecoder.environments.base import OutputListener
+from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.egress import EgressProxy
 from codecoder.environments.engine import Greeted
 from codecoder.environments.workspaceguard import ProtectedScan
@@ -133,6 +134,10 @@ class _AgentChannel:
         self.state_grant: str | None = None
         self.snapshot_digest: str | None = None
         self.proxy: EgressProxy | None = None  # this container's egress proxy, if it has one
+        # Read-write containers in bind mode: what each call changes in the workspace, for the
+        # apparent size of what it wrote (environments.apparent).
+        self.watch: ChangeWatch | None = None
+        self.call_started_ns = 0
         self.runtime = "runc" if greeted is None else greeted.runtime  # the engine runtime
         self.claimed = greeted is not None  # from a warm pool: the pool's server removes it
         # Sync mode: the volume's generation when this container last listed it (after its last
@@ -221,6 +226,8 @@ class _AgentChannel:
         self._fail("the sandbox was closed")
         if self.proxy is not None:
             self.proxy.close()
+        if self.watch is not None:
+            self.watch.close()
 
     def _send(self, data: bytes) -> None:
         try:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
 from codecoder.environments.docker.engine import (
     SETUP_HINT,
@@ -79,8 +80,11 @@ AGENT_COMMAND: Final = (
     "-B",
     "/opt/codecoder/agent",
 )
-# Where the egress proxy's socket directory is mounted (environments.egress).
-EGRESS_MOUNT: Final = "/opt/codecoder/egress"
+# Where the egress proxy's socket directory is mounted (environments.egress): inside a
+# tmpfs that only root may enter, so that the agent's relay reaches the socket and commands,
+# which run as the workspace user, do not.
+EGRESS_PARENT: Final = "/opt/codecoder/relay"
+EGRESS_MOUNT: Final = f"{EGRESS_PARENT}/egress"
 # The agent starts as root with these and keeps SETUID, SETGID and KILL (it drops SETPCAP once
 # it has emptied the bounding set); commands run as the workspace user with none.
 AGENT_USER: Final = "0:0"
@@ -231,6 +235,9 @@ class SandboxContainers:
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
+        if proxy is not None:
+            # Root's only (mode 700): the mount point of the proxy's socket, inside it.
+            tmpfs[EGRESS_PARENT] = "ro,noexec,nosuid,nodev,size=64k,mode=700"
         uid, gid = (int(part) for part in self.command_user().split(":"))
         return SandboxTemplate(
             image=settings.image,
@@ -316,6 +323,7 @@ class SandboxContainers:
             if proxy is not None:
                 proxy.close()
             raise
+        watch: ChangeWatch | None = None
         try:
             relay = (
                 {"port": PROXY_PORT, "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}"}
@@ -323,13 +331,19 @@ class SandboxContainers:
                 else None
             )
             outbox = OUTBOX if self.sync and mode == "rw" else None
+            # Writable in bind mode, created here or claimed: what each call changes in the
+            # workspace, for the apparent size of what it wrote (environments.apparent).
+            watch = ChangeWatch(self.workspace) if scan is not None else None
             channel = greet(engine, sandbox, template, mode, relay=relay, outbox=outbox)
         except BaseException:
+            if watch is not None:
+                watch.close()
             if proxy is not None:
                 proxy.close()
             engine.remove(sandbox.id)
             raise
         channel.scan = scan
+        channel.watch = watch
         channel.proxy = proxy
         return channel
 

@@ -36,6 +36,7 @@ from typing import Any, Final, Self
 import requests.exceptions
 from docker.types import LogConfig
 
+from codecoder.environments.apparent import call_start, hidden_bytes, hidden_in
 from codecoder.environments.base import CommandRequest, CommandResult, Environment
 from codecoder.environments.docker.calls import (
     _Call,
@@ -185,6 +186,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                     self._discard(channel)
             finally:
                 self._guard(channel, call)
+            self._check_apparent(channel, call, response)
             channel.used = True
             channel.state_grant = request.grant
             if request.snapshot is not None and "error" not in response:
@@ -204,6 +206,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 added = result.stderr[len(said) :]  # what to do about a missing program
                 if added:
                     request.output("stderr", added.encode())
+            if self.sync and self._volume is not None and self._volume.not_sent:
+                # Files with holes stay out of the volume (environments.docker.sync, HOLE_SLACK).
+                result.extra["not_in_sandbox"] = sorted(self._volume.not_sent)
             return result
 
     def close(self) -> None:
@@ -360,6 +365,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 sync=self.sync,
                 volume=self._volume,
             )
+            if channel.watch is not None:
+                channel.watch.reset()  # what the host changed since is not the call's
+                channel.call_started_ns = call_start()
             egress = channel.proxy.call(request.network) if channel.proxy else None
             try:
                 with egress or contextlib.nullcontext():
@@ -430,6 +438,31 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         moved = changes.appeared + changes.unreadable
         where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
         raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
+
+    def _check_apparent(
+        self, channel: _AgentChannel, call: _Call, response: dict[str, Any]
+    ) -> None:
+        """After a writable call in bind mode: fail it when what it wrote, at apparent size,
+        exceeds the disk budget (a sparse file, hard links: environments.apparent)."""
+        watch = channel.watch
+        if watch is None or "error" in response:
+            return
+        changed = watch.changed()
+        if changed is None:  # the kernel could not tell: walk
+            hidden = hidden_bytes([self.workspace], channel.call_started_ns)
+        else:
+            hidden = hidden_in(self.workspace, changed)
+        # Used space of the whole filesystem: what others freed meanwhile must not hide this.
+        grew = max(int(response.get("disk_used") or 0), 0)
+        if hidden.bytes and grew + hidden.bytes > self.settings.disk_budget_bytes:
+            raise ExecutionFailed(
+                f"`{call.summary}` wrote more than its disk budget of "
+                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: the "
+                f"filesystem grew by {grew:,} bytes, and what it wrote holds {hidden.bytes:,} "
+                f"bytes more that occupy no space yet (holes, more names of one file), which a "
+                f"copy of it would write: {hidden.describe()}. What it wrote is still there. A "
+                'project can raise "docker": {"disk_budget": ...} in codecoder.json'
+            )
 
     # -- containers --------------------------------------------------------------------------
 
@@ -503,7 +536,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 self._reset_volume()  # it ran, but what it changed is unknown
             return None
         budget = self.settings.disk_budget_bytes
-        if changes.get("over_budget"):
+        if changes.get("over_budget") or response.get("disk_budget_hit"):
+            # Stopped at its budget (or past it at apparent size): what it wrote until then is
+            # not the call's result, and comes back no more than the rest would have.
             self._reset_volume()
             raise ExecutionFailed(
                 f"`{call.summary}` wrote more than its disk budget of "

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, Mode, _AgentChannel
-from codecoder.environments.docker.engine import SETUP_HINT
+from codecoder.environments.docker.engine import SETUP_HINT, _engine_address, engine_is_local
 from codecoder.environments.engine import Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.runtime.kernel.errors import SandboxUnavailable
 
@@ -89,6 +89,14 @@ def _enforced_limits(
     state = engine.inspect(sandbox_id)
     if state.runtime != "runsc":
         return state.runtime, hello.get("limits") or {}
+    if not engine_is_local():
+        # The pid a remote engine reports is one of its machine (or its PID namespace):
+        # whatever process has that number here is not the sandbox.
+        raise SandboxUnavailable(
+            "the sandbox runs under gVisor (runsc), whose limits are checked on the machine "
+            f"it runs on, and the engine at {_engine_address()} is on another one; use "
+            'runc there ("docker": {"runtime": "runc"})'
+        )
     found = host_limits(state.pid)
     if found is None:
         raise SandboxUnavailable(

@@ -38,11 +38,13 @@ from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.containers import AGENT_COMMAND
 from codecoder.environments.docker.engine import (
     SETUP_HINT,
+    EngineTransport,
     _client_from_env,
     _engine_address,
     _engine_errors,
     _explain,
     engine_is_local,
+    transport,
 )
 from codecoder.environments.docker.settings import DEFAULT_IMAGE, DockerSettings
 from codecoder.runtime.kernel.errors import SandboxUnavailable
@@ -208,7 +210,9 @@ def _check_reference(base: str) -> None:
 
 @dataclass(slots=True)
 class SandboxStatus:
-    """The @docker sandbox as the engine would give it. `problems` are what would stop it."""
+    """The @docker sandbox as the engine would give it. `problems` are what would stop it;
+    `warnings` what exposes the workspace without stopping it (an engine reached over TCP
+    without TLS, or without verifying its certificate)."""
 
     engine: str
     image: str
@@ -219,10 +223,13 @@ class SandboxStatus:
     network: str | dict[str, list[str]] = "none"
     problems: list[str] = field(default_factory=list)
     reachable: bool = False
+    transport: EngineTransport | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
+            "transport": self.transport.to_json() if self.transport else None,
             "reachable": self.reachable,
             "image": self.image,
             "agent": self.agent,
@@ -231,6 +238,7 @@ class SandboxStatus:
             "workspace": self.workspace,
             "network": self.network,
             "problems": self.problems,
+            "warnings": self.warnings,
         }
 
     def describe(self) -> str:
@@ -242,9 +250,10 @@ class SandboxStatus:
             else "egress proxy to " + ", ".join(self.network["allow"])
         )
         kernel = " (gVisor)" if self.runtime == "runsc" else ""
+        engine = self.transport.describe() if self.transport else self.engine
         return (
-            f"@docker: image {self.image} (agent {self.agent or 'missing'}), runtime "
-            f"{self.runtime}{kernel}, workspace {self.workspace}, network {network}"
+            f"@docker: engine {engine}, image {self.image} (agent {self.agent or 'missing'}), "
+            f"runtime {self.runtime}{kernel}, workspace {self.workspace}, network {network}"
         )
 
 
@@ -259,7 +268,10 @@ def sandbox_status(settings: DockerSettings, *, client: Any = None) -> SandboxSt
         image=settings.image,
         workspace="sync" if sync else "bind",
         network=egress.to_json() if egress is not None else str(settings.network),
+        transport=transport(),
     )
+    if status.transport is not None and status.transport.risk:
+        status.warnings.append(status.transport.risk)
     own = client is None
     try:
         if client is None:
@@ -303,9 +315,15 @@ def sandbox_status(settings: DockerSettings, *, client: Any = None) -> SandboxSt
                     f"this runtime speaks {AGENT_PROTOCOL}: rebuild it"
                 )
         if not engine_is_local() and settings.workspace == "bind":
-            status.problems.append("a remote engine cannot bind-mount this workspace: use sync")
+            status.problems.append(
+                "the engine is on another machine, which cannot bind-mount this workspace: "
+                'use "docker": {"workspace": "sync"} (or "auto")'
+            )
         if not engine_is_local() and egress is not None:
-            status.problems.append("the egress allowlist needs a local engine")
+            status.problems.append(
+                "the egress allowlist needs a local engine: its proxy runs on this machine and "
+                "reaches the sandbox through a Unix socket mounted into it"
+            )
     except docker.errors.DockerException as exc:
         status.problems.append(f"the Docker engine answered {_explain(exc)}")
     finally:

@@ -14,21 +14,17 @@ one), and the host keeps the two in step:
   (`put_archive` cannot delete).
 * **Back**, after a writable call: the agent has written what the call changed into the outbox
   (another volume, only in the writable container, only root's: `changes.tar` and
-  `changes.json`, see sandboxes/image/agent/sync.py); `pull()` fetches both with `get_archive` and
-  applies them:
-  - never a protected path (`runtime.kernel.protected.is_protected_path`: at every depth, in every
-    spelling), nor a symlink whose target leaves the workspace (absolute, or climbing above
-    it with `..`); these stay in the volume, and the result says so (`kept_in_sandbox`);
-  - never through a symlink: each directory is opened one component at a time with O_NOFOLLOW
-    from the workspace's own descriptor, and files are written under a temporary name in their
-    directory and renamed over the old entry;
-  - only regular files, directories and symlinks, without setuid, setgid or sticky bits;
-  - at most the disk budget in file bytes: a larger archive is refused as a whole before
-    anything is written (the agent stops adding files at the budget too).
+  `changes.json`, see sandboxes/image/agent/sync.py); `pull()` fetches both with `get_archive`
+  (or the agent sent them inline) and `environments.docker.copyback` checks the change set as a
+  whole against the workspace, then applies it whole or not at all: never a protected path, nor
+  the deletion or replacement of a directory that holds one, nor a symlink that resolves out of
+  the workspace through the links beside it; never through a symlink; staged, then swapped in
+  with an undo log; at most the disk budget in apparent file sizes.
 
-Every check that can refuse the archive (names, kinds, the budget) runs before the first write,
-so a refused archive changes nothing on the host. What is then applied is applied entry by
-entry: only a host error midway (its disk full) leaves part of it written.
+What the engine's archive extraction cannot copy faithfully is not sent in: a file with holes
+(a sparse file) would be written out as zeros in the volume, costing its whole apparent size on
+the engine's disk, so one whose holes exceed `HOLE_SLACK` stays out of the sandbox and the call
+says so (`not_in_sandbox`); names of one file (hard links) go as links, not as copies.
 """
 
 from __future__ import annotations
@@ -40,18 +36,17 @@ import errno
 import io
 import json
 import os
-import secrets
-import shutil
 import stat
 import tarfile
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from docker.types import Mount
 
+from codecoder.environments.docker.copyback import SyncReport, apply_changes
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
+from codecoder.environments.docker.swap import STAGE_PREFIX
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.kernel.protected import is_protected_entry, is_protected_path
 
@@ -61,30 +56,14 @@ OUTBOX: Final = "/opt/codecoder/outbox"
 # What the outbox may hold beyond the changed files' bytes: tar headers and the summary.
 OUTBOX_SLACK: Final = 64 * 1024 * 1024
 SPOOL_BYTES: Final = 32 * 1024 * 1024
-COPY_CHUNK: Final = 1024 * 1024
+# A file whose holes add up to more than this is not copied into the volume (see above).
+HOLE_SLACK: Final = 1024 * 1024
 
 # Archives are extracted at the helper's root, into the volume mounted here.
 _INSIDE: Final = WORKSPACE_MOUNT.lstrip("/")
-# (kind, mode, size, mtime_ns, inode, link target); kind is d, f or l.
-Entry = tuple[str, int, int, int, int, str | None]
-
-
-@dataclass(slots=True)
-class SyncReport:
-    """What came back from the sandbox after a writable call."""
-
-    written: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # protected paths left in the volume
-    unreadable: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "written": len(self.written),
-            "deleted": len(self.deleted),
-            "kept_in_sandbox": self.kept,
-            "unreadable": self.unreadable,
-        }
+# (kind, mode, size, mtime_ns, (device, inode), link target, links, allocated bytes); kind is
+# d, f or l.
+Entry = tuple[str, int, int, int, tuple[int, int], str | None, int, int]
 
 
 class WorkspaceVolume:
@@ -106,6 +85,8 @@ class WorkspaceVolume:
         self.owner = owner  # the command user's uid and gid: who owns the volume's files
         self._manifest: dict[str, Entry] = {}
         self._first = True
+        # Files of the workspace left out of the volume (with holes: see HOLE_SLACK).
+        self.not_sent: set[str] = set()
         # Counts what went into the volume other than through the writable container's own
         # calls (a push, a deletion): a container that listed it at this generation may trust
         # that listing (`DockerEnvironment._message`, "unchanged").
@@ -121,16 +102,20 @@ class WorkspaceVolume:
             # A writable root: the archive is extracted at /, so that its `workspace/` entry
             # gives the volume's root its owner (an entry for the destination itself is not).
             host_config=client.api.create_host_config(
-                mounts=[Mount(WORKSPACE_MOUNT, self.volume, type="volume")],
+                mounts=[Mount(WORKSPACE_MOUNT, self.volume, type="volume", no_copy=True)],
                 network_mode="none",
             ),
         )
         self.helper = helper["Id"]
 
     def mounts(self, writable: bool) -> list[Mount]:
-        mounts = [Mount(WORKSPACE_MOUNT, self.volume, type="volume", read_only=not writable)]
+        # no_copy: an empty volume must not be filled with the image's own /workspace (Docker's
+        # copy-up), which would take the root's ownership and come back as the call's changes.
+        mounts = [
+            Mount(WORKSPACE_MOUNT, self.volume, type="volume", read_only=not writable, no_copy=True)
+        ]
         if writable:
-            mounts.append(Mount(OUTBOX, self.outbox, type="volume"))
+            mounts.append(Mount(OUTBOX, self.outbox, type="volume", no_copy=True))
         return mounts
 
     def remove(self) -> None:
@@ -146,32 +131,46 @@ class WorkspaceVolume:
     def push(self) -> list[str]:
         """Send what changed in the workspace since the last push; the paths deleted since."""
         current = _listing(self.workspace)
-        changed = [
+        changed = sorted(
             path for path, entry in current.items() if _differs(self._manifest.get(path), entry)
-        ]
+        )
         deleted = []
         for path in self._manifest:
             parent = path.rpartition("/")[0]
             # Only the topmost of what went: removing a directory removes what it held.
             if path not in current and (not parent or parent in current):
                 deleted.append(path)
+        self.not_sent.difference_update([p for p in self.not_sent if p not in current])
         if changed or deleted or self._first:
             self.generation += 1
         if changed or self._first:
+            linked = _first_names(current)
+            added: set[str] = set()
             with tempfile.SpooledTemporaryFile(SPOOL_BYTES) as archive:
                 with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
                     if self._first:
-                        tar.addfile(self._info(".", ("d", 0o755, 0, 0, 0, None)))
-                    for path in sorted(changed):
-                        self._add(tar, path, current[path])
+                        tar.addfile(self._info(".", ("d", 0o755, 0, 0, (0, 0), None, 1, 0)))
+                    for path in changed:
+                        entry = current[path]
+                        first = linked.get(entry[4]) if entry[0] == "f" else None
+                        if first is not None and first != path and self._in_volume(first, added):
+                            tar.addfile(self._hard_link(path, entry, first))
+                            added.add(path)
+                        elif self._add(tar, path, entry, current):
+                            added.add(path)
                 archive.seek(0)
                 self.client.api.put_archive(self.helper, "/", archive)
         self._first = False
         self._manifest = current
         return sorted(deleted)
 
+    def _in_volume(self, path: str, added: set[str]) -> bool:
+        """Whether `path` holds in the volume what it holds in the workspace (sent now or
+        before, not left out)."""
+        return path in added or (path in self._manifest and path not in self.not_sent)
+
     def _info(self, path: str, entry: Entry) -> tarfile.TarInfo:
-        kind, mode, size, mtime_ns, _, link = entry
+        kind, mode, size, mtime_ns, _, link, _, _ = entry
         info = tarfile.TarInfo(_INSIDE if path == "." else f"{_INSIDE}/{path}")
         info.mtime = mtime_ns // 1_000_000_000
         info.uid, info.gid = self.owner
@@ -187,17 +186,36 @@ class WorkspaceVolume:
             info.size = size
         return info
 
-    def _add(self, tar: tarfile.TarFile, path: str, entry: Entry) -> None:
+    def _hard_link(self, path: str, entry: Entry, first: str) -> tarfile.TarInfo:
+        info = self._info(path, entry)
+        info.type, info.size, info.linkname = tarfile.LNKTYPE, 0, f"{_INSIDE}/{first}"
+        return info
+
+    def _add(
+        self, tar: tarfile.TarFile, path: str, entry: Entry, current: dict[str, Entry]
+    ) -> bool:
+        """Add `path` to the archive; False when it was left out (unreadable, or with holes)."""
         info = self._info(path, entry)
         if not info.isfile():
             tar.addfile(info)
-            return
+            return True
+        self.not_sent.discard(path)
         try:
             with open(self.workspace / path, "rb", opener=_no_follow) as source:
-                info.size = os.fstat(source.fileno()).st_size
-                tar.addfile(info, source)
+                st = os.fstat(source.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError(errno.EINVAL, "no longer a regular file")
+                if _holes(source.fileno(), st) > HOLE_SLACK:
+                    # The engine would write the holes out: the volume would pay the file's
+                    # whole apparent size. It stays out of the sandbox.
+                    self.not_sent.add(path)
+                    return False
+                info.size = st.st_size
+                tar.addfile(info, _Exactly(source, st.st_size))
         except OSError:
-            self._manifest.pop(path, None)  # unreadable now: tried again next time
+            current.pop(path, None)  # unreadable now: tried again next time
+            return False
+        return True
 
     # -- back ---------------------------------------------------------------------------------
 
@@ -258,23 +276,7 @@ class WorkspaceVolume:
                 ) from None
 
     def _apply(self, tar: tarfile.TarFile, summary: dict[str, Any], budget: int) -> SyncReport:
-        members = tar.getmembers()
-        total = 0
-        for member in members:
-            _check_name(member.name)
-            if not (member.isfile() or member.isdir() or member.issym()):
-                raise ExecutionFailed(
-                    f"the sandbox's changes hold {member.name!r} of a kind never copied back"
-                )
-            total += member.size if member.isfile() else 0
-        if total > budget:
-            raise ExecutionFailed(
-                f"the call wrote {total:,} bytes of files, more than its disk budget of "
-                f"{budget:,}; nothing was copied back"
-            )
-        deleted = [str(path) for path in summary.get("deleted") or []]
-        for path in deleted:
-            _check_name(path)
+        for path in (str(path) for path in summary.get("deleted") or []):
             if _in_protected_entry(path):
                 # Moved or removed in the sandbox's copy (a rename of `.codecoder/`): sandboxed
                 # tools may never move a protected path, and the copy no longer shows what
@@ -284,33 +286,18 @@ class WorkspaceVolume:
                     "of the workspace; sandboxed tools may never move protected paths. Nothing "
                     "was copied back"
                 )
-        report = SyncReport(unreadable=list(summary.get("unreadable") or []))
-        with _Tree(self.workspace, self.owner_on_host()) as tree:
-            for path in deleted:
-                if is_protected_path(path):
-                    report.kept.append(path)
-                elif tree.delete(path):
-                    report.deleted.append(path)
-            for member in members:
-                path = PurePosixPath(member.name).as_posix()
-                if is_protected_path(path) or (
-                    member.issym() and _points_out(path, member.linkname)
-                ):
-                    report.kept.append(path)
-                    continue
-                if member.isdir():
-                    tree.directory(path, member.mode)
-                elif member.issym():
-                    tree.symlink(path, member.linkname)
-                else:
-                    source = tar.extractfile(member)
-                    assert source is not None
-                    tree.file(path, member.mode, source)
-                report.written.append(path)
+        host_links = {
+            path: entry[5] or "" for path, entry in self._manifest.items() if entry[0] == "l"
+        }
+        report = apply_changes(
+            self.workspace, tar, summary, budget, self.owner_on_host(), host_links
+        )
         for path in report.deleted:
             for known in [p for p in self._manifest if p == path or p.startswith(path + "/")]:
                 del self._manifest[known]
+                self.not_sent.discard(known)
         for path in report.written:
+            self.not_sent.discard(path)
             entry = _entry_of(self.workspace / path)
             if entry is not None:
                 self._manifest[path] = entry
@@ -336,7 +323,8 @@ def _in_protected_entry(path: str) -> bool:
 
 
 def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
+    # O_NONBLOCK: a FIFO swapped in for a file must not hang the push.
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 def _entry_of(path: Path) -> Entry | None:
@@ -354,7 +342,16 @@ def _entry_of(path: Path) -> Entry | None:
     else:
         return None  # FIFOs, sockets, devices are not sent
     link = os.readlink(path) if kind == "l" else None
-    return kind, stat.S_IMODE(mode), info.st_size, info.st_mtime_ns, info.st_ino, link
+    return (
+        kind,
+        stat.S_IMODE(mode),
+        info.st_size,
+        info.st_mtime_ns,
+        (info.st_dev, info.st_ino),
+        link,
+        info.st_nlink,
+        info.st_blocks * 512,
+    )
 
 
 def _listing(root: Path) -> dict[str, Entry]:
@@ -368,6 +365,8 @@ def _listing(root: Path) -> dict[str, Entry]:
         except OSError:
             continue  # unreadable here: its contents are not sent
         for name in names:
+            if not relative and name.startswith(STAGE_PREFIX):
+                continue  # the copy-back's own staging directory
             path = f"{relative}/{name}" if relative else name
             entry = _entry_of(root / path)
             if entry is None:
@@ -383,31 +382,80 @@ def _differs(old: Entry | None, new: Entry) -> bool:
         return True
     if new[0] == "d":
         return old[1] != new[1]
-    return old != new
+    return old[:7] != new[:7]  # what it occupies may change later (delayed allocation)
 
 
-def _check_name(name: str) -> None:
-    pure = PurePosixPath(name)
-    if not name or pure.is_absolute() or ".." in pure.parts or pure.as_posix() in ("", "."):
-        raise ExecutionFailed(f"the sandbox's changes name {name!r}, which is not beneath it")
+def _first_names(current: dict[str, Entry]) -> dict[tuple[int, int], str]:
+    """For each file with several names (hard links), the first of its names that is not
+    protected: the others go into the volume as links to it, not as copies."""
+    first: dict[tuple[int, int], str] = {}
+    for path in sorted(current):
+        entry = current[path]
+        if entry[0] == "f" and entry[6] > 1 and not is_protected_path(path):
+            first.setdefault(entry[4], path)
+    return first
 
 
-def _points_out(path: str, target: str) -> bool:
-    """Whether the symlink at `path` (relative to the workspace) names something outside it:
-    an absolute target, or one that climbs above the workspace. Judged on the names alone, as
-    whoever follows it on the host would (the workspace's own symlinks are the host's)."""
-    pure = PurePosixPath(target)
-    if not target or pure.is_absolute():
+# At most this many data extents are walked to count a file's holes.
+_MAX_EXTENTS: Final = 100_000
+
+
+def _holes(fd: int, st: os.stat_result) -> int:
+    """How many bytes of the file are holes (SEEK_DATA/SEEK_HOLE; an estimate from its blocks
+    where those are not offered). Only a file that occupies less than its size is looked at."""
+    size = st.st_size
+    if st.st_blocks * 512 + HOLE_SLACK >= size:
+        return 0
+    data = offset = 0
+    try:
+        for _ in range(_MAX_EXTENTS):
+            if offset >= size:
+                break
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    break  # nothing but a hole to the end
+                raise
+            if start >= size:
+                break
+            end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+            data += end - start
+            offset = end
+        else:
+            return size - st.st_blocks * 512
+    except OSError:
+        return size - st.st_blocks * 512
+    finally:
+        os.lseek(fd, 0, os.SEEK_SET)
+    return size - data
+
+
+class _Exactly(io.RawIOBase):
+    """`size` bytes of a file being read, padded with zeros if it shrank meanwhile: the archive
+    must hold what its header says (a changed file is sent again next time anyway)."""
+
+    def __init__(self, source: Any, size: int) -> None:
+        self._source = source
+        self._left = size
+
+    def readable(self) -> bool:
         return True
-    depth = len(PurePosixPath(path).parts) - 1  # the link's directory, below the workspace
-    for part in pure.parts:
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                return True
-        elif part != ".":
-            depth += 1
-    return False
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = self._left if size < 0 else min(size, self._left)
+        chunks = []
+        got = 0
+        while got < wanted:
+            chunk = self._source.read(wanted - got)
+            if not chunk:
+                chunks.append(bytes(wanted - got))
+                got = wanted
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        self._left -= got
+        return b"".join(chunks)
 
 
 def _json_member(tar: tarfile.TarFile, member: tarfile.TarInfo | None) -> dict[str, Any]:
@@ -426,146 +474,3 @@ def _json_summary(data: bytes) -> dict[str, Any]:
     if not isinstance(summary, dict):
         raise ExecutionFailed("the sandbox's changes.json is not a JSON object")
     return summary
-
-
-class _Tree:
-    """Writes beneath the workspace through directory descriptors, never following a symlink."""
-
-    def __init__(self, root: Path, owner: tuple[int, int] | None) -> None:
-        self._root = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._owner = owner
-        self._open: dict[str, int] = {"": self._root}
-
-    def __enter__(self) -> _Tree:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fd in self._open.values():
-            os.close(fd)
-
-    def _parent(self, path: str, create: bool) -> tuple[int, str] | None:
-        """The descriptor of `path`'s directory (made when `create`) and its last name."""
-        parent, _, name = path.rpartition("/")
-        if parent in self._open:
-            return self._open[parent], name
-        fd = self._root
-        walked = ""
-        for part in parent.split("/"):
-            walked = f"{walked}/{part}" if walked else part
-            known = self._open.get(walked)
-            if known is not None:
-                fd = known
-                continue
-            try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    return None
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                self._chown(child)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    # A symlink (or a file) where a directory of the path should be: replaced.
-                    if not create:
-                        return None
-                    self._remove(fd, part)
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                    child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                    self._chown(child)
-                else:
-                    raise
-            self._open[walked] = child
-            fd = child
-        return fd, name
-
-    def _chown(self, fd: int) -> None:
-        if self._owner is not None:
-            os.fchown(fd, *self._owner)
-
-    def _remove(self, directory: int, name: str) -> None:
-        try:
-            info = os.lstat(name, dir_fd=directory)
-        except FileNotFoundError:
-            return
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(name, dir_fd=directory)
-        else:
-            os.unlink(name, dir_fd=directory)
-
-    def _forget(self, path: str) -> None:
-        for known in [p for p in self._open if p == path or p.startswith(path + "/")]:
-            os.close(self._open.pop(known))
-
-    def delete(self, path: str) -> bool:
-        found = self._parent(path, create=False)
-        if found is None:
-            return False
-        directory, name = found
-        try:
-            os.lstat(name, dir_fd=directory)
-        except FileNotFoundError:
-            return False
-        self._forget(path)
-        self._remove(directory, name)
-        return True
-
-    def directory(self, path: str, mode: int) -> None:
-        found = self._parent(path, create=True)
-        assert found is not None
-        directory, name = found
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory)
-        except OSError:
-            self._forget(path)
-            self._remove(directory, name)
-            os.mkdir(name, 0o700, dir_fd=directory)
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=directory)
-        try:
-            os.fchmod(fd, mode & 0o777)
-            self._chown(fd)
-        finally:
-            os.close(fd)
-
-    def _replace(self, directory: int, temporary: str, name: str, path: str) -> None:
-        try:
-            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-        except IsADirectoryError:
-            self._forget(path)
-            shutil.rmtree(name, dir_fd=directory)
-            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-
-    def file(self, path: str, mode: int, source: IO[bytes]) -> None:
-        found = self._parent(path, create=True)
-        assert found is not None
-        directory, name = found
-        temporary = f".codecoder-sync-{secrets.token_hex(6)}"
-        fd = os.open(
-            temporary,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=directory,
-        )
-        try:
-            with io.FileIO(fd, "wb", closefd=False) as sink:
-                while chunk := source.read(COPY_CHUNK):
-                    sink.write(chunk)
-            os.fchmod(fd, mode & 0o777)
-            self._chown(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary, dir_fd=directory)
-            raise
-        os.close(fd)
-        self._replace(directory, temporary, name, path)
-
-    def symlink(self, path: str, target: str) -> None:
-        found = self._parent(path, create=True)
-        assert found is not None
-        directory, name = found
-        temporary = f".codecoder-sync-{secrets.token_hex(6)}"
-        os.symlink(target, temporary, dir_fd=directory)
-        if self._owner is not None:
-            os.chown(temporary, *self._owner, dir_fd=directory, follow_symlinks=False)
-        self._replace(directory, temporary, name, path)

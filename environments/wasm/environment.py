@@ -17,7 +17,9 @@ other files. Each call gets a fresh `Store`, and everything it can take is bound
   refuses modules declaring more, or shared or 64-bit ones), at most `MAX_TABLES` tables whose
   elements take at most an eighth of the memory limit more, one instance;
 * disk, for a call with writable preopens -> `ExecutionFailed` once their filesystems grew by
-  more than `disk_budget`;
+  more than `disk_budget`, and, for a module the runtime did not write (the request names the
+  workspace it guards), once what it wrote counts more than that at apparent size (sparse
+  files, hard links: `environments.apparent`);
 * output -> capped head and tail (below, `output`);
 * the workspace, when the request names it: writable preopens may hold no protected path, and
   one the module creates is quarantined after the call (`environments.workspaceguard`).
@@ -50,6 +52,7 @@ from pathlib import Path
 
 import wasmtime
 
+from codecoder.environments.apparent import call_start, hidden_bytes
 from codecoder.environments.base import Environment
 from codecoder.environments.wasm.cache import (
     WASMTIME_VERSION,
@@ -355,6 +358,7 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         instance: wasmtime.Instance | None = None
         exit_code = 0
         started = time.monotonic()
+        started_ns = call_start()
         budget = DiskBudget(writable, request.disk_budget) if writable else None
         hosts = tuple(p.host for p in request.preopens)
         with self._ticker.running(deadline, hosts, request.cancel):
@@ -381,6 +385,18 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
                 f"workspace (its filesystem grew by {budget.grown():,} bytes) and was stopped; "
                 "what it wrote is still there"
             )
+        if budget is not None and request.workspace is not None:
+            # A module the runtime did not write: what it wrote counts at apparent size.
+            hidden = hidden_bytes(writable, started_ns)
+            grown = max(budget.grown(), 0)
+            if hidden.bytes and grown + hidden.bytes > budget.limit:
+                raise ExecutionFailed(
+                    f"the module wrote more than its disk budget of {budget.limit:,} bytes to "
+                    f"the workspace, counting apparent sizes: its filesystem grew by "
+                    f"{grown:,} bytes, and what it wrote holds {hidden.bytes:,} bytes more that "
+                    f"occupy no space yet (holes, more names of one file), which a copy of it "
+                    f"would write: {hidden.describe()}. What it wrote is still there"
+                )
         if stopped == "cancelled":
             took = time.monotonic() - started
             raise Cancelled(f"cancelled after {took:.1f}s: the module was stopped")

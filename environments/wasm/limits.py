@@ -47,7 +47,9 @@ class DiskBudget:
 
     Measured as the growth of each filesystem's used space (statvfs), which catches every way
     of writing (files, fallocate, directories) at the cost of counting what other processes
-    write there at the same time.
+    write there at the same time. For a module the runtime did not write, what it wrote also
+    counts at apparent size when it ends (`environments.apparent`: holes and more names of one
+    file occupy nothing, and a copy of them costs their size).
     """
 
     def __init__(self, hosts: list[Path], limit: int) -> None:

@@ -17,9 +17,10 @@ race, so resolution happens in the kernel, relative to a descriptor of the root:
 each either answering about an entry that really is beneath the root or saying it is not there.
 With `symlinks=False` (git's view of a work tree, where a path behind a symlinked directory is
 simply not there) no component but the last may be a symlink; the last is reported, never
-followed. Directory descriptors are cached for the life of the object, so walking an index of
-thousands of paths opens each directory once; a directory swapped afterwards does not change
-what the held descriptor refers to.
+followed. Directory descriptors are cached, so walking an index of thousands of paths opens each
+directory about once; at most `MAX_OPEN_DIRECTORIES` are held (the least recently used closed
+first), so a tree of any size never runs the process out of descriptors. A directory swapped
+while its descriptor is held does not change what the descriptor refers to.
 
 Hard links are not refused: a sandbox can only link files that are already in the workspace
 (links never cross the mount of a container or a WASI preopen, and the kernel's
@@ -29,12 +30,14 @@ file with several links reveals nothing the workspace did not already hold.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import os
 import stat
 import threading
 from pathlib import Path
+from typing import BinaryIO, Final
 
 __all__ = [
     "Beneath",
@@ -50,6 +53,7 @@ _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _MAX_SYMLINKS = 40  # what the kernel allows in one lookup
+MAX_OPEN_DIRECTORIES: Final = 64
 
 
 class NotBeneath(OSError):
@@ -215,12 +219,15 @@ class Beneath:
         self.root = Path(root)
         self.symlinks = symlinks
         self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._directories: dict[bytes, int] = {b"": self._root_fd}
+        self._directories: collections.OrderedDict[bytes, int] = collections.OrderedDict()
 
     def close(self) -> None:
         for fd in self._directories.values():
             os.close(fd)
         self._directories.clear()
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
 
     def __enter__(self) -> Beneath:
         return self
@@ -232,8 +239,11 @@ class Beneath:
         """A descriptor of the directory at `path` (cached; closed with this object), or None
         when there is no real directory there beneath the root."""
         key = os.fsencode(path).strip(b"/")
+        if not key:
+            return self._root_fd
         cached = self._directories.get(key)
         if cached is not None:
+            self._directories.move_to_end(key)
             return cached
         if self.symlinks:
             # A symlink may lead anywhere beneath the root, so it is resolved from the root.
@@ -249,6 +259,10 @@ class Beneath:
         except OSError:
             return None
         self._directories[key] = fd
+        while len(self._directories) > MAX_OPEN_DIRECTORIES:
+            # Never the one just opened: the caller uses it next.
+            _, oldest = self._directories.popitem(last=False)
+            os.close(oldest)
         return fd
 
     def _split(self, path: str | bytes) -> tuple[int | None, bytes]:
@@ -266,9 +280,10 @@ class Beneath:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def read(self, path: str | bytes, limit: int | None = None) -> bytes:
-        """The content of the regular file at `path`. OSError when it is not one beneath the
-        root (a symlink as the last component is ELOOP unless `symlinks`)."""
+    def open(self, path: str | bytes) -> BinaryIO:
+        """The regular file at `path`, open for reading (to be read in chunks). OSError when it
+        is not one beneath the root (a symlink as the last component is ELOOP unless
+        `symlinks`)."""
         if self.symlinks:
             start, name = self._root_fd, os.fsencode(path).strip(b"/")
         else:
@@ -278,9 +293,17 @@ class Beneath:
             start = parent_fd
         # O_NONBLOCK: opening a FIFO planted where a file was must not hang the call.
         fd = open_beneath(start, name, os.O_RDONLY | os.O_NONBLOCK, symlinks=self.symlinks)
-        with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(errno.EINVAL, "not a regular file", str(path))
+        file = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            file.close()
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return file
+
+    def read(self, path: str | bytes, limit: int | None = None) -> bytes:
+        """The content of the regular file at `path` (at most `limit` bytes). OSError when it
+        is not one beneath the root (a symlink as the last component is ELOOP unless
+        `symlinks`)."""
+        with self.open(path) as file:
             return file.read() if limit is None else file.read(limit)
 
     def readlink(self, path: str | bytes) -> bytes:

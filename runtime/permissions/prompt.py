@@ -35,6 +35,7 @@ from typing import TextIO
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.runtime.kernel.terminal import open_terminal
 from codecoder.runtime.permissions.keys import GrantLevel, Preview
 
 # What a question shows of a call's preview (a diff, a new file's head): enough to judge it.
@@ -336,10 +337,10 @@ class TerminalPrompt:
         if sys.stdin.isatty():
             return True
         try:
-            with open("/dev/tty"):
-                return True
+            os.close(open_terminal())
         except OSError:
             return False
+        return True
 
     def __call__(self, request: AskRequest) -> Answer:
         stdin, stdout, opened = self._streams()
@@ -371,7 +372,6 @@ class TerminalPrompt:
         if sys.stdin.isatty() and sys.stderr.isatty():
             return sys.stdin, sys.stderr, []
         # stdin may carry data (a pipe): ask on the controlling terminal instead.
-        fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
-        tty_in = open(fd, encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115
-        tty_out = open("/dev/tty", "w", encoding="utf-8")  # noqa: SIM115
+        tty_in = open(open_terminal(), encoding="utf-8", errors="replace")  # noqa: SIM115
+        tty_out = open(open_terminal(), "w", encoding="utf-8")  # noqa: SIM115
         return tty_in, tty_out, [tty_in, tty_out]

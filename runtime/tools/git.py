@@ -9,8 +9,10 @@ object store, the index and the work tree themselves, compare the work tree's ra
 (git's view after filters is not computed: a file under a filter may show as modified), write
 nothing, and pin the work tree to the workspace whatever `core.worktree` says.
 
-The repository is the one whose `.git` is at the workspace root. Paths in arguments and
-results are relative to it, in POSIX form.
+The repository is the one whose `.git` is at the workspace root (`runtime.tools.gitrepo`), read
+within fixed bounds of memory and time whatever a sandbox wrote into it (`runtime.tools.
+gitread`): a file or object too large to show is said to be, a history too long to walk is cut
+with a note. Paths in arguments and results are relative to it, in POSIX form.
 """
 
 from __future__ import annotations
@@ -19,362 +21,27 @@ import contextlib
 import datetime
 import io
 import json
-import os
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dulwich.diff_tree import tree_changes
-from dulwich.errors import NotGitRepository
-from dulwich.ignore import IgnoreFilter, IgnoreFilterManager, read_ignore_patterns
-from dulwich.index import ConflictedIndexEntry, Index, IndexEntry, cleanup_mode
-from dulwich.object_store import iter_tree_contents
-from dulwich.objects import S_ISGITLINK, Blob, Commit, ObjectID, Tag, sha_to_hex
-from dulwich.objectspec import parse_commit, parse_object
+from dulwich.objects import Commit, ObjectID
 from dulwich.patch import gen_diff_header, is_binary, patch_filename, unified_diff
-from dulwich.refs import Ref
-from dulwich.repo import Repo
+from dulwich.walk import Walker
 from pydantic import Field, ValidationInfo, field_validator
 
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.confined import Beneath
 from codecoder.runtime.kernel.display import spelled
-from codecoder.runtime.kernel.errors import CodecoderError, ExecutionFailed
 from codecoder.runtime.permissions.keys import Permission
 from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.gitread import ObjectTooLarge, OverBudget, bounded_entries
+from codecoder.runtime.tools.gitrepo import GitRepository, git_errors, text
 
 __all__ = ["GIT_TOOLS", "GitDiff", "GitLog", "GitStatus"]
 
-# path → (mode, object id), the shape of a tree, an index and the work tree alike.
-_Files = dict[bytes, tuple[int, ObjectID]]
-_Entry = tuple[int, ObjectID]
-
-
-@contextlib.contextmanager
-def _git_errors(what: str) -> Iterator[None]:
-    """dulwich's exceptions (and the OS's) become ExecutionFailed at this boundary."""
-    try:
-        yield
-    except CodecoderError:
-        raise
-    except NotGitRepository as exc:
-        raise ExecutionFailed(f"{what}: not a git repository: {exc}") from None
-    except (KeyError, ValueError, AssertionError, NotImplementedError, OSError) as exc:
-        raise ExecutionFailed(f"{what}: {type(exc).__name__}: {exc}") from None
-    except Exception as exc:  # dulwich's own tree (ObjectFormatException, ...) has no common root
-        if type(exc).__module__.startswith("dulwich"):
-            raise ExecutionFailed(f"{what}: {type(exc).__name__}: {exc}") from None
-        raise
-
-
-# What dulwich reads of `.git` besides the objects: none may lead out of it through a link.
-_READ_IN_GIT = ("objects", "objects/pack", "objects/info", "index", "packed-refs", "HEAD", "refs")
-
-
-def _confine_objects(workspace: Path, repo: Repo) -> None:
-    """Keep every read of the repository inside the workspace's own `.git`.
-
-    `objects/info/alternates` (and GIT_ALTERNATE_OBJECT_DIRECTORIES) name object stores
-    anywhere on the machine: they are never consulted, so an object only they hold is not
-    found. A link among what dulwich reads (`objects`, a pack, a loose object, the index) would
-    lead to another repository's files: refused, the whole read when it is a directory or the
-    index, the one object when it is a loose object.
-    """
-    git_dir = os.path.realpath(workspace / ".git")
-    for name in _READ_IN_GIT:
-        path = workspace / ".git" / name
-        if os.path.islink(path):
-            raise ExecutionFailed(
-                f".git/{name} is a symbolic link: the git tools read only what is inside the "
-                "workspace's .git; use run_command to run git here"
-            )
-    store = repo.object_store
-    if not os.path.realpath(getattr(store, "path", git_dir)).startswith(git_dir + os.sep):
-        raise ExecutionFailed("the repository's objects are outside its .git directory")
-    store._alternates = []
-    pack_dir = getattr(store, "pack_dir", None)
-    if pack_dir is not None and os.path.isdir(pack_dir):
-        for entry in os.scandir(pack_dir):
-            if entry.is_symlink():
-                raise ExecutionFailed(
-                    f".git/objects/pack/{entry.name} is a symbolic link: the git tools read only "
-                    "objects inside the workspace's .git; use run_command to run git here"
-                )
-    loose = store._get_loose_object
-    shafile_path = store._get_shafile_path
-
-    def confined_loose(sha: Any) -> Any:
-        raw_length = store.object_format.oid_length
-        hex_sha = sha_to_hex(sha) if len(sha) == raw_length else sha
-        if os.path.islink(shafile_path(hex_sha)):
-            raise ExecutionFailed(
-                "a loose object of the repository is a symbolic link: the git tools read only "
-                "objects inside the workspace's .git; use run_command to run git here"
-            )
-        return loose(sha)
-
-    store._get_loose_object = confined_loose  # type: ignore[method-assign]
-
-
-class _Repository:
-    """A read-only view of the workspace's repository: HEAD, index, work tree."""
-
-    def __init__(self, workspace: Path) -> None:
-        try:
-            info = os.lstat(workspace / ".git")
-        except FileNotFoundError:
-            raise ExecutionFailed(
-                f"the workspace {workspace} is not a git repository (no .git at its root)"
-            ) from None
-        if not stat.S_ISDIR(info.st_mode):
-            # A `gitdir:` file (a linked worktree, a submodule) or a symlink points at a
-            # repository outside the workspace, which a tool that never asks must not read.
-            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
-            raise ExecutionFailed(
-                f"the workspace's .git is {kind}: the git tools read only a repository whose "
-                ".git directory is in the workspace; use run_command to run git here"
-            )
-        # worktree= pins the work tree: core.worktree in a hostile config could point it at
-        # any directory on the machine.
-        self.repo = Repo(str(workspace), worktree=str(workspace))
-        _confine_objects(workspace, self.repo)
-        self.root = workspace
-        # Every read of the work tree goes through this: nothing behind a symlink, nothing
-        # outside the workspace, whatever a sandbox planted (see runtime.kernel.confined).
-        self.tree = Beneath(workspace)
-        index_path = self.repo.index_path()
-        self.index: Index | None = Index(index_path) if os.path.exists(index_path) else None
-
-    def close(self) -> None:
-        self.tree.close()
-        self.repo.close()
-
-    # --- commits and trees --------------------------------------------------------------------
-
-    def head(self) -> Commit | None:
-        try:
-            commit = self.repo[self.repo.head()]
-        except KeyError:  # an unborn branch: no commit yet
-            return None
-        return commit if isinstance(commit, Commit) else None
-
-    def branch(self) -> str | None:
-        """The checked-out branch, None when HEAD is detached."""
-        target = self.repo.refs.read_ref(Ref(b"HEAD"))
-        if target is None or not target.startswith(b"ref: "):
-            return None
-        return _text(target[5:].strip().removeprefix(b"refs/heads/"))
-
-    def commit(self, revision: str) -> Commit:
-        spec = revision.encode()
-        with contextlib.suppress(KeyError, ValueError, AssertionError):
-            return parse_commit(self.repo, spec)  # names, ids and short ids
-        if b"~" in spec or b"^" in spec:  # ancestry (HEAD~2, main^), which parse_commit lacks
-            with contextlib.suppress(KeyError, ValueError, AssertionError, IndexError):
-                found = parse_object(self.repo, spec)
-                while isinstance(found, Tag):
-                    found = self.repo[found.object[1]]
-                if isinstance(found, Commit):
-                    return found
-        raise ExecutionFailed(f"unknown revision {revision!r}")
-
-    def tree_files(self, tree: ObjectID | None) -> _Files:
-        if tree is None:
-            return {}
-        return {
-            entry.path: (entry.mode, entry.sha)
-            for entry in iter_tree_contents(self.repo.object_store, tree)
-            if entry.path is not None and entry.mode is not None and entry.sha is not None
-        }
-
-    def content(self, mode: int, sha: ObjectID) -> bytes:
-        if S_ISGITLINK(mode):
-            return b"Subproject commit " + sha + b"\n"
-        blob = self.repo.object_store[sha]
-        return blob.as_raw_string()
-
-    # --- the index and the work tree ----------------------------------------------------------
-
-    def index_files(self) -> _Files:
-        files: _Files = {}
-        for path, entry in self.index.items() if self.index is not None else ():
-            chosen = (
-                entry.this or entry.other or entry.ancestor
-                if isinstance(entry, ConflictedIndexEntry)
-                else entry
-            )
-            if chosen is not None:
-                files[path] = (chosen.mode, chosen.sha)
-        return files
-
-    def conflicted(self) -> set[bytes]:
-        if self.index is None:
-            return set()
-        return {p for p, e in self.index.items() if isinstance(e, ConflictedIndexEntry)}
-
-    def staged_changes(
-        self, tree: ObjectID | None
-    ) -> Iterator[tuple[bytes, _Entry | None, _Entry | None]]:
-        """(path, in tree, in index) for each path where the two differ."""
-        if self.index is None:
-            for path, version in self.tree_files(tree).items():
-                yield path, version, None
-            return
-        changes = self.index.changes_from_tree(self.repo.object_store, tree)
-        for (old_path, new_path), (old_mode, new_mode), (old_sha, new_sha) in changes:
-            either = old_path or new_path
-            assert either is not None
-            yield either, _entry(old_mode, old_sha), _entry(new_mode, new_sha)
-
-    def unstaged_paths(self) -> list[bytes]:
-        """Tracked paths whose work-tree file differs from the index, by raw bytes.
-
-        Like git: a file whose stat matches its index entry is not read; a path behind a
-        symlinked directory is gone. No filter runs (the config's clean filters are exactly what
-        must not run) and the index is not refreshed on disk (a read tool writes nothing).
-        """
-        if self.index is None:
-            return []
-        return sorted(
-            path
-            for path, entry in self.index.items()
-            if isinstance(entry, ConflictedIndexEntry)
-            or (not entry.skip_worktree and self._differs(path, entry))
-        )
-
-    def _differs(self, path: bytes, entry: IndexEntry) -> bool:
-        st = self.tree.lstat(path)
-        if st is None:
-            return True
-        if stat.S_ISDIR(st.st_mode):
-            return not S_ISGITLINK(entry.mode)  # a nested repository is not looked into
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-            return True
-        if _stat_matches(st, entry):
-            return False
-        found = self.worktree_file(path)
-        return found is None or found[1] != entry.sha
-
-    def worktree_file(self, path: bytes) -> tuple[int, ObjectID, bytes] | None:
-        """(mode, object id, content) of the file at `path` now; None if it is gone, or is
-        anything but a regular file or a symlink (whose target text is its content)."""
-        st = self.tree.lstat(path)
-        if st is None:
-            return None
-        try:
-            if stat.S_ISLNK(st.st_mode):
-                data = self.tree.readlink(path)
-            elif stat.S_ISREG(st.st_mode):
-                data = self.tree.read(path)
-            else:
-                return None
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        blob = Blob.from_string(data)
-        return cleanup_mode(st.st_mode), blob.id, data
-
-    def untracked(self, limit: int) -> tuple[list[str], bool]:
-        """Untracked, unignored paths, a wholly untracked directory as `dir/` (like git)."""
-        tracked = {_text(path) for path in self.index_files()}
-        tracked_dirs = {
-            "/".join(p.split("/")[:i]) for p in tracked for i in range(1, p.count("/") + 1)
-        }
-        # Only the repository's own ignore files: core.excludesFile could name any file.
-        exclude = _ignore_filter(self.tree, ".git/info/exclude")
-        ignores = _ConfinedIgnores(self.tree, [exclude] if exclude else [])
-        found: list[str] = []
-        tree = self.tree
-
-        def ignored(relative: str) -> bool:
-            return ignores.is_ignored(relative) is True
-
-        def holds_untracked(relative: str) -> bool:
-            if tree.lstat(relative + ".git") is not None:
-                return True  # a nested repository, shown as one untracked directory
-            for name, info in tree.scandir(relative):
-                child = f"{relative}{name}"
-                if stat.S_ISDIR(info.st_mode):
-                    if not ignored(child + "/") and holds_untracked(child + "/"):
-                        return True
-                elif not ignored(child):
-                    return True
-            return False
-
-        def walk(relative: str) -> bool:
-            for name, info in tree.scandir(relative):
-                if len(found) >= limit:
-                    return False
-                if name == ".git":
-                    continue
-                child = f"{relative}{name}"
-                if child in tracked:
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    if ignored(child + "/"):
-                        continue
-                    if child in tracked_dirs:
-                        if not walk(child + "/"):
-                            return False
-                    elif holds_untracked(child + "/"):
-                        found.append(child + "/")
-                elif not ignored(child):
-                    found.append(child)
-            return True
-
-        complete = walk("")
-        return found, not complete
-
-
-def _entry(mode: int | None, sha: bytes | None) -> _Entry | None:
-    return None if mode is None or sha is None else (mode, ObjectID(sha))
-
-
-class _ConfinedIgnores(IgnoreFilterManager):
-    """dulwich's ignore rules, with each `.gitignore` read beneath the workspace: one that is a
-    symlink, or lies behind one, is not read (git does not follow them either)."""
-
-    def __init__(self, tree: Beneath, global_filters: list[IgnoreFilter]) -> None:
-        super().__init__(str(tree.root), global_filters, False)
-        self._tree = tree
-
-    def _load_path(self, path: str) -> IgnoreFilter | None:
-        if path not in self._path_filters:
-            name = f"{path}/.gitignore" if path else ".gitignore"
-            self._path_filters[path] = _ignore_filter(self._tree, name)
-        return self._path_filters[path]
-
-
-def _ignore_filter(tree: Beneath, path: str) -> IgnoreFilter | None:
-    try:
-        data = tree.read(path, limit=_MAX_IGNORE_FILE)
-    except OSError:
-        return None
-    return IgnoreFilter(read_ignore_patterns(io.BytesIO(data)), False, path=path)
-
-
-_MAX_IGNORE_FILE = 4 * 1024 * 1024
-
-
-def _stat_matches(st: os.stat_result, entry: IndexEntry) -> bool:
-    """Whether the file is, by its stat, the one the index recorded (git's shortcut: size,
-    modification and change time to the nanosecond)."""
-
-    def nanoseconds(value: int | float | tuple[int, int]) -> int:
-        if isinstance(value, tuple):
-            return value[0] * 1_000_000_000 + value[1]
-        return int(value) * 1_000_000_000
-
-    return (
-        st.st_size == entry.size
-        and st.st_mtime_ns == nanoseconds(entry.mtime)
-        and st.st_ctime_ns == nanoseconds(entry.ctime)
-    )
-
-
-def _text(path: bytes) -> str:
-    return path.decode("utf-8", "surrogateescape")
+# A file larger than this is not shown in a diff (it is said to differ, and how large it is).
+MAX_DIFF_FILE_BYTES: Final = 16 * 1024 * 1024
 
 
 def _shown(path: str) -> str:
@@ -386,9 +53,9 @@ def _shown(path: str) -> str:
 
 
 @contextlib.contextmanager
-def _opened(ctx: ToolContext, what: str) -> Iterator[_Repository]:
-    with _git_errors(what):
-        repository = _Repository(ctx.workspace)
+def _opened(ctx: ToolContext, what: str) -> Iterator[GitRepository]:
+    with git_errors(what):
+        repository = GitRepository(ctx.workspace)
         try:
             yield repository
         finally:
@@ -438,8 +105,8 @@ class _Paths(Parameters):
     def covers(self, path: bytes) -> bool:
         if not self.paths:
             return True
-        text = _text(path)
-        return any(p == "" or text == p or text.startswith(p + "/") for p in self.paths)
+        shown = text(path)
+        return any(p == "" or shown == p or shown.startswith(p + "/") for p in self.paths)
 
 
 # --- git_status ------------------------------------------------------------------------------
@@ -474,13 +141,13 @@ class GitStatus(_GitTool[GitStatusParameters]):
                     "A" if old is None else "D" if new is None else "M"
                 )
             for path in repository.unstaged_paths():
-                gone = repository.worktree_file(path) is None
+                gone = not repository.exists(path)
                 codes.setdefault(path, [" ", " "])[1] = "D" if gone else "M"
             for path in repository.conflicted():
                 codes[path] = ["U", "U"]
             untracked, cut = repository.untracked(args.max_untracked)
         changes = [
-            {"path": _text(path), "staged": code[0].strip(), "unstaged": code[1].strip()}
+            {"path": text(path), "staged": code[0].strip(), "unstaged": code[1].strip()}
             for path, code in sorted(codes.items())
             if args.covers(path)
         ]
@@ -554,9 +221,12 @@ class GitDiffParameters(_Paths):
 
 @dataclass(frozen=True, slots=True)
 class _Version:
+    """One side of a file's diff; `data` None when it is too large to show (`size` bytes)."""
+
     mode: int
     sha: bytes
-    data: bytes
+    data: bytes | None
+    size: int
 
 
 class GitDiff(_GitTool[GitDiffParameters]):
@@ -583,27 +253,29 @@ class GitDiff(_GitTool[GitDiffParameters]):
                 _write_file_diff(out, path, old, new, args.context_lines)
                 for path, old, new in sorted(pairs, key=lambda pair: pair[0])
             ]
-        text = out.getvalue().decode("utf-8", "replace")
-        truncated = len(text) > args.max_chars
+        diff = out.getvalue().decode("utf-8", "replace")
+        truncated = len(diff) > args.max_chars
         if truncated:
-            text = (
-                text[: args.max_chars]
-                + f"\n[diff cut: {len(text) - args.max_chars} more characters; "
+            diff = (
+                diff[: args.max_chars]
+                + f"\n[diff cut: {len(diff) - args.max_chars} more characters; "
                 "narrow it with `paths`]\n"
             )
         return ToolResult(
-            output=text or "(no differences)",
+            output=diff or "(no differences)",
             data={"files": files, "truncated": truncated},
         )
 
     def _pairs(
-        self, repository: _Repository, args: GitDiffParameters
+        self, repository: GitRepository, args: GitDiffParameters
     ) -> Iterable[tuple[bytes, _Version | None, _Version | None]]:
         stored = _stored(repository)
         if args.base is not None and args.target is not None:
             old_tree = repository.commit(args.base).tree
             new_tree = repository.commit(args.target).tree
-            for change in tree_changes(repository.repo.object_store, old_tree, new_tree):
+            store: Any = repository.objects  # what tree_changes reads of a store: store[sha]
+            changes = tree_changes(store, old_tree, new_tree)
+            for change in bounded_entries(changes, "the difference between the two trees"):
                 before, after = change.old, change.new
                 path = (after.path if after is not None else None) or (
                     before.path if before is not None else None
@@ -640,19 +312,28 @@ class GitDiff(_GitTool[GitDiffParameters]):
             yield path, then, _worktree(repository, path) if path in index else None
 
 
-def _stored(repository: _Repository) -> Callable[[int | None, ObjectID | None], _Version | None]:
-    """Versions read from the object store (tree and index entries)."""
+def _stored(
+    repository: GitRepository,
+) -> Callable[[int | None, ObjectID | None], _Version | None]:
+    """Versions read from the object store (tree and index entries); one larger than a diff
+    shows is not read."""
 
     def version(mode: int | None, sha: ObjectID | None) -> _Version | None:
         if mode is None or sha is None:
             return None
-        return _Version(mode, sha, repository.content(mode, sha))
+        size = repository.blob_size(mode, sha)
+        if size > MAX_DIFF_FILE_BYTES:
+            return _Version(mode, sha, None, size)
+        try:
+            return _Version(mode, sha, repository.content(mode, sha), size)
+        except ObjectTooLarge as exc:
+            return _Version(mode, sha, None, exc.size)
 
     return version
 
 
-def _worktree(repository: _Repository, path: bytes) -> _Version | None:
-    found = repository.worktree_file(path)
+def _worktree(repository: GitRepository, path: bytes) -> _Version | None:
+    found = repository.worktree_file(path, MAX_DIFF_FILE_BYTES)
     return _Version(*found) if found is not None else None
 
 
@@ -667,10 +348,18 @@ def _write_file_diff(
             (old.sha if old else None, new.sha if new else None),
         )
     )
-    old_data = old.data if old else b""
-    new_data = new.data if new else b""
     status = "added" if old is None else "deleted" if new is None else "modified"
-    summary: dict[str, Any] = {"path": _text(path), "status": status, "binary": False}
+    summary: dict[str, Any] = {"path": text(path), "status": status, "binary": False}
+    if (old is not None and old.data is None) or (new is not None and new.data is None):
+        sizes = " and ".join(f"{v.size:,} bytes" for v in (old, new) if v is not None)
+        out.write(
+            f"Large file ({sizes}) differs; not shown (a diff shows files of up to "
+            f"{MAX_DIFF_FILE_BYTES:,} bytes)\n".encode()
+        )
+        summary["too_large"] = True
+        return summary
+    old_data = old.data or b"" if old else b""
+    new_data = new.data or b"" if new else b""
     if is_binary(old_data) or is_binary(new_data):
         a = patch_filename(path if old else None, b"a")
         b = patch_filename(path if new else None, b"b")
@@ -739,13 +428,22 @@ class GitLog(_GitTool[GitLogParameters]):
                 include = [repository.commit(end or "HEAD").id]
             else:
                 include = [repository.commit(args.revision).id]
-            walker = repository.repo.get_walker(
-                include=include,
+            store: Any = repository.objects  # what the walker reads of a store: store[sha]
+            walker = Walker(
+                store,
+                include,
                 exclude=exclude,
                 max_entries=args.max_count,
                 paths=[path.encode() for path in args.paths] or None,
+                get_parents=lambda commit: repository.repo.get_parents(commit.id, commit),
             )
-            commits = [_commit_summary(entry.commit) for entry in walker]
+            commits: list[dict[str, Any]] = []
+            cut: str | None = None
+            try:
+                for entry in walker:
+                    commits.append(_commit_summary(entry.commit))
+            except OverBudget as exc:
+                cut = str(exc)
         lines: list[str] = []
         for commit in commits:
             when, who = commit["date"][:10], commit["author_name"]
@@ -753,13 +451,17 @@ class GitLog(_GitTool[GitLogParameters]):
             body = commit["message"].partition("\n")[2].strip("\n") if args.full else ""
             if body:
                 lines += ["    " + line if line else "" for line in body.split("\n")]
-        return ToolResult(output="\n".join(lines) or "no commits", data={"commits": commits})
+        if cut is not None:
+            lines.append(f"[the log was cut: {cut}]")
+        return ToolResult(
+            output="\n".join(lines) or "no commits", data={"commits": commits, "cut": cut}
+        )
 
 
 def _commit_summary(commit: Commit) -> dict[str, Any]:
     encoding = commit.encoding.decode("ascii", "replace") if commit.encoding else "utf-8"
 
-    def text(value: bytes) -> str:
+    def shown(value: bytes) -> str:
         try:
             decoded = value.decode(encoding, "replace")
         except LookupError:
@@ -770,11 +472,11 @@ def _commit_summary(commit: Commit) -> dict[str, Any]:
             for c in decoded
         )
 
-    author = text(commit.author)
+    author = shown(commit.author)
     name = author.split(" <", 1)[0]
     zone = datetime.timezone(datetime.timedelta(seconds=commit.author_timezone))
     date = datetime.datetime.fromtimestamp(commit.author_time, zone)
-    message = text(commit.message).strip("\n")
+    message = shown(commit.message).strip("\n")
     return {
         "id": commit.id.decode("ascii"),
         "author": author,

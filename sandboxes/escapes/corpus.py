@@ -171,12 +171,18 @@ class HooksEntry(_Entry):
     plant_hook: bool = False
 
 
-DockerCheck = Literal["token", "completed", "overran", "no-pids-limit", "after-token"]
+DockerCheck = Literal[
+    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads"
+]
 
 
 class DockerVariant(BaseModel):
-    """How an attempt is carried out under another engine runtime (`under` in the corpus),
-    where the same script would test something else there; `why` says what differs."""
+    """How an attempt is carried out under another engine runtime (`under` in the corpus, by
+    the runtime's name), or with the workspace synced into a volume (`under.sync`: a remote
+    engine), where the same script would test something else there; `why` says what differs.
+    In sync mode, what a call does to the workspace happens in the sandbox's own copy, so an
+    attempt on the workspace is judged by what reaches the host (`watch`), not by whether the
+    step worked inside."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -184,7 +190,19 @@ class DockerVariant(BaseModel):
     script: str | tuple[str, ...] | None = None
     defence: str | None = None
     blocked_by: tuple[ErrorName, ...] | None = None
+    escaped_if: tuple[DockerCheck, ...] | None = None
+    watch: tuple[str, ...] | None = None
     not_applicable: bool = False
+
+
+class Whole(BaseModel):
+    """A change set applied whole or not at all: after the call, `glob` matches `count` paths
+    on the host when it succeeded, none when it failed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    glob: str
+    count: int = Field(gt=0)
 
 
 class DockerEntry(_Entry):
@@ -197,6 +215,13 @@ class DockerEntry(_Entry):
     after: str | None = None
     expect_output: str | None = None
     under: tuple[tuple[str, DockerVariant], ...] = ()
+    # The project's Docker settings with these replaced (`workspace`, `network`, `disk_budget`).
+    settings: dict[str, Any] = Field(default_factory=dict)
+    host_files: dict[str, str] = Field(default_factory=dict)
+    host_links: dict[str, str] = Field(default_factory=dict)
+    host_reads: tuple[str, ...] = ()
+    nofile: int | None = Field(default=None, ge=64)
+    whole: Whole | None = None
 
     @field_validator("under", mode="before")
     @classmethod
@@ -208,16 +233,21 @@ class DockerEntry(_Entry):
 
     def under_runtime(self, runtime: str | None) -> DockerEntry:
         """This attempt as carried out under `runtime` (itself where nothing differs)."""
-        variant = self.variant(runtime)
+        return self._as(self.variant(runtime))
+
+    def in_sync_mode(self) -> DockerEntry:
+        """This attempt as carried out against a synced workspace (itself where nothing
+        differs)."""
+        return self._as(self.variant("sync"))
+
+    def _as(self, variant: DockerVariant | None) -> DockerEntry:
         if variant is None:
             return self
-        changes: dict[str, Any] = {}
-        if variant.script is not None:
-            changes["script"] = variant.script
-        if variant.defence is not None:
-            changes["defence"] = variant.defence
-        if variant.blocked_by is not None:
-            changes["blocked_by"] = variant.blocked_by
+        changes: dict[str, Any] = {
+            name: getattr(variant, name)
+            for name in ("script", "defence", "blocked_by", "escaped_if", "watch")
+            if getattr(variant, name) is not None
+        }
         return self.model_copy(update=changes)
 
 

@@ -18,6 +18,9 @@
  *   writes PATH COUNT   open PATH for writing (creating it) COUNT times, print "opened N"
  *   rename FROM TO      rename FROM to TO                        exit 1 if it cannot
  *   fill PATH BYTES     write BYTES to PATH, 64 KiB at a time    exit 1 when a write fails
+ *   hole PATH BYTES     create PATH and set its size to BYTES (a sparse file: one hole)
+ *   far PATH OFFSET     create PATH and write one byte at OFFSET (a hole before it)
+ *   links FROM TO COUNT create COUNT hard links TOn to FROM, print "linked N"
  *
  * Each operation is one attack the runner observes from outside (a marker in the output, a file
  * on the host, an error, the time it took); the probe itself decides nothing. Errors go to
@@ -213,6 +216,37 @@ static int op_fill(const char *path, const char *bytes) {
     return 0;
 }
 
+static int op_hole(const char *path, const char *bytes) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)strtoull(bytes, NULL, 10)) != 0) return fail("hole", path);
+    close(fd);
+    printf("made %s\n", path);
+    return 0;
+}
+
+static int op_far(const char *path, const char *offset) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || pwrite(fd, "x", 1, (off_t)strtoull(offset, NULL, 10)) != 1) return fail("far", path);
+    close(fd);
+    printf("made %s\n", path);
+    return 0;
+}
+
+static int op_links(const char *from, const char *to, const char *count) {
+    static char name[4096];
+    int made = 0;
+    for (int i = 0; i < atoi(count); i++) {
+        snprintf(name, sizeof name, "%s%d", to, i);
+        if (link(from, name) != 0) {
+            fail("links", name);
+            break;
+        }
+        made++;
+    }
+    printf("linked %d\n", made);
+    return made ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *op = argv[1];
@@ -231,6 +265,9 @@ int main(int argc, char **argv) {
     if (!strcmp(op, "writes") && argc == 4) return op_writes(argv[2], argv[3]);
     if (!strcmp(op, "rename") && argc == 4) return op_rename(argv[2], argv[3]);
     if (!strcmp(op, "fill") && argc == 4) return op_fill(argv[2], argv[3]);
+    if (!strcmp(op, "hole") && argc == 4) return op_hole(argv[2], argv[3]);
+    if (!strcmp(op, "far") && argc == 4) return op_far(argv[2], argv[3]);
+    if (!strcmp(op, "links") && argc == 5) return op_links(argv[2], argv[3], argv[4]);
     fprintf(stderr, "probe: unknown operation or wrong arguments: %s\n", op);
     return 2;
 }

@@ -236,7 +236,14 @@ class _RulesLayer(_LayerRunner):
         from codecoder.environments.shell import ShellEnvironment
 
         environments = {EnvironmentTag.SHELL: ShellEnvironment()}
-        runtime = self._runtime(directory, _Asker(), environments=environments)
+        # Commands run contained by default (@bwrap), where nothing can write .git: these
+        # attempts are about the host, where a project binds them to @shell.
+        runtime = self._runtime(
+            directory,
+            _Asker(),
+            environments=environments,
+            bindings={"run_command": EnvironmentTag.SHELL},
+        )
         session = runtime.session()
         for raw in entry.allow:
             session.grant(raw)

@@ -192,6 +192,10 @@ class _Audit:
             self._workspace = _Workspace(self.root, self.project, self.token)
         return self._workspace
 
+    def own(self, env: Environment[Any, Any]) -> None:
+        """Close `env` with the audit (a layer's own sandbox, made for some attempts)."""
+        self._owned.append(env)
+
     def scratch_dir(self, name: str) -> Path:
         path = self.root / name
         path.mkdir(exist_ok=True)

@@ -1,4 +1,5 @@
-"""Fixtures for the environment tests: a Docker engine or a skip, and the canary service.
+"""Fixtures for the environment tests: a Docker engine or a skip, a second engine that is
+"elsewhere" (`remote_engine`), and the canary service.
 
 Tests marked `docker` need a running engine and the `codecoder-sandbox` image. Without them
 they are skipped on a developer machine (with the command that fixes it), but they FAIL when
@@ -7,8 +8,10 @@ they are skipped on a developer machine (with the command that fixes it), but th
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import subprocess
 import tarfile
 import time
 import urllib.request
@@ -25,6 +28,9 @@ CANARY_IMAGE = "codecoder-canary:test"
 CANARY_PAGE = b"canary-ok\n"
 STATIC_BUSYBOX = Path("/bin/busybox")
 SETUP = "run scripts/docker-setup.sh as root"
+REPO = Path(__file__).resolve().parents[2]
+REMOTE_SCRIPT = REPO / "scripts" / "remote-engine.sh"
+REMOTE_ROOT = Path(os.environ.get("CODECODER_REMOTE_ROOT", "/var/lib/codecoder-remote-engine"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,6 +60,63 @@ def docker_engine() -> Iterator[Any]:
     except docker.errors.ImageNotFound:
         _cannot_run(f"the {SANDBOX_IMAGE} image is missing; {SETUP}")
     yield client
+    client.close()
+
+
+@dataclass(frozen=True)
+class RemoteEngine:
+    """The second engine (scripts/remote-engine.sh): its own data root, mount, network and PID
+    namespaces, reached over TCP with TLS. `environ` is what points a client at it
+    (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); `pid` is its dockerd here (its view of
+    the file system is /proc/PID/root)."""
+
+    environ: dict[str, str]
+    client: Any
+    pid: int
+
+    @property
+    def address(self) -> str:
+        return self.environ["DOCKER_HOST"]
+
+    @contextlib.contextmanager
+    def as_docker_host(self) -> Iterator[None]:
+        """Point every client made meanwhile (codecoder's, the SDK's) at this engine."""
+        saved = {name: os.environ.get(name) for name in self.environ}
+        os.environ.update(self.environ)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def remote_engine() -> Iterator[RemoteEngine]:
+    """The second engine, started (or kept) by scripts/remote-engine.sh, which also copies this
+    engine's sandbox image into it when the two differ."""
+    if os.geteuid() != 0:
+        _cannot_run("the second engine needs root (namespaces, dockerd)")
+    proc = subprocess.run(
+        ["bash", str(REMOTE_SCRIPT), "start"], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        _cannot_run(f"scripts/remote-engine.sh start failed: {proc.stdout}{proc.stderr}")
+    environ = dict(
+        line.split("=", 1) for line in (REMOTE_ROOT / "env").read_text().splitlines() if line
+    )
+    from codecoder.environments.docker.engine import _client_from_env
+
+    saved = dict(os.environ)
+    os.environ.update(environ)
+    try:
+        client = _client_from_env()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    yield RemoteEngine(environ, client, int((REMOTE_ROOT / "engine.pid").read_text()))
     client.close()
 
 

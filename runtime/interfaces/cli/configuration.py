@@ -39,6 +39,8 @@ def check(args: argparse.Namespace) -> int:
                 severity, "docker_unavailable", problem, key="docker", line=line, column=column
             )
         )
+    for warning in docker.warnings:
+        diagnostics.append(Diagnostic("warning", "docker_transport", warning, key="docker"))
     ok = not any(d.severity == "error" for d in diagnostics)
     place = args.place
     commands = _commands(runtime)

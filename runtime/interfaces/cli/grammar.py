@@ -310,8 +310,8 @@ def _parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         metavar="LAYER",
-        help="only these layers: keying, permission-files, rules, hooks, wasm, docker, pool "
-        "(default: all)",
+        help="only these layers: keying, contained, permission-files, rules, hooks, wasm, "
+        "bwrap, docker, pool (default: all)",
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=audit.audit)

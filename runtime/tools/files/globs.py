@@ -53,7 +53,9 @@ def _listing_regex(prefix: str, pattern: str) -> re.Pattern[str]:
     """`glob_regex(pattern)` for `prefix` + paths in a NUL-separated listing, found in one pass."""
     body = glob_regex(pattern).pattern.removesuffix(r"\Z")
     body = body.replace("[^/", "[^/\\x00").replace(".*", "[^\\x00]*")
-    return re.compile(r"(?:(?<=\x00)|^)" + re.escape(prefix) + f"(?:{body})(?=\\x00)")
+    regex = re.compile(r"(?:(?<=\x00)|^)" + re.escape(prefix) + f"(?:{body})(?=\\x00)")
+    assert regex.groups == 0  # findall() gives whole matches (runtime.tools.files.landlock)
+    return regex
 
 
 def _literal_prefix(pattern: str) -> tuple[str, str]:

@@ -88,8 +88,10 @@ class LandlockFiles(BeneathFiles):
         )
         listing = spelled(result.stdout)
         regex = _listing_regex("" if rel == "." else rel + "/", pattern)
-        prefix = f"{shown}/" if shown else ""
-        paths = sorted(prefix + m.group(0) for m in regex.finditer(listing))
+        paths = regex.findall(listing)  # whole matches: the regex has no capturing group
+        paths.sort()
+        if shown:
+            paths = [f"{shown}/{path}" for path in paths]
         return GlobFound(paths, partial=result.truncated)
 
     def grep(self, query: GrepQuery, progress: _Progress) -> GrepFound:

@@ -107,22 +107,33 @@ class ReadFile(_ReadTool, Tool[ReadFileParameters]):
                 f"it has {total} lines" if total is not None else "that is past what can be read"
             )
             raise ExecutionFailed(f"{args.path}: offset {args.offset} is out of range ({where})")
-        shown: list[str] = []
-        budget = ctx.limits.max_output
-        end = start
-        for number in range(start, min(start + args.limit, len(lines))):
-            row = f"{number + 1:>6}\t{_clip(lines[number])}\n"
-            budget -= len(row)
-            if budget < 0 and shown:
-                break
-            shown.append(row)
-            end = number + 1
-        text = "".join(shown)
+        text, end = _numbered(lines, start, args.limit, ctx.limits.max_output)
         if end < len(lines) or total is None:
             of = f"of {total}" if total is not None else f"(file is {content.size} bytes)"
             text += f"[lines {start + 1}-{end} {of}; continue with offset={end + 1}]\n"
         data.update(lines=total, start=start + 1, end=end)
         return ToolResult(text, data=data)
+
+
+def _numbered(lines: list[str], start: int, limit: int, budget: int) -> tuple[str, int]:
+    """Lines `start` to `start + limit` numbered like `cat -n`, as many as fit in `budget`
+    characters (at least one); the text and the index after the last line shown."""
+    chunk = lines[start : start + limit]
+    if max(map(len, chunk), default=0) <= limits.MAX_LINE_CHARS:
+        # The common case, a page that fits whole with no line to clip, in one pass.
+        text = "".join([f"{number:>6}\t{line}\n" for number, line in enumerate(chunk, start + 1)])
+        if len(text) <= budget:
+            return text, start + len(chunk)
+    shown: list[str] = []
+    end = start
+    for number in range(start, start + len(chunk)):
+        row = f"{number + 1:>6}\t{_clip(lines[number])}\n"
+        budget -= len(row)
+        if budget < 0 and shown:
+            break
+        shown.append(row)
+        end = number + 1
+    return "".join(shown), end
 
 
 class ListDirParameters(Parameters):
@@ -194,6 +205,18 @@ class GlobParameters(Parameters):
         return value
 
 
+def _listing_text(paths: list[str], limit: int) -> tuple[str, bool]:
+    """`_cap` of one path a line, made of the paths that reach the cap only: the same text
+    and flag, without joining 100,000 paths to keep the first few thousand."""
+    size = count = 0
+    for path in paths:
+        size += len(path) + 1
+        count += 1
+        if size > limit:
+            break
+    return _cap("".join(f"{path}\n" for path in paths[:count]), limit)
+
+
 def _searchable(tool: str, path: str) -> None:
     if _under_git(path.partition("/")[2] if path.startswith("@") else path):
         raise ExecutionFailed(f"{tool} {path}: .git is never searched (read_file reads its files)")
@@ -222,7 +245,7 @@ class Glob(_ReadTool, Tool[GlobParameters]):
         )
         found = _reader(ctx).glob(base, rest, options, _Progress(ctx.progress, self.name))
         shown = found.paths[: args.max_results]
-        text, truncated = _cap("".join(f"{path}\n" for path in shown), ctx.limits.max_output)
+        text, truncated = _listing_text(shown, ctx.limits.max_output)
         more = len(found.paths) - len(shown)
         if more:
             text += f"[{more} more {_plural(more, 'path')} not shown"

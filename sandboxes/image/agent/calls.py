@@ -32,12 +32,8 @@ from exitwatch import ExitWatch
 from hardening import drop_bounding_set
 from image import BASH, SNAPSHOT_DIR, WORKSPACE
 from leftovers import state_directories, wipe
-from sync import delete_paths, listing, write_changes
+from sync import NotReadable, Unlistable, delete_paths, differences, listing, write_changes
 
-# A writable call's changes (sync mode) go back inline in its answer when they are this small;
-# larger ones are fetched from the outbox (the host's line cap leaves 1 MiB for the rest).
-INLINE_TAR = 256 * 1024
-INLINE_SUMMARY = 64 * 1024
 CAPABILITY_DOMAIN = b"codecoder-capability/1\0"
 
 
@@ -72,6 +68,7 @@ class Agent:
         self.snapshot_digest: str | None = None
         self.runas = False
         self.relay: Relay | None = None
+        self.outbox_fds: tuple[int, int] | None = None  # changes.tar and changes.json
 
     def choose_launcher(self) -> str | None:
         """Start commands through runas where it works; else through subprocess's `user=`
@@ -118,49 +115,60 @@ class Agent:
         before = self.listing if request.get("unchanged") else None
         self.listing = None
         if before is None:
-            before = as_user(self.uid, self.gid, listing, WORKSPACE)
+            before = self.list_workspace()
         response = self.run(request)
         budget = request.get("disk_budget")
         response["changes"] = self.collect_changes(before, budget)
         return response
 
-    def collect_changes(self, before: dict[str, list[Any]], budget: int | None) -> Message:
-        """Write what the call changed in the workspace to the outbox, for the host to fetch."""
-        assert self.outbox is not None
-        paths = {name: f"{self.outbox}/{name}" for name in ("changes.tar", "changes.json")}
-        for path in paths.values():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        # Opened here, as root, in a directory only root can reach; written by the child.
-        files = {
-            name: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            for name, path in paths.items()
-        }
+    def list_workspace(self) -> dict[str, list[Any]]:
+        """The workspace's listing (sync.listing): made by the agent itself when it may list
+        every directory, else by a child that is the command user."""
         try:
-            written = as_user(
-                self.uid,
-                self.gid,
-                write_changes,
-                before,
-                files["changes.tar"],
-                files["changes.json"],
-                budget,
-            )
+            return listing(WORKSPACE, strict=True)
+        except Unlistable:
+            found: dict[str, list[Any]] = as_user(self.uid, self.gid, listing, WORKSPACE)
+            return found
+
+    def collect_changes(self, before: dict[str, list[Any]], budget: int | None) -> Message:
+        """Write what the call changed in the workspace to the outbox, for the host to fetch
+        (nothing at all when it changed nothing)."""
+        assert self.outbox is not None
+        after = self.list_workspace()
+        changed, deleted, unreadable = differences(before, after)
+        if not changed and not deleted and not unreadable:
+            self.listing = after
+            return {"entries": 0, "files": 0, "bytes": 0, "deleted": 0, "over_budget": False}
+        tar_fd, summary_fd = self.outbox_files()
+        try:
+            return write_changes(before, after, tar_fd, summary_fd, budget, strict=True)
+        except NotReadable:
+            pass  # a file only its owner may read: the changes are written as the command user
         finally:
-            for descriptor in files.values():
-                os.close(descriptor)
-        changes = dict(written["summary"])
-        self.listing = written["after"]
-        # Small change sets (most calls) ride on the answer: fetching the outbox through the
-        # engine's archive API costs tens of milliseconds. The host checks them the same way.
-        sizes = {name: os.stat(path).st_size for name, path in paths.items()}
-        if sizes["changes.tar"] <= INLINE_TAR and sizes["changes.json"] <= INLINE_SUMMARY:
-            with open(paths["changes.tar"], "rb") as tar, open(paths["changes.json"], "rb") as js:
-                changes["inline"] = {
-                    "tar": base64.b64encode(tar.read()).decode(),
-                    "summary": js.read().decode(),
-                }
+            self.listing = after
+        tar_fd, summary_fd = self.outbox_files()
+        changes: Message = as_user(
+            self.uid, self.gid, write_changes, before, after, tar_fd, summary_fd, budget
+        )
         return changes
+
+    def outbox_files(self) -> tuple[int, int]:
+        """changes.tar and changes.json in the outbox, emptied: opened once, as root, in a
+        directory only root can reach (a child writes them as the command user)."""
+        assert self.outbox is not None
+        if self.outbox_fds is None:
+            fds = []
+            for name in ("changes.tar", "changes.json"):
+                path = f"{self.outbox}/{name}"
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                fds.append(os.open(path, flags, 0o600))
+            self.outbox_fds = (fds[0], fds[1])
+        for fd in self.outbox_fds:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+        return self.outbox_fds
 
     def place_snapshot(self, capability: Message) -> str | None:
         files = capability.get("files")

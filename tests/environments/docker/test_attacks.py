@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.containers import AGENT_COMMAND
+from codecoder.environments.docker.engine import _client_from_env
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
@@ -291,7 +291,7 @@ class _Engine:
     engine that silently ignores some of it."""
 
     def __init__(self, change: Any) -> None:
-        self._client = docker.from_env(timeout=60)
+        self._client = _client_from_env()  # the engine at DOCKER_HOST, as codecoder reaches it
         self._change = change
         outer = self
 
@@ -504,3 +504,39 @@ def test_without_runas_commands_are_just_as_confined(
         127,
         "no-such-tool: command not found",
     )
+
+
+# --- what a writable call wrote, at apparent size ------------------------------------------------
+
+
+@pytest.fixture
+def budgeted(workspace: Path) -> Iterator[DockerEnvironment]:
+    (workspace / "existing.txt").write_text("small\n")
+    os.chown(workspace / "existing.txt", 10001, 10001)
+    with DockerEnvironment(workspace, DockerSettings(workspace="bind", disk_budget="16m")) as env:
+        yield env
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "truncate -s 8G sparse.img",
+        "dd if=/dev/zero of=far.img bs=1 count=1 seek=64G status=none",
+        "truncate -s 8G existing.txt",  # an existing file, grown in place
+        "mkdir -p new/deep/er && truncate -s 4G new/deep/er/disk.img",  # a directory made now
+        "mkdir d && mv d e && truncate -s 4G e/disk.img",  # a directory renamed: walked
+        "head -c 1M /dev/urandom > seed && for i in $(seq 40); do ln seed name$i; done",
+        "for i in $(seq 100); do truncate -s 1M part$i; done",
+    ],
+)
+def test_what_a_writable_call_wrote_counts_at_apparent_size_against_its_budget(
+    budgeted: DockerEnvironment, script: str
+) -> None:
+    run(budgeted, "true", writable=True)  # the container (and its watch) before the attack
+
+    with pytest.raises(ExecutionFailed, match="counting apparent sizes"):
+        run(budgeted, f"{script}; echo done", writable=True)
+    time.sleep(0.05)  # a tick of the ctime clock later
+    control = run(budgeted, "head -c 1M /dev/urandom > ok.bin; echo fine", writable=True)
+
+    assert control.stdout == "fine\n"

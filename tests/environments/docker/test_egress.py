@@ -252,6 +252,91 @@ def test_requests_other_than_a_plain_connect_are_refused(request_head: bytes) ->
     assert answer.split(b" ")[1] in (b"400", b"405", b"431")
 
 
+class SlowGate(Gate):
+    """A gate that takes its time to decide, as a human asked would."""
+
+    def admit(self, host: str, port: int) -> str | None:
+        time.sleep(0.5)
+        return super().admit(host, port)
+
+
+class Silent:
+    """A TCP server that accepts and never says anything (tunnels that stay open)."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=2048)
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+FLOODS = {
+    # nothing sent: each waits for a head
+    "idle": b"",
+    # a head that never ends
+    "trickle": b"CONNECT 127.0.0.1:",
+    # a tunnel admitted and held open by a silent upstream
+    "tunnel": b"CONNECT 127.0.0.1:{silent} HTTP/1.1\r\n\r\n",
+    # a decision that takes its time (the gate sleeps)
+    "slow decision": b"CONNECT 127.0.0.1:{silent} HTTP/1.1\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("flood", list(FLOODS))
+def test_a_thousand_connections_leave_the_threads_bounded_and_the_next_call_working(
+    upstream: Upstream, flood: str
+) -> None:
+    silent = Silent()
+    proxy = EgressProxy(Egress((upstream.entry, f"127.0.0.1:{silent.port}")))
+    gate = SlowGate(admitted=["127.0.0.1"]) if flood == "slow decision" else Gate(["127.0.0.1"])
+    first = FLOODS[flood].replace(b"{silent}", str(silent.port).encode())
+    threads = threading.active_count()
+    peak, most_open, refused = threads, 0, 0
+    clients: list[socket.socket] = []
+    try:
+        with proxy.call(gate):
+            for _ in range(1000):
+                client = socket.socket(socket.AF_UNIX)
+                client.settimeout(10)
+                while client.connect_ex(str(proxy.path)) != 0:  # the backlog is full: again
+                    time.sleep(0.001)
+                if first:
+                    client.sendall(first)
+                clients.append(client)
+                peak = max(peak, threading.active_count())
+                most_open = max(most_open, proxy.active)
+            time.sleep(1)
+            peak = max(peak, threading.active_count())
+            for client in clients:
+                client.settimeout(0.01)
+                with contextlib.suppress(OSError):
+                    refused += client.recv(200).startswith(b"HTTP/1.1 503")
+            for client in clients:
+                client.close()
+        with proxy.call(Gate(admitted=["127.0.0.1"])):
+            head, body = tunnel(proxy.path, upstream.entry)
+    finally:
+        proxy.close()
+        silent.close()
+
+    assert peak - threads <= 4  # the deciding pool, whatever the flood
+    assert most_open <= 128
+    assert refused >= 1000 - 128
+    assert head.startswith(b"HTTP/1.1 200") and body == b"hello from 127.0.0.1\n"
+
+
 @pytest.mark.parametrize(
     ("allow", "problem"),
     [
@@ -345,25 +430,109 @@ def test_from_the_sandbox_only_the_listed_loopback_host_is_reached(
 
 @docker_test
 def test_a_command_cannot_take_the_relays_port_or_go_around_the_proxy(
-    workspace: Path, upstream: Upstream
+    workspace: Path, upstream: Upstream, runtime_name: str
 ) -> None:
-    settings = DockerSettings(network={"allow": [upstream.entry]})
+    settings = DockerSettings(network={"allow": [upstream.entry]}, runtime=runtime_name)
     script = """python3 - <<'EOF'
-import socket
+import glob, os, socket
 try:
     socket.create_server(("127.0.0.1", 3128))
     print("bound the relay's port")
 except OSError as exc:
     print("port taken", exc.errno)
-s = socket.socket(socket.AF_UNIX)
-s.connect("/opt/codecoder/egress/proxy.sock")
-s.sendall(b"CONNECT 127.0.0.1:22 HTTP/1.1\\r\\n\\r\\n")
-print(s.recv(200).split(b"\\r\\n")[0].decode())
+found = set(glob.glob("/opt/codecoder/*/*.sock") + glob.glob("/opt/codecoder/*/*/*.sock"))
+for line in open("/proc/self/mountinfo"):
+    point = line.split()[4]
+    if "codecoder" in point:
+        found.update([point + "/proxy.sock", point + "/egress/proxy.sock"])
+for root in ("", "/proc/1/root", "/proc/self/root"):
+    found.add(root + "/opt/codecoder/relay/egress/proxy.sock")
+found.add("/opt/codecoder/egress/proxy.sock")
+for path in sorted(found):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        s.sendall(b"CONNECT 127.0.0.1:22 HTTP/1.1\\r\\n\\r\\n")
+        print("reached", path, s.recv(200).split(b"\\r\\n")[0].decode())
+    except OSError as exc:
+        print("refused", exc.errno)
 EOF"""
     with DockerEnvironment(workspace, settings) as env:
         result = env.run(CommandRequest(cwd=workspace, script=script, network=Gate(["127.0.0.1"])))
+    lines = result.stdout.splitlines()
 
-    assert result.stdout.splitlines() == ["port taken 98", "HTTP/1.1 403 Refused"]
+    assert lines[0] == "port taken 98"
+    assert len(lines) > 4 and not [line for line in lines[1:] if not line.startswith("refused")]
+
+
+FLOOD = """python3 - <<'EOF'
+import socket, time
+held, refused = [], 0
+for i in range(1000):
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=0.2)
+        s.sendall(b"CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n")
+        held.append(s)
+    except OSError:
+        refused += 1
+time.sleep(2)
+answered = 0
+for s in held:
+    s.settimeout(0.01)
+    try:
+        answered += s.recv(100).startswith(b"HTTP/1.1 200")
+    except OSError:
+        pass
+print("held", len(held) + refused, "tunnels", answered)
+EOF"""
+
+
+@docker_test
+def test_a_thousand_connections_from_the_sandbox_leave_the_runtime_bounded(
+    workspace: Path, upstream: Upstream
+) -> None:
+    silent = Silent()
+    settings = DockerSettings(network={"allow": [upstream.entry, f"127.0.0.1:{silent.port}"]})
+    samples: list[int] = []
+    running = threading.Event()
+
+    def sample() -> None:
+        while not running.is_set():
+            samples.append(threading.active_count())
+            time.sleep(0.01)
+
+    try:
+        with DockerEnvironment(workspace, settings) as env:
+            gate = Gate(["127.0.0.1"])
+            env.run(CommandRequest(cwd=workspace, argv=("true",), network=gate))
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            before = threading.active_count()  # the sampler's own thread included
+            try:
+                flood = env.run(
+                    CommandRequest(
+                        cwd=workspace,
+                        script=FLOOD.format(port=silent.port),
+                        network=gate,
+                        timeout=120,
+                    )
+                )
+            finally:
+                running.set()
+                sampler.join()
+            after = env.run(
+                CommandRequest(
+                    cwd=workspace, script=CLIENT.format(targets=[upstream.entry]), network=gate
+                )
+            )
+    finally:
+        silent.close()
+
+    held, tunnels = (int(n) for n in flood.stdout.split()[1::2])
+    assert held == 1000
+    assert tunnels <= 128  # the relay's cap, and the proxy's
+    assert max(samples) - before <= 4
+    assert f"{upstream.entry} HTTP/1.1 200 Connection established hello" in after.stdout
 
 
 def workspace_project(project: Path) -> Path:

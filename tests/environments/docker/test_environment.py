@@ -51,10 +51,21 @@ def run(env: DockerEnvironment, script: str, **options: Any) -> CommandResult:
 
 
 def containers_of(client: Any, session: str) -> list[dict[str, Any]]:
+    """Every container of a session, the sync mode's helper included."""
     found: list[dict[str, Any]] = client.api.containers(
         all=True, filters={"label": f"codecoder.session={session}"}
     )
     return found
+
+
+def sandboxes_of(client: Any, session: str) -> list[dict[str, Any]]:
+    """The containers commands run in (read-only and writable), not the sync mode's helper that
+    fills the workspace volume."""
+    return [
+        c
+        for c in containers_of(client, session)
+        if c["Labels"].get("codecoder.mode") in ("ro", "rw")
+    ]
 
 
 @pytest.fixture
@@ -536,7 +547,7 @@ def test_every_container_is_labelled_and_hardened(
     run(sandbox, "true", writable=False)
     run(sandbox, "true", writable=True)
 
-    found = containers_of(docker_engine, sandbox.session_id)
+    found = sandboxes_of(docker_engine, sandbox.session_id)
     inspected = [docker_engine.api.inspect_container(c["Id"]) for c in found]
     labels = sorted(
         (i["Config"]["Labels"]["codecoder.mode"], i["Config"]["Labels"]) for i in inspected
@@ -597,7 +608,7 @@ def test_close_leaves_no_container(workspace: Path, docker_engine: Any) -> None:
     env = DockerEnvironment(workspace)
     run(env, "true", writable=False)
     run(env, "true", writable=True)
-    assert len(containers_of(docker_engine, env.session_id)) == 2
+    assert len(sandboxes_of(docker_engine, env.session_id)) == 2
 
     env.close()
 
@@ -631,7 +642,7 @@ def test_a_sigkilled_runtimes_containers_are_removed_by_the_next_start(
     runtime.send_signal(signal.SIGKILL)
     runtime.wait()
     runtime.stdout.close()
-    left_behind = len(containers_of(docker_engine, session))
+    left_behind = len(sandboxes_of(docker_engine, session))
 
     with DockerEnvironment(workspace) as next_runtime:
         next_runtime.start()
@@ -647,7 +658,7 @@ def test_a_live_runtimes_containers_are_left_alone(workspace: Path, docker_engin
         run(first, "true")
         with DockerEnvironment(workspace) as second:
             second.start()
-        survivors = containers_of(docker_engine, first.session_id)
+        survivors = sandboxes_of(docker_engine, first.session_id)
 
     assert len(survivors) == 1
 

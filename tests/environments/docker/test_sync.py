@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import os
-import tarfile
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,19 +20,33 @@ from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.engine import engine_is_local
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
-from codecoder.environments.docker.sync import WorkspaceVolume, _points_out
+from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from tests.environments.docker.changesets import archive, snapshot
 
 docker_test = pytest.mark.docker
 
 
-@pytest.fixture
-def synced(workspace: Path) -> Iterator[DockerEnvironment]:
+def sync_workspace(workspace: Path, budget: str) -> DockerEnvironment:
     (workspace / "src").mkdir()
     (workspace / "src" / "main.py").write_text("print('hello')\n")
     (workspace / ".git" / "hooks").mkdir(parents=True)
     (workspace / ".git" / "config").write_text("[core]\n")
-    with DockerEnvironment(workspace, DockerSettings(workspace="sync", disk_budget="2m")) as env:
+    return DockerEnvironment(workspace, DockerSettings(workspace="sync", disk_budget=budget))
+
+
+@pytest.fixture
+def synced(workspace: Path) -> Iterator[DockerEnvironment]:
+    # A budget no other writer of the machine's disk reaches during a call (the in-call
+    # budget watches the whole filesystem's used space): the tests below are not about it.
+    with sync_workspace(workspace, "256m") as env:
+        yield env
+
+
+@pytest.fixture
+def tight(workspace: Path) -> Iterator[DockerEnvironment]:
+    """A sandbox with a budget of 2 MiB, for the tests about it."""
+    with sync_workspace(workspace, "2m") as env:
         yield env
 
 
@@ -94,6 +107,31 @@ def test_what_a_writable_call_changes_comes_back_and_host_edits_go_in(
 
 
 @docker_test
+@pytest.mark.parametrize(
+    "script",
+    [
+        "umask 077; echo private > p.txt; echo open > o.txt",  # a file only its owner reads
+        "mkdir -m 700 priv && echo private > priv/p.txt",  # a directory only its owner lists
+        "mkdir -m 711 blind && echo private > blind/p.txt && chmod 600 blind/p.txt",
+    ],
+)
+def test_what_only_the_command_user_may_read_comes_back_too(
+    synced: DockerEnvironment, script: str
+) -> None:
+    result = run(synced, f"{script}; echo done", writable=True)
+    again = run(synced, "cat p.txt priv/p.txt blind/p.txt 2>/dev/null; echo", writable=True)
+
+    assert result.stdout == "done\n"
+    found = sorted(
+        p.relative_to(synced.workspace).as_posix() for p in synced.workspace.rglob("p.txt")
+    )
+    assert len(found) == 1
+    assert (synced.workspace / found[0]).read_text() == "private\n"
+    assert again.stdout == "private\n\n"
+    assert again.extra["synced"]["written"] == 0  # nothing changed: nothing sent back
+
+
+@docker_test
 def test_deletions_go_both_ways(synced: DockerEnvironment) -> None:
     run(synced, "rm src/main.py", writable=True)
     (synced.workspace / ".gitignore").write_text("x\n")
@@ -126,14 +164,26 @@ def test_protected_paths_written_in_the_sandbox_never_come_back(synced: DockerEn
 
 @docker_test
 def test_more_than_the_disk_budget_never_comes_back_and_the_volume_is_rebuilt(
-    synced: DockerEnvironment,
+    tight: DockerEnvironment,
 ) -> None:
     with pytest.raises(ExecutionFailed, match="more than its disk budget of 2m"):
-        run(synced, "head -c 3M /dev/zero > big.bin; echo small > small.txt", writable=True)
-    after = run(synced, "ls -A")
+        run(tight, "head -c 3M /dev/zero > big.bin; echo small > small.txt", writable=True)
+    after = run(tight, "ls -A")
 
-    assert not (synced.workspace / "big.bin").exists()
+    assert not (tight.workspace / "big.bin").exists()
     assert after.stdout == ".git\nsrc\n"  # a fresh copy of the workspace
+
+
+@docker_test
+def test_a_call_stopped_at_its_budget_half_way_brings_nothing_back(
+    tight: DockerEnvironment,
+) -> None:
+    # Written a piece at a time: the budget stops the command with part of it written.
+    script = "for i in $(seq 100); do head -c 256K /dev/urandom > part$i; sleep 0.02; done"
+    with pytest.raises(ExecutionFailed, match="more than its disk budget of 2m"):
+        run(tight, script, writable=True)
+
+    assert list(tight.workspace.glob("part*")) == []
 
 
 @docker_test
@@ -196,6 +246,143 @@ def test_closing_removes_the_volumes_and_the_helper(workspace: Path, docker_engi
     assert docker_engine.api.containers(all=True, filters={"label": session}) == []
 
 
+@pytest.fixture
+def with_nested_repository(synced: DockerEnvironment) -> DockerEnvironment:
+    lib = synced.workspace / "vendor" / "lib"
+    (lib / ".git" / "hooks").mkdir(parents=True)
+    (lib / ".git" / "config").write_text("[core]\n")
+    (lib / "lib.c").write_text("int x;\n")
+    return synced
+
+
+@docker_test
+@pytest.mark.parametrize(
+    "script",
+    [
+        # The nested .git is root's and read-only in the volume: renames are what can move it.
+        "mv vendor/lib vendor/lib2",
+        "mv vendor/lib .hidden && echo now-a-file > vendor/lib",
+        "mv vendor/lib .hidden && ln -s ../src vendor/lib",
+        "mv vendor .hidden",
+        "mv vendor elsewhere && mkdir vendor",
+        "mkdir -p deep/er && mv vendor deep/er/",
+    ],
+)
+def test_a_nested_repository_is_never_taken_away_with_its_directory(
+    with_nested_repository: DockerEnvironment, script: str
+) -> None:
+    env = with_nested_repository
+    before = snapshot(env.workspace)
+
+    with pytest.raises(ExecutionFailed, match=r"which holds vendor/lib/.git.*nothing was copied"):
+        run(env, f"echo first > first.txt; {script}", writable=True)
+    after = run(env, "ls -A vendor/lib; cat first.txt 2>&1 || true")
+
+    assert snapshot(env.workspace) == before
+    assert after.stdout.startswith(".git\nlib.c\n")  # the sandbox starts again from the host's
+    assert "No such file" in after.stdout
+
+
+@docker_test
+def test_symlink_chains_that_lead_out_stay_in_the_sandbox(synced: DockerEnvironment) -> None:
+    result = run(
+        synced,
+        "ln -s . a; ln -s a/.. up; ln -s up/outside/secret read; ln -s b c; ln -s . b;"
+        "ln -s c/.. c-up; ln -s src/main.py fine",
+        writable=True,
+    )
+    workspace = synced.workspace
+
+    assert sorted(result.extra["synced"]["kept_in_sandbox"]) == ["c-up", "read", "up"]
+    assert [os.readlink(workspace / n) for n in ("a", "b", "c", "fine")] == [
+        ".",
+        ".",
+        "b",
+        "src/main.py",
+    ]
+    for name in ("up", "read", "c-up"):
+        assert not os.path.lexists(workspace / name), name
+
+
+@docker_test
+def test_a_link_that_would_lead_an_existing_one_out_is_refused_whole(
+    synced: DockerEnvironment,
+) -> None:
+    (synced.workspace / "up").symlink_to("a/..")
+    before = snapshot(synced.workspace)
+
+    with pytest.raises(ExecutionFailed, match=r"symlink up -> a/.. would lead out of it"):
+        run(synced, "echo x > first.txt; ln -s . a", writable=True)
+    assert snapshot(synced.workspace) == before
+
+
+@docker_test
+def test_thousands_of_new_directories_come_back_whole_under_a_low_descriptor_limit(
+    workspace: Path,
+) -> None:
+    synced = DockerEnvironment(workspace, DockerSettings(workspace="sync", disk_budget="64m"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    run(synced, "true", writable=True)  # the container started before the limit is lowered
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        result = run(
+            synced,
+            "for i in $(seq -w 0 1199); do mkdir -p pkg$i/src && echo x > pkg$i/src/m.py; done",
+            writable=True,
+            timeout=120,
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        synced.close()
+
+    assert result.extra["synced"]["written"] == 3600
+    assert len(list(synced.workspace.glob("pkg*/src/m.py"))) == 1200
+
+
+@docker_test
+@pytest.mark.parametrize(
+    "script",
+    [
+        "truncate -s 4G sparse.bin",
+        "dd if=/dev/zero of=sparse.bin bs=1 count=1 seek=3G status=none",
+        "python3 -c \"f=open('sparse.bin','wb'); f.seek(5<<30); f.write(b'x')\"",
+        "for i in $(seq 1 40); do truncate -s 100M part$i; done",
+    ],
+)
+def test_sparse_files_count_whole_against_the_budget_and_never_come_back(
+    tight: DockerEnvironment, script: str
+) -> None:
+    with pytest.raises(ExecutionFailed, match="more than its disk budget of 2m"):
+        run(tight, f"{script}; echo small > small.txt", writable=True)
+    after = run(tight, "ls -A")
+
+    assert not list(tight.workspace.glob("sparse.bin")) + list(tight.workspace.glob("part*"))
+    assert after.stdout == ".git\nsrc\n"
+
+
+@docker_test
+def test_a_host_file_with_holes_stays_out_of_the_volume_and_hard_links_go_as_links(
+    synced: DockerEnvironment,
+) -> None:
+    workspace = synced.workspace
+    with open(workspace / "disk.img", "wb") as image:
+        image.truncate(1 << 30)
+    (workspace / "data.bin").write_bytes(os.urandom(1 << 20))
+    for i in range(20):
+        os.link(workspace / "data.bin", workspace / f"name{i}.bin")
+    result = run(
+        synced,
+        "ls disk.img 2>&1; stat -c %h data.bin; du -sk --apparent-size . | cut -f1; "
+        "du -sk . | cut -f1",
+    )
+    lines = result.stdout.splitlines()
+
+    assert result.extra["not_in_sandbox"] == ["disk.img"]
+    assert "No such file" in lines[0]
+    assert lines[1] == "21"
+    assert int(lines[3]) < 2 * 1024  # KiB: one copy of data.bin, not 21
+
+
 # --- remote engines ------------------------------------------------------------------------------
 
 
@@ -240,159 +427,15 @@ def test_a_bind_mount_on_a_remote_engine_is_refused(
         env.run(CommandRequest(cwd=workspace, argv=("true",)))
 
 
-# --- the copy-back, fed what a compromised agent could write -------------------------------------
+# --- inline changes (the copy-back itself: test_copyback.py) ---------------------------------
 
 
-def archive(*members: tuple[str, str, bytes | str]) -> bytes:
-    """A changes.tar: (name, kind, content or link target) with kind file, dir, link, hardlink,
-    fifo."""
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        for name, kind, content in members:
-            info = tarfile.TarInfo(name)
-            info.mode = 0o6755 if kind == "file" else 0o755
-            if kind == "file":
-                assert isinstance(content, bytes)
-                info.size = len(content)
-                tar.addfile(info, io.BytesIO(content))
-                continue
-            info.type = {
-                "dir": tarfile.DIRTYPE,
-                "link": tarfile.SYMTYPE,
-                "hardlink": tarfile.LNKTYPE,
-                "fifo": tarfile.FIFOTYPE,
-            }[kind]
-            if kind in ("link", "hardlink"):
-                assert isinstance(content, str)
-                info.linkname = content
-            tar.addfile(info)
-    return data.getvalue()
-
-
-def apply(workspace: Path, changes: bytes, deleted: list[str] = (), budget: int = 1 << 20) -> Any:  # type: ignore[assignment]
+def volume_for(workspace: Path) -> WorkspaceVolume:
     volume = object.__new__(WorkspaceVolume)
     volume.workspace = workspace
     volume._manifest = {}
-    with tarfile.open(fileobj=io.BytesIO(changes)) as tar:
-        return volume._apply(tar, {"deleted": list(deleted)}, budget)
-
-
-@pytest.fixture
-def outside(tmp_path: Path) -> Path:
-    target = tmp_path / "outside"
-    target.mkdir()
-    (target / "secret").write_text("keep\n")
-    return target
-
-
-def test_a_symlink_sent_back_is_never_written_through(tmp_path: Path, outside: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    report = apply(
-        workspace,
-        archive(("d", "link", str(outside)), ("d/secret", "file", b"overwritten\n")),
-    )
-
-    assert (outside / "secret").read_text() == "keep\n"
-    assert (workspace / "d").is_dir() and not (workspace / "d").is_symlink()
-    assert (workspace / "d" / "secret").read_text() == "overwritten\n"
-    assert (report.written, report.kept) == (["d/secret"], ["d"])
-
-
-def test_an_existing_symlink_on_the_host_is_replaced_not_followed(
-    tmp_path: Path, outside: Path
-) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "d").symlink_to(outside)
-    (workspace / "f").symlink_to(outside / "secret")
-    apply(workspace, archive(("d/secret", "file", b"a\n"), ("f", "file", b"b\n")))
-
-    assert (outside / "secret").read_text() == "keep\n"
-    assert (workspace / "f").read_text() == "b\n" and not (workspace / "f").is_symlink()
-    assert not (workspace / "d").is_symlink()
-
-
-@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../escape", "", "."])
-def test_names_outside_the_workspace_refuse_the_whole_archive(tmp_path: Path, name: str) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-
-    with pytest.raises(ExecutionFailed, match="not beneath it"):
-        apply(workspace, archive(("fine.txt", "file", b"x"), (name, "file", b"x")))
-    assert list(workspace.iterdir()) == []
-
-
-@pytest.mark.parametrize(("kind", "content"), [("hardlink", "fine.txt"), ("fifo", b"")])
-def test_entries_other_than_files_directories_and_symlinks_refuse_the_archive(
-    tmp_path: Path, kind: str, content: bytes | str
-) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-
-    with pytest.raises(ExecutionFailed, match="of a kind never copied back"):
-        apply(workspace, archive(("fine.txt", "file", b"x"), ("odd", kind, content)))
-    assert list(workspace.iterdir()) == []
-
-
-def test_protected_paths_in_every_spelling_are_kept_out(tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    report = apply(
-        workspace,
-        archive(
-            ("codecoder.json", "file", b"{}"),
-            (".codecoder/approvals/x", "file", b"x"),
-            ("a/.git/hooks/post-checkout", "file", b"id"),
-            ("b/.GIT", "file", b"gitdir: /tmp"),
-            ("c/GIT~1/config", "file", b"x"),
-            ("d/.gitmodules", "file", b"x"),
-            ("e/.git.", "dir", b""),
-            ("ok", "file", b"fine"),
-        ),
-    )
-
-    assert [p.name for p in workspace.iterdir()] == ["ok"]
-    assert report.written == ["ok"]
-    assert sorted(report.kept) == [
-        ".codecoder/approvals/x",
-        "a/.git/hooks/post-checkout",
-        "b/.GIT",
-        "c/GIT~1/config",
-        "codecoder.json",
-        "d/.gitmodules",
-        "e/.git.",
-    ]
-
-
-@pytest.mark.parametrize(
-    ("path", "target", "out"),
-    [
-        ("link", "/etc/passwd", True),
-        ("link", "..", True),
-        ("link", "", True),
-        ("a/link", "../../x", True),
-        ("a/link", "b/../../../x", True),
-        ("a/link", "./../..", True),
-        ("link", "a/b/../c", False),
-        ("a/b/link", "../../x", False),
-        ("link", ".", False),
-    ],
-)
-def test_a_symlink_is_judged_out_by_its_target_alone(path: str, target: str, out: bool) -> None:
-    assert _points_out(path, target) is out
-
-
-def test_a_deleted_name_outside_the_workspace_refuses_the_archive_before_any_deletion(
-    tmp_path: Path,
-) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "keep").write_text("x")
-
-    with pytest.raises(ExecutionFailed, match="not beneath it"):
-        apply(workspace, archive(("new", "file", b"y")), deleted=["keep", "../ws/keep"])
-    assert [p.name for p in workspace.iterdir()] == ["keep"]
+    volume.not_sent = set()
+    return volume
 
 
 @pytest.mark.parametrize(
@@ -410,20 +453,18 @@ def test_a_deleted_name_outside_the_workspace_refuses_the_archive_before_any_del
 def test_inline_changes_that_are_not_what_the_agent_writes_are_refused(
     tmp_path: Path, inline: Any, problem: str
 ) -> None:
-    volume = object.__new__(WorkspaceVolume)
-    volume.workspace = tmp_path
-    volume._manifest = {}
+    volume = volume_for(tmp_path)
 
     with pytest.raises(ExecutionFailed, match=problem):
         volume.apply_inline(inline, 1 << 20)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_inline_changes_are_checked_like_fetched_ones(tmp_path: Path, outside: Path) -> None:
-    volume = object.__new__(WorkspaceVolume)
-    volume.workspace = tmp_path / "ws"
-    volume.workspace.mkdir()
-    volume._manifest = {}
+def test_inline_changes_are_checked_like_fetched_ones(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "ws").mkdir()
+    volume = volume_for(tmp_path / "ws")
     changes = archive(
         ("ok", "file", b"fine"), ("sub/.git/config", "file", b"x"), ("out", "link", str(outside))
     )
@@ -437,20 +478,6 @@ def test_inline_changes_are_checked_like_fetched_ones(tmp_path: Path, outside: P
     assert (report.written, sorted(report.kept)) == (["ok"], ["out", "sub/.git/config"])
 
 
-def test_setuid_bits_are_dropped_and_the_budget_counts_before_anything_is_written(
-    tmp_path: Path,
-) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    apply(workspace, archive(("tool", "file", b"#!/bin/sh\n")))
-
-    with pytest.raises(ExecutionFailed, match="more than its disk budget"):
-        apply(workspace, archive(("a", "file", b"x" * 600), ("b", "file", b"y" * 600)), budget=1000)
-    assert (workspace / "tool").stat().st_mode & 0o7777 == 0o755
-    assert not (workspace / "a").exists()
-
-
-@docker_test
 @pytest.mark.parametrize(
     "move",
     [
@@ -476,15 +503,3 @@ def test_a_protected_directory_moved_in_the_sandbox_fails_the_call_with_nothing_
     assert run(synced, "ls -a").stdout.split() == [
         ".", "..", ".codecoder", ".git", "src", "warm.txt",
     ]  # fmt: skip
-
-
-@pytest.mark.parametrize("deleted", [".codecoder", ".git", ".git/hooks", "sub/.git", ".claude"])
-def test_a_deleted_protected_path_refuses_the_archive_before_anything_is_applied(
-    tmp_path: Path, deleted: str
-) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "keep").write_text("x")
-    with pytest.raises(ExecutionFailed, match="may never move protected paths"):
-        apply(workspace, archive(("new", "file", b"y")), deleted=["keep", deleted])
-    assert [p.name for p in workspace.iterdir()] == ["keep"]

@@ -229,6 +229,50 @@ def test_a_writable_call_past_its_disk_budget_is_stopped(
     assert (workspace / "src" / "big").stat().st_size < 1024 * MiB
 
 
+GiB = 1024 * MiB
+SRC = "/workspace/src"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("hole", f"{SRC}/sparse.img", str(8 * GiB)),  # ftruncate past the end
+        ("far", f"{SRC}/far.img", str(64 * GiB)),  # one byte written far out
+        ("hole", f"{SRC}/deep/4g.img", str(4 * GiB + 7)),
+        ("links", f"{SRC}/seed.bin", f"{SRC}/deep/name", "40"),  # 40 names of one MiB
+    ],
+)
+def test_what_an_untrusted_module_writes_counts_at_apparent_size_against_its_budget(
+    env: WasmEnvironment, workspace: Path, argv: tuple[str, ...]
+) -> None:
+    (workspace / "src" / "seed.bin").write_bytes(os.urandom(MiB))
+    writable = (Preopen(workspace / "src", SRC, writable=True),)
+
+    with pytest.raises(ExecutionFailed, match="counting apparent sizes"):
+        probe(env, *argv, preopens=writable, disk_budget=16 * MiB, workspace=workspace)
+    time.sleep(0.05)  # a tick of the ctime clock later: the file above is not the control's
+    control = probe(
+        env,
+        "fill",
+        f"{SRC}/ok.bin",
+        str(MiB),
+        preopens=writable,
+        disk_budget=16 * MiB,
+        workspace=workspace,
+    )
+
+    assert control.exit_code == 0  # type: ignore[attr-defined]
+
+
+def test_run_wasm_counts_a_sparse_file_at_its_apparent_size(project: Path) -> None:
+    outcome = run_wasm(project, "hole", "/workspace/src/disk.img", str(64 * GiB))
+
+    assert isinstance(outcome.error, ExecutionFailed), outcome  # type: ignore[attr-defined]
+    assert "disk budget of 1,073,741,824 bytes" in str(outcome.error)  # type: ignore[attr-defined]
+    assert "src/disk.img (68,719,476,736 bytes)" not in str(outcome.error)  # type: ignore[attr-defined]
+    assert "disk.img (68,719,476,736 bytes)" in str(outcome.error)  # type: ignore[attr-defined]
+
+
 # --- protected paths ---------------------------------------------------------------------------
 
 

@@ -1,13 +1,15 @@
 """The decision server (`runtime.interfaces.decisiond`), as real processes: `codecoder decide` and
-`codecoder
-hook` answered by a warm fork server give exactly what a fresh process gives, whatever changed
-between calls; nobody else can use it, it runs nothing, and when it cannot answer the call is
-evaluated in-process or blocked, never let through.
+`codecoder hook` answered by a warm fork server give exactly what a fresh process gives,
+whatever changed between calls; nobody else can use it, it runs only the commands it serves,
+and when it cannot answer the call is evaluated in-process or blocked, never let through.
+(The commands that run tools, served: test_decisiond_calls.py; clients in other contexts:
+test_peercontext.py.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -15,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,77 +25,16 @@ import pytest
 
 from codecoder.runtime.interfaces import decisiond
 from tests.runtime.config.test_capabilities import echo_capability
+from tests.runtime.interfaces.served import (
+    Machine,
+    address,
+    alive,
+    children,
+    request,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-class Machine:
-    """A user's environment for codecoder processes: state, configuration, PATH."""
-
-    def __init__(self, root: Path, project: Path) -> None:
-        self.project = project
-        self.env = {k: v for k, v in os.environ.items() if k not in ("CI", "CODECODER_DAEMON")}
-        self.env["XDG_STATE_HOME"] = str(root / "state")
-        self.env["XDG_CONFIG_HOME"] = str(root / "config")
-        self.directory = Path(decisiond.socket_directory(self.env))
-
-    def run(
-        self, *args: str, stdin: str = "", daemon: bool = True, **env: str
-    ) -> tuple[int, str, str]:
-        environment = {**self.env, **env}
-        if not daemon:
-            environment["CODECODER_DAEMON"] = "0"
-        proc = subprocess.run(
-            [sys.executable, "-m", "codecoder.runtime", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=environment,
-            cwd=self.project,
-        )
-        return proc.returncode, proc.stdout, proc.stderr
-
-    def server_pid(self) -> int | None:
-        for lock in self.directory.glob("*.lock"):
-            text = lock.read_text().strip()
-            if text and _alive(int(text)):
-                return int(text)
-        return None
-
-    def stop(self) -> None:
-        pid = self.server_pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            _wait_until(lambda: not _alive(pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone for our purposes (the server is not our child; init reaps it).
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
-            return False
-    return True
-
-
-def _wait_until(condition: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def machine(tmp_path: Path, project: Path) -> Iterator[Machine]:
-    (project / "src").mkdir()
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    machine = Machine(tmp_path, project)
-    yield machine
-    machine.stop()
 
 
 def hook_event(event: str, tool: str, tool_input: dict[str, Any], call: str, cwd: str = "/") -> str:
@@ -204,28 +144,36 @@ def test_answers_are_those_of_a_fresh_process_whatever_changed_between_calls(
     assert "codecoder.json:1:35: error: [syntax]" in without[-1][1]
 
 
-def test_a_served_call_imports_nothing_of_the_runtime(machine: Machine) -> None:
+@pytest.mark.parametrize(
+    ("argv", "code", "output"),
+    [
+        (("decide", "run_command", '{"command": "ls"}'), 4, "ask  run_command:ls"),
+        (("call", "read_file", '{"path": "a.txt"}'), 0, "     1\tread me"),
+        (("key", "git status"), 0, "run_command:git:status"),
+        (("tools", "--json"), 0, "["),
+        (("replay", "-"), 0, "--- line 1: read_file"),
+        (("exec", "--", "ls"), 3, ""),
+    ],
+)
+def test_a_served_command_imports_nothing_of_the_runtime(
+    machine: Machine, argv: tuple[str, ...], code: int, output: str
+) -> None:
+    (machine.project / "a.txt").write_text("read me\n")
+    replayed = '{"tool": "read_file", "args": {"path": "a.txt"}}\n'
     machine.run("decide", "run_command", '{"command": "ls"}')  # starts the server
     assert machine.server_pid() is not None
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "codecoder.runtime",
-            "decide",
-            "run_command",
-            '{"command": "ls"}',
-        ],
+        [sys.executable, "-X", "importtime", "-m", "codecoder.runtime", *argv],
+        input=replayed,
         capture_output=True,
         text=True,
         env=machine.env,
         cwd=machine.project,
         check=False,
+        start_new_session=True,  # no terminal: `exec` is denied, not asked
     )
-    assert proc.returncode == 4
-    assert proc.stdout.startswith("ask  run_command:ls")
+    assert proc.returncode == code
+    assert proc.stdout.startswith(output)
     # What the interpreter imports on its own (site, .pth files of the machine) is not ours.
     bare = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "pass"],
@@ -242,6 +190,8 @@ def test_a_served_call_imports_nothing_of_the_runtime(machine: Machine) -> None:
         "pydantic",
         "bashlex",
         "typing",
+        "dataclasses",
+        "docker",
     }
 
 
@@ -269,53 +219,37 @@ def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
         assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "ask"
 
 
-def _request(machine: Machine, argv: list[str]) -> dict[str, Any]:
-    """Speak the server's protocol directly, as any process of the user could."""
-    name = decisiond._socket_name(decisiond.identity())
-    with (
-        socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock,
-        _address(machine.directory / f"{name}.sock") as address,
-    ):
-        sock.connect(address)
-        header = {"identity": decisiond.identity(), "argv": argv, "env": machine.env, "umask": 18}
-        cwd = os.open(machine.project, os.O_RDONLY | os.O_DIRECTORY)
-        null = os.open(os.devnull, os.O_RDWR)
-        try:
-            socket.send_fds(sock, [json.dumps(header).encode()], [null, null, null, cwd])
-        finally:
-            os.close(cwd)
-            os.close(null)
-        reply = sock.recv(65536)
-    return json.loads(reply) if reply else {}
-
-
-def test_the_server_runs_no_tool_whatever_it_is_asked(machine: Machine, tmp_path: Path) -> None:
+def test_the_server_runs_only_the_commands_it_serves(machine: Machine, tmp_path: Path) -> None:
     machine.run("decide", "run_command", '{"command": "ls"}')
     marker = tmp_path / "ran"
     command = json.dumps({"command": f"touch {marker}"})
     for argv in (
-        ["call", "run_command", command, "--answer", "once"],
-        ["exec", "--", f"touch {marker}"],
         ["session"],
         ["serve"],
+        ["audit"],
+        ["trust", "--yes"],
+        ["image", "build", "--from", "x"],
         ["--version"],
+        ["-h"],
+        ["CALL", "run_command", command, "--answer", "once"],
+        [" call", "run_command", command, "--answer", "once"],
         [],
     ):
-        assert "refused" in _request(machine, argv), argv
+        assert "refused" in request(machine, argv)[0], argv
     assert not marker.exists()
-    assert _request(machine, ["decide", "run_command", command]) == {"exit": 4}
+    assert request(machine, ["decide", "run_command", command])[-1] == {"exit": 4}
     assert not marker.exists()
 
 
 def test_a_malformed_request_is_refused(machine: Machine) -> None:
     machine.run("decide", "run_command", '{"command": "ls"}')
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     for payload in (b"not json", b"[]", json.dumps({"identity": "else", "argv": ["decide"]})):
         with (
             socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock,
-            _address(machine.directory / f"{name}.sock") as address,
+            address(machine.directory / f"{name}.sock") as where,
         ):
-            sock.connect(address)
+            sock.connect(where)
             sock.send(payload if isinstance(payload, bytes) else payload.encode())
             assert "refused" in json.loads(sock.recv(65536))
     assert machine.server_pid() is not None  # and it still serves
@@ -326,7 +260,7 @@ def test_another_user_is_not_served_even_past_the_file_permissions(machine: Mach
     """A process of another uid that can get past the socket's 0600 (here: root's capabilities
     kept across seteuid) is still not served: the server checks SO_PEERCRED."""
     machine.run("decide", "run_command", '{"command": "ls"}')
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     script = f"""
 import ctypes, json, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -360,13 +294,22 @@ def test_a_server_of_another_user_is_not_believed(machine: Machine, tmp_path: Pa
     directory.mkdir(parents=True, mode=0o700)
     for path in (state, state / "codecoder", directory):
         os.chown(path, 65534, 65534)
-    name = decisiond._socket_name(decisiond.identity().replace("\n0", "\n65534"))
+    as_nobody = (
+        "import ctypes, os, sys\n"
+        "assert ctypes.CDLL(None).prctl(28, 1 << 2, 0, 0, 0) == 0\n"
+        "os.seteuid(65534)\n"
+        "from codecoder.runtime.interfaces import decisiond\n"
+    )
+    name = subprocess.run(
+        [sys.executable, "-c", as_nobody + "print(decisiond.socket_name(decisiond.identity()))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout.strip()
     served: list[bytes] = []
     with _fake_server(directory / f"{name}.sock", {"exit": 0}, served):
-        script = (
-            "import ctypes, os, sys\n"
-            "assert ctypes.CDLL(None).prctl(28, 1 << 2, 0, 0, 0) == 0\n"
-            "os.seteuid(65534)\n"
+        script = as_nobody + (
             "from codecoder.runtime.__main__ import main\n"
             "sys.argv = ['codecoder', 'decide', 'run_command', '{\"command\": \"ls\"}']\n"
             "sys.exit(main())\n"
@@ -389,8 +332,8 @@ def test_a_server_of_another_user_is_not_believed(machine: Machine, tmp_path: Pa
 def _fake_server(path: Path, reply: dict[str, Any] | None, served: list[bytes]) -> Iterator[None]:
     """A socket at `path` that answers every request with `reply` (None: closes at once)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with _address(path) as address:
-        listener.bind(address)
+    with address(path) as where:
+        listener.bind(where)
     listener.listen(8)
     listener.settimeout(0.2)
     stop = threading.Event()
@@ -421,23 +364,13 @@ def _fake_server(path: Path, reply: dict[str, Any] | None, served: list[bytes]) 
         listener.close()
 
 
-@contextlib.contextmanager
-def _address(path: Path) -> Iterator[str]:
-    """An AF_UNIX address for `path`, however long, as the client and server make it."""
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield decisiond._address(str(path.parent), path.stem, fd)
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("reply", [None, {"nonsense": True}])
 def test_an_accepted_request_without_an_answer_blocks(
     machine: Machine, reply: dict[str, Any] | None
 ) -> None:
     """Fail closed: once a server took the call, no answer is a refusal (exit 2), not a pass."""
     machine.directory.mkdir(parents=True, mode=0o700)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", reply, served):
         event = hook_event("PreToolUse", "Bash", {"command": "ls"}, "x")
@@ -449,7 +382,7 @@ def test_an_accepted_request_without_an_answer_blocks(
 
 def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
     machine.directory.mkdir(parents=True, mode=0o700)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"refused": "no"}, served):
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
@@ -461,7 +394,7 @@ def test_a_refusal_is_evaluated_in_process(machine: Machine) -> None:
 def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int) -> None:
     machine.directory.mkdir(parents=True)
     machine.directory.chmod(mode)
-    name = decisiond._socket_name(decisiond.identity())
+    name = decisiond.socket_name(decisiond.identity())
     served: list[bytes] = []
     with _fake_server(machine.directory / f"{name}.sock", {"exit": 0}, served):
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
@@ -470,19 +403,30 @@ def test_a_directory_others_can_enter_is_never_used(machine: Machine, mode: int)
     assert machine.server_pid() is None
 
 
-def test_a_server_whose_code_changed_refuses_and_exits(machine: Machine) -> None:
+@pytest.mark.parametrize(
+    "module",
+    [
+        "codecoder.runtime.interfaces.decisiond",
+        "codecoder.runtime.interfaces.forkchild",
+        "codecoder.environments.docker.environment",  # imported by the server for `exec`
+        "codecoder.runtime.tools.files.landlock",
+        "codecoder.runtime.tools.capability",
+        "pydantic.main",
+    ],
+)
+def test_a_server_whose_code_changed_refuses_and_exits(machine: Machine, module: str) -> None:
     machine.run("decide", "run_command", '{"command": "ls"}')
     pid = machine.server_pid()
     assert pid is not None
-    module = Path(decisiond.__file__)
-    before = module.stat()
+    source = Path(importlib.import_module(module).__file__ or "")
+    before = source.stat()
     try:
-        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
         code, out, _ = machine.run("decide", "run_command", '{"command": "ls"}')
     finally:
-        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert code == 4 and out.startswith("ask"), (code, out, _)  # evaluated in-process instead
-    _wait_until(lambda: not _alive(pid))
+    wait_until(lambda: not alive(pid))
 
 
 def test_the_server_exits_when_idle_or_when_its_socket_is_removed(machine: Machine) -> None:
@@ -491,7 +435,7 @@ def test_the_server_exits_when_idle_or_when_its_socket_is_removed(machine: Machi
             [
                 sys.executable,
                 "-m",
-                "codecoder.runtime.interfaces.decisiond",
+                "codecoder.runtime.interfaces.forkserver",
                 "1.5" if ending == "idle" else "60",
             ],
             cwd=REPO,
@@ -533,3 +477,17 @@ def test_socket_directory_is_in_the_state_directory(tmp_path: Path) -> None:
 
     for env in ({"XDG_STATE_HOME": str(tmp_path)}, {"XDG_STATE_HOME": "relative"}, {}):
         assert Path(decisiond.socket_directory(env)) == state_directory(env) / "daemon"
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
+def test_the_child_forked_ahead_ends_with_the_server(machine: Machine, ending: str) -> None:
+    machine.run("decide", "run_command", '{"command": "ls"}')
+    server = machine.server_pid()
+    assert server is not None
+    wait_until(lambda: len(children(server)) == 1)  # the call's child is gone, the spare is not
+    (spare,) = children(server)
+
+    os.kill(server, getattr(signal, ending))
+
+    wait_until(lambda: not alive(spare))
+    assert machine.run("decide", "run_command", '{"command": "ls"}')[0] == 4  # a new one
