@@ -8,13 +8,14 @@ The project binds run_command to @docker and grants it, as the docker area does.
   one is warm, and counts whether it really came from the pool);
 * the same without the pool (`"docker": {"pool": 0}`): the session makes its own container;
 * the claimed first call against a warm call in a session that already has its sandbox;
-* a new process, `codecoder call run_command '{"command": "true"}'`, with and without the pool:
-  the start-up of the process is part of it (how it compares with `python -c pass` is the
-  agents area's; routing `call` through the decision server is what brings it down);
-* the same command line run as the decision server runs a command: a child forked from a
-  process that imported the runtime (a stand-in, `call` not being routed there yet).
+* a new process, `codecoder call run_command '{"command": "true"}'`, with and without the pool,
+  as an agent runs it: answered by the decision server (`runtime.interfaces.decisiond`, started
+  before the samples), so the client's start-up and the server's fork are part of it;
+* the same command line in its own process (`CODECODER_DAEMON=0`), the pool warm: the runtime
+  imported and the project read before the call.
 
-The pool's server runs on a state directory of the run's own and is stopped at the end.
+The pool's server and the decision server run on a state directory of the run's own and are
+stopped at the end.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from codecoder.benchmarks.agents import codecoder_command, decision_server
 from codecoder.benchmarks.docker import hardened_run_argv
 from codecoder.benchmarks.measure import Measured, SelfTimed, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
@@ -65,21 +66,20 @@ SPECS = (
     ),
     FigureSpec(
         "pool.process.first_call",
-        "a new process's first @docker call (`codecoder call`), the pool warm",
+        "a new process's first @docker call (`codecoder call`, the decision server), the pool warm",
         "ms",
         COLD_CLI,
         Target("max_ratio", 0.5, "≤ 0.5× docker run --rm"),
     ),
     FigureSpec(
-        "pool.forked.first_call",
-        "the same `codecoder call` as the decision server runs a command (a fork of a process "
-        "that imported the runtime), the pool warm",
+        "pool.process.first_call_in_process",
+        "the same `codecoder call` in its own process (CODECODER_DAEMON=0), the pool warm",
         "ms",
         COLD_CLI,
     ),
     FigureSpec(
         "pool.process.first_call_unpooled",
-        "a new process's first @docker call (`codecoder call`), no pool",
+        "a new process's first @docker call (`codecoder call`, the decision server), no pool",
         "ms",
         COLD_CLI,
     ),
@@ -145,19 +145,20 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         unpooled = make_project(ctx.scratch / "unpooled", {**grants, "docker": {"pool": 0}})
         for project in (pooled, unpooled):  # trusted, for the `codecoder call` processes
             record_trust(project.resolve(), (project / "codecoder.json").read_bytes(), ())
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "CODECODER_DAEMON")}
         with (
             make_runtime(pooled) as runtime,
             make_runtime(unpooled) as plain,
-            contextlib.closing(_Forker()) as forker,
+            decision_server(env),
         ):
-            yield _measure(ctx, runtime, plain, forker, pooled, unpooled)
+            yield _measure(ctx, runtime, plain, env, pooled, unpooled)
 
 
 def _measure(
     ctx: BenchContext,
     runtime: Runtime,
     plain: Runtime,
-    forker: _Forker,
+    env: dict[str, str],
     pooled: Path,
     unpooled: Path,
 ) -> dict[str, Measured]:
@@ -170,6 +171,8 @@ def _measure(
     cli = hardened_run_argv(pooled, "codecoder-sandbox", _user_of(pooled), (COMMAND,))
     if subprocess.run(cli, capture_output=True, check=False).returncode != 0:
         raise Skipped("`docker run` of the sandbox image does not work here")
+    in_process = {**env, "CODECODER_DAEMON": "0"}
+    _timed_process(unpooled, env)  # starts the decision server: the first call waits for it
     claimed: dict[str, list[bool]] = {}
 
     def pooled_sample(figure: str, sample: Callable[[], float]) -> SelfTimed:
@@ -203,15 +206,18 @@ def _measure(
                 COLD_CLI,
             ),
             "pool.process.first_call": (
-                pooled_sample("pool.process.first_call", lambda: _timed_process(pooled)),
+                pooled_sample("pool.process.first_call", lambda: _timed_process(pooled, env)),
                 COLD_CLI,
             ),
-            "pool.forked.first_call": (
-                pooled_sample("pool.forked.first_call", lambda: forker.call(_call_argv(pooled))),
+            "pool.process.first_call_in_process": (
+                pooled_sample(
+                    "pool.process.first_call_in_process",
+                    lambda: _timed_process(pooled, in_process),
+                ),
                 COLD_CLI,
             ),
             "pool.process.first_call_unpooled": (
-                SelfTimed(lambda: _timed_process(unpooled)),
+                SelfTimed(lambda: _timed_process(unpooled, env)),
                 COLD_CLI,
             ),
         },
@@ -236,14 +242,10 @@ def _measure(
     for figure, found in claimed.items():
         measured[figure].note = f"{sum(found)} of {len(found)} samples claimed a warm sandbox"
         measured[figure].extra["claimed"] = [sum(found), len(found)]
-    measured[
-        "pool.forked.first_call"
-    ].note += "; a client of the decision server adds its own start-up (the agents area's)"
     measured["pool.process.first_call"].miss_note = (
-        "The sandbox's part is a new session's first call (above); the rest is the new "
-        "process importing the runtime and reading the project before it, which a `call` "
-        "answered by the decision server (already imported, forking a child per call) "
-        "does not pay: the forked figure"
+        "The sandbox's part is a new session's first call (above); the rest is the client's "
+        "start-up and the decision server's fork and fresh read of the project (the agents "
+        "area's figures)"
     )
     return measured
 
@@ -259,74 +261,15 @@ def _call_argv(project: Path) -> list[str]:
     ]
 
 
-def _timed_process(project: Path) -> float:
-    """`codecoder call run_command true` in a new process; its wall time."""
-    argv = [sys.executable, "-m", "codecoder.runtime", *_call_argv(project)]
+def _timed_process(project: Path, env: dict[str, str]) -> float:
+    """`codecoder call run_command true` in a new process with `env`; its wall time."""
+    argv = [*codecoder_command(), *_call_argv(project)]
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=project)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=project, env=env)
     took = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"`codecoder call` failed: {done.stdout} {done.stderr}")
     return took
-
-
-# A stand-in for the decision server (runtime.interfaces.decisiond): a process that imported
-# the runtime and forks a child per request, which runs the command line and exits. Each
-# answer: the exit code and the seconds from the fork to the child's end.
-_FORKER = """
-import json, os, sys, time
-from codecoder.runtime.interfaces import cli, decisiond
-decisiond._warm_up()  # what the decision server imports before it forks
-import codecoder.environments.docker.environment  # and, to run @docker calls, this
-# Parsing compiles argparse's regular expressions once, as a warmed-up server would have.
-cli._parser().parse_args(["call", "run_command", "{}"])
-print("ready", flush=True)
-for line in sys.stdin:
-    argv = json.loads(line)
-    started = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        try:
-            code = cli.main(argv)
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    took = time.perf_counter() - started
-    print(json.dumps([os.waitstatus_to_exitcode(status), took]), flush=True)
-"""
-
-
-class _Forker:
-    """The stand-in for the decision server, as a child process of the benchmark."""
-
-    def __init__(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _FORKER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._process.stdout is not None
-        if self._process.stdout.readline() != "ready\n":
-            raise RuntimeError("the stand-in for the decision server did not start")
-
-    def call(self, argv: list[str]) -> float:
-        assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.write(json.dumps(argv) + "\n")
-        self._process.stdin.flush()
-        code, took = json.loads(self._process.stdout.readline())
-        if code != 0:
-            raise RuntimeError(f"the forked `codecoder call` exited with {code}")
-        return float(took)
-
-    def close(self) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait(timeout=60)
 
 
 def _user_of(workspace: Path) -> str:

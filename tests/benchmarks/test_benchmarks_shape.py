@@ -56,7 +56,7 @@ FIGURE_NAMES = [
     "pool.session.first_call_unpooled",
     "pool.session.first_call_vs_warm",
     "pool.process.first_call",
-    "pool.forked.first_call",
+    "pool.process.first_call_in_process",
     "pool.process.first_call_unpooled",
     "search.grep.small",
     "search.glob.small",
