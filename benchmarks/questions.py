@@ -67,6 +67,7 @@ _PREFERENCE = (
     Answer.PROJECT,
     Answer.SESSION_PROGRAM,
     Answer.SESSION,
+    Answer.HOST_SESSION_PROGRAM,
     Answer.HOST_SESSION,
     Answer.ONCE,
     Answer.HOST_ONCE,

@@ -31,12 +31,16 @@ class Answer(enum.StrEnum):
 
     SESSION and PROJECT record the narrowest entry naming what the human saw (the key's first
     grant level: `run_command:git:status`); SESSION_PROGRAM and PROJECT_PROGRAM, offered only
-    where a command's key names more than its program, record the program-wide entry
-    (`run_command:git`); PROJECT_ANY, offered for a simple command in a sandbox, records
-    `run_command:*`, every simple command in that sandbox. HOST_ONCE and HOST_SESSION, offered
+    where the key names a wider entry, record it: a command's program-wide entry
+    (`run_command:git`), a file's directory (`edit_file:src/report/**`); PROJECT_ANY records the
+    widest: for a simple command in a sandbox `run_command:*`, every simple command in that
+    sandbox; for a file the write tools change `edit_file:**`, any file in the workspace but
+    never a protected path. HOST_ONCE and HOST_SESSION, offered
     only for a command that would fail contained, run it on the host instead (@shell), once or
-    for the session (a session grant bound to @shell). `AskRequest.grants` says which entry
-    each choice records.
+    for the session (a session grant bound to @shell); HOST_SESSION_PROGRAM, offered with them
+    for a simple command, grants for the session every simple command of its program that
+    would fail contained, on the host (`run_command:gh`, bound to @shell; never for the
+    project: @shell's ceiling). `AskRequest.grants` says which entry each choice records.
     """
 
     ONCE = "once"
@@ -47,6 +51,7 @@ class Answer(enum.StrEnum):
     PROJECT_ANY = "project-any"
     HOST_ONCE = "host-once"
     HOST_SESSION = "host-session"
+    HOST_SESSION_PROGRAM = "host-session-program"
     DENY = "deny"
 
     @classmethod
@@ -85,7 +90,7 @@ class Answer(enum.StrEnum):
     @property
     def on_host(self) -> bool:
         """Whether the answer runs the call on the host instead of its sandbox."""
-        return self in (Answer.HOST_ONCE, Answer.HOST_SESSION)
+        return self in (Answer.HOST_ONCE, Answer.HOST_SESSION, Answer.HOST_SESSION_PROGRAM)
 
 
 _SCOPES = {
@@ -94,6 +99,7 @@ _SCOPES = {
     Answer.PROJECT_ANY: Answer.PROJECT,
     Answer.HOST_ONCE: Answer.ONCE,
     Answer.HOST_SESSION: Answer.SESSION,
+    Answer.HOST_SESSION_PROGRAM: Answer.SESSION,
 }
 
 
@@ -126,6 +132,7 @@ ANSWER_NAMES = (
     "project-any",
     "host-once",
     "host-session",
+    "host-session-program",
 )
 """Every spelling `Answer.parse` takes, as a person is told them."""
 

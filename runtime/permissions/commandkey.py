@@ -96,7 +96,7 @@ from codecoder.runtime.permissions.keys import (
     PermissionKey,
     escape_literal,
 )
-from codecoder.runtime.permissions.programs import ANY, classify, deny_view
+from codecoder.runtime.permissions.programs import ANY, classify, deny_view, is_glob
 from codecoder.runtime.permissions.programs.host import needs_host
 from codecoder.runtime.permissions.programs.readonly import why_not_filter, why_not_read_only
 
@@ -191,6 +191,8 @@ _ACTIVE_IN_DOUBLE_QUOTES = frozenset("$`\\!")
 # look different from what runs.
 _INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
+# A bracket expression of a glob, in the plain characters of a word (`[abc]`, `[!0-9]`).
+_BRACKET_EXPRESSION = re.compile(r"\[[!^]?[A-Za-z0-9_@%+=:,./-]+\]")
 # `=` is left out: a program word containing it is an assignment.
 _PROGRAM_NAME = re.compile(r"[A-Za-z0-9_@%+,./-]+")
 
@@ -317,10 +319,11 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             raise _Compound(form.compound)
     except _Compound as compound:
         protected = protected or _runs_runtime_cli(textual_words(command))
+        reason = _beyond_globs(command, search_path) if str(compound) == "glob" else str(compound)
         read = _read_line(command)
         if read is not None:
-            line, argvs = read
-            keyed = _command_line_key(command, search_path, protected, str(compound), line, argvs)
+            line, argvs, globbed = read
+            keyed = _command_line_key(command, search_path, protected, reason, line, argvs, globbed)
             if keyed is not None:
                 return keyed
         else:
@@ -330,7 +333,7 @@ def _key_command(command: str, search_path: str) -> CommandKey:
             compound=True,
             argv=None,
             program=None,
-            reason=str(compound),
+            reason=reason,
             protected=protected,
             needs_host=_needs_host(argvs),
         )
@@ -356,17 +359,38 @@ def _key_command(command: str, search_path: str) -> CommandKey:
     )
 
 
-def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]]] | None:
-    """A command line of several parts (or one with redirections) and each part's words, as our
-    own lexer reads them; None when it is not one (bashlex is not asked here: it is slow, and
-    `_command_line_key` asks it only for a line that could be read-only or filtered)."""
+def _beyond_globs(command: str, search_path: str) -> str:
+    """Why `command`, compound for a glob, is compound besides: what the strict reading finds
+    once glob patterns are words (`X=1 ls *` is an assignment, `ls * > out` a redirection); "glob"
+    when nothing else does."""
+    try:
+        argv = _lex(command, globs=True)
+        _check_parser_agrees(command, argv)
+        _check_shell_words(argv)
+        form = classify(argv, search_path)
+    except _Compound as compound:
+        return str(compound)
+    return "glob" if form.compound is None else form.compound
+
+
+def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]], bool] | None:
+    """A command line of several parts (or one with redirections or glob patterns), each
+    part's words as our own lexer reads them, and whether they hold glob patterns; None when it
+    is not one (bashlex is slow: `_command_line_key` asks it only for a line that could be
+    read-only or filtered)."""
     line = split_command_line(command)
-    if line is None or (len(line.parts) == 1 and not line.parts[0].redirects):
+    if line is None:
         return None
     try:
-        return line, [_lex(part.words) for part in line.parts]
+        argvs, globbed = [_lex(part.words) for part in line.parts], False
     except _Compound:
+        try:
+            argvs, globbed = [_lex(part.words, globs=True) for part in line.parts], True
+        except _Compound:
+            return None
+    if len(line.parts) == 1 and not line.parts[0].redirects and not globbed:
         return None
+    return line, argvs, globbed
 
 
 def _command_line_key(
@@ -376,13 +400,22 @@ def _command_line_key(
     reason: str,
     line: CommandLine,
     argvs: list[tuple[str, ...]],
+    globbed: bool = False,
 ) -> CommandKey | None:
     """The key of a command line of simple commands (see the module docstring), when it is
     read-only as a whole (still compound, for `reason`) or an output-filter pipeline; None
-    otherwise (it stays compound)."""
-    read_only = all(why_not_read_only(argv) is None for argv in argvs)
+    otherwise (it stays compound). A line with glob patterns (`globbed`) may only be read-only:
+    whatever names they expand to, it runs where the kernel keeps everything read-only, and no
+    grant for its first command stretches over names nobody saw."""
+    # A glob stands for any number of names: judged as two, a form that counts its operands
+    # (`uniq IN [OUT]` writes OUT) is not read-only with one.
+    judged = [_as_many(argv) for argv in argvs] if globbed else argvs
+    read_only = all(why_not_read_only(argv) is None for argv in judged)
     filtered = (
-        not read_only and line.pipeline and all(why_not_filter(argv) is None for argv in argvs[1:])
+        not globbed
+        and not read_only
+        and line.pipeline
+        and all(why_not_filter(argv) is None for argv in argvs[1:])
     )
     if not (read_only or filtered) or not _parser_agrees_on(command, line, argvs):
         return None
@@ -414,6 +447,11 @@ def _command_line_key(
         filters=_filters(line, argvs),
         needs_host=head.needs_host,
     )
+
+
+def _as_many(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """`argv` with each word bash would expand into file names given twice."""
+    return tuple(w for word in argv for w in ((word, word) if is_glob(word) else (word,)))
 
 
 def _parser_agrees_on(command: str, line: CommandLine, argvs: list[tuple[str, ...]]) -> bool:
@@ -453,8 +491,10 @@ def _runs_runtime_cli(words: Sequence[str]) -> bool:
     return any(word.rsplit("/", 1)[-1].lower() == RUNTIME_CLI for word in words)
 
 
-def _lex(command: str) -> tuple[str, ...]:
-    """The argv bash would build from `command`, if it is in the strict language of rule 1."""
+def _lex(command: str, *, globs: bool = False) -> tuple[str, ...]:
+    """The argv bash would build from `command`, if it is in the strict language of rule 1;
+    with `globs`, unquoted glob patterns (`*`, `?`, `[!a-z]`) are words too, left as written:
+    what the line looks like, not what runs (only for a read-only line: `_read_line`)."""
     words: list[str] = []
     current: list[str] | None = None
     i = 0
@@ -468,9 +508,12 @@ def _lex(command: str) -> tuple[str, ...]:
             continue
         if current is None:
             current = []
-        if char in _UNQUOTED:
+        if char in _UNQUOTED or (globs and char in "*?"):
             current.append(char)
             i += 1
+        elif globs and (match := _BRACKET_EXPRESSION.match(command, i)) is not None:
+            current.append(match.group())
+            i = match.end()
         elif char == "~" and current and command[i - 1] in _UNQUOTED and command[i - 1] not in "=:":
             # Bash expands a tilde only at the start of a word or after `=`/`:` in an
             # assignment; `HEAD~1` is a literal tilde.

@@ -1,8 +1,10 @@
 """What an allowlist entry covers, in words: what `codecoder allowlist list` says of each grant.
 
 The words are the ones the question used when the grant was made (`GrantLevel.covers`: "only
-`git status …` commands", "every simple `cp …` command, with any arguments"), found again from
-the entry; a pattern written by hand is described by its shape (`run_command:git:*`, `tests/**`).
+`git status …` commands", "every simple `cp …` command, with any arguments", "any file under
+src/report/ …"), found again from the entry; a pattern written by hand is described by its shape
+(`run_command:git:*`, `tests/*.py`). `path_covers` is where the question of a write tool takes
+its words from.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from codecoder.runtime.permissions.patterns import (
     PatternError,
 )
 
-__all__ = ["covers"]
+__all__ = ["NEVER_PROTECTED", "covers", "path_covers"]
+
+# What no path grant covers, however wide (runtime.kernel.protected): said with every wide one.
+NEVER_PROTECTED = (
+    "never a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' "
+    "settings such as .claude/): those are asked every time"
+)
 
 
 def covers(entry: str, style: KeyStyle) -> str:
@@ -38,7 +46,7 @@ def covers(entry: str, style: KeyStyle) -> str:
     if style is KeyStyle.COMMAND:
         return _command(pattern)
     if style is KeyStyle.PATH:
-        return _path(action)
+        return path_covers(action)
     return "exactly this key" if literal_of(action) is not None else f"names matching {action}"
 
 
@@ -60,12 +68,22 @@ def _command(pattern: KeyPattern) -> str:
     return f"every simple `{command} …` command"
 
 
-def _path(action: str) -> str:
+def path_covers(action: str) -> str:
+    """What the action of a path entry covers: `src/app.py` only that file, `src/report/**`
+    any file under that directory, `**` any file in the workspace (these two say that protected
+    paths are never covered), another glob the paths it matches."""
     source, arrow, destination = action.partition(MOVE_SEPARATOR)
     if arrow:
         return f"only moving {_named(source)} to {_named(destination)}"
     literal = literal_of(action)
-    return f"only {literal}" if literal is not None else f"paths matching {action}"
+    if literal is not None:
+        return f"only {literal}"
+    if action == "**":
+        return f"any file in this workspace, at any depth; {NEVER_PROTECTED}"
+    directory = literal_of(action[:-3]) if action.endswith("/**") else None
+    if directory is not None:
+        return f"any file under {directory}/, at any depth; {NEVER_PROTECTED}"
+    return f"paths matching {action}"
 
 
 def _named(side: str) -> str:

@@ -29,7 +29,9 @@ session grant bound to @shell, never a project grant: @shell's ceiling). Only th
 answer escalates; the Decision then names @shell and the sandbox it was escalated from.
 
 For a simple command in a sandbox the question also offers every simple command there
-(`run_command:*`, AlwaysThisProject), which never covers a compound command.
+(`run_command:*`, AlwaysThisProject), which never covers a compound command; for a file the
+write tools change, its directory (`edit_file:src/report/**`) and any file in the workspace
+(`edit_file:**`, AlwaysThisProject), which never cover a protected path (below).
 
 Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
 runtime's state and the user's configuration directory, and commands that run the codecoder
@@ -227,21 +229,20 @@ class PermissionEngine:
         host = permission.host
         levels = key.grant_levels
         narrow, wide = levels[0], levels[1] if len(levels) > 1 and host is None else None
-        choices, why_not = _choices(key, environment, host, wide is not None)
-        any_command = GrantLevel(
-            f"{key.tool}:*",
-            f"any simple command in {environment.value} (one program with literal arguments; "
-            "never a compound command, nor one that needs the host)",
-        )
+        widest = _widest(key, environment, host)
+        choices, why_not = _choices(key, environment, host, wide is not None, widest is not None)
         recorded_by = {
             Answer.SESSION: narrow,
             Answer.PROJECT: narrow,
             Answer.SESSION_PROGRAM: wide or narrow,
             Answer.PROJECT_PROGRAM: wide or narrow,
-            Answer.PROJECT_ANY: any_command,
+            Answer.PROJECT_ANY: widest or narrow,
         }
         if host is not None:
             recorded_by[Answer.HOST_SESSION] = host.grant_levels[0]
+            program = _host_program(host)
+            if program is not None:
+                recorded_by[Answer.HOST_SESSION_PROGRAM] = program
         grants = tuple((answer, recorded_by[answer]) for answer in choices if answer in recorded_by)
         request = AskRequest(
             tool=tool,
@@ -298,9 +299,9 @@ class PermissionEngine:
             )
         if effective.on_host:
             assert host is not None
-            if effective is Answer.HOST_SESSION:
+            if effective.scope is Answer.SESSION:
                 self.session.grant(host, EnvironmentTag.SHELL, digest=host.digest, entry=entry)
-            source = Source.SESSION if effective is Answer.HOST_SESSION else Source.ONCE
+            source = Source.SESSION if effective.scope is Answer.SESSION else Source.ONCE
             how = "for this session" if source is Source.SESSION else "once"
             return Decision(
                 True,
@@ -387,29 +388,81 @@ def _refuse_denied(
     raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
 
 
+def _widest(
+    key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None
+) -> GrantLevel | None:
+    """The widest entry offered for the project (PROJECT_ANY), if any: the key's own
+    (`edit_file:**`, any file in the workspace), or for a simple command every simple command in
+    its sandbox (`run_command:*`). None for a compound command, which only its own string
+    covers, and for one that would fail contained, whose question offers the host instead."""
+    if key.compound or host is not None:
+        return None
+    if key.widest is not None:
+        return key.widest
+    if key.style is not KeyStyle.COMMAND:
+        return None
+    return GrantLevel(
+        f"{key.tool}:*",
+        f"any simple command in {environment.value} (one program with literal arguments; "
+        "never a compound command, nor one that needs the host)",
+    )
+
+
+def _host_program(host: PermissionKey) -> GrantLevel | None:
+    """The program-wide entry of a simple command run on the host (`run_command:gh`), offered
+    for the session only (HOST_SESSION_PROGRAM), or None: a compound or protected command has
+    none. It covers what the host lookup (`decide`) consults it for: a simple command of that
+    program that would fail contained; the others still run where they are bound, and deny
+    rules, checked first, still refuse."""
+    levels = host.grant_levels
+    if host.compound or host.protected or host.style is not KeyStyle.COMMAND or len(levels) < 2:
+        return None
+    entry = levels[-1].entry
+    name = entry.removeprefix(f"{host.tool}:")
+    return GrantLevel(
+        entry,
+        f"every simple `{name} …` command that would fail contained, with any arguments "
+        "(never a compound command; deny rules still refuse)",
+    )
+
+
 def _choices(
-    key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None, wide: bool
+    key: PermissionKey,
+    environment: EnvironmentTag,
+    host: PermissionKey | None,
+    wide: bool,
+    widest: bool,
 ) -> tuple[tuple[Answer, ...], str]:
     """What the human is offered for `key`, and why AlwaysThisProject is not, where it is not.
 
-    A protected key: once (or once on the host), or deny. Otherwise once, the session and, where
-    the ceiling allows, the project choices: the narrow entry, the program-wide one where the
-    key names more than its program, and for a simple command in a sandbox every simple command
-    there (`run_command:*`); then, for a command that would fail contained, running it on the
-    host, once or for the session (never for the project: @shell's ceiling).
+    A protected key: once (or once on the host), or deny. Otherwise once, the session (with a
+    command's program-wide entry) and, where the ceiling allows, the project choices: the narrow
+    entry, the wider one where the key names one (a command's program, a file's directory), and
+    the widest (`_widest`: every simple
+    command in the sandbox, any file in the workspace); then, for a command that would fail
+    contained, running it on the host, once or for the session (never for the project: @shell's
+    ceiling).
     """
     on_host: tuple[Answer, ...] = ()
-    if host is not None:
-        on_host = (Answer.HOST_ONCE,) if host.protected else (Answer.HOST_ONCE, Answer.HOST_SESSION)
+    if host is not None and host.protected:
+        on_host = (Answer.HOST_ONCE,)
+    elif host is not None:
+        on_host = (Answer.HOST_ONCE, Answer.HOST_SESSION)
+        if _host_program(host) is not None:
+            on_host += (Answer.HOST_SESSION_PROGRAM,)
     if key.protected:
         return (Answer.ONCE, *on_host, Answer.DENY), PROTECTED_NOTE
-    session = (Answer.SESSION, Answer.SESSION_PROGRAM) if wide else (Answer.SESSION,)
+    # The session allowlist finds an entry among a later key's own levels: a command's
+    # program-wide entry is one of them, a file's directory is not one of a deeper file's, so
+    # a directory is offered for the project only, where entries match as patterns.
+    session_wide = wide and key.style is KeyStyle.COMMAND
+    session = (Answer.SESSION, Answer.SESSION_PROGRAM) if session_wide else (Answer.SESSION,)
     if not environment.allows(Scope.PROJECT):
         return (Answer.ONCE, *session, *on_host, Answer.DENY), environment.refusal(key.raw)
     project: tuple[Answer, ...] = (
         (Answer.PROJECT, Answer.PROJECT_PROGRAM) if wide else (Answer.PROJECT,)
     )
-    if key.style is KeyStyle.COMMAND and not key.compound and host is None:
+    if widest:
         project += (Answer.PROJECT_ANY,)
     return (Answer.ONCE, *session, *project, *on_host, Answer.DENY), ""
 

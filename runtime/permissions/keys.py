@@ -113,7 +113,10 @@ class PermissionKey:
 
     `levels` are the entries an "always" answer may record, narrowest first: the exact key
     (escaped, so a path named `a*b` is granted as that path only), then, for a command whose
-    narrow key names a subcommand, the program-wide key. Empty means just `raw`.
+    narrow key names a subcommand, the program-wide key, for a file its directory
+    (`edit_file:src/report/**`). Empty means just `raw`. `widest`, where a tool names one, is
+    the widest entry offered for the project (`edit_file:**`: any file in the workspace); a
+    simple command's (`run_command:*`) is named by the engine, which knows the sandbox.
 
     For command keys, `path` is what grants are matched against (the program as written, then
     the subcommand levels the program table names: `("git", "status")`), and `views` what deny
@@ -145,6 +148,7 @@ class PermissionKey:
     # and code): a project grant recorded with another digest does not cover this key.
     digest: str | None = None
     levels: tuple[GrantLevel, ...] = ()
+    widest: GrantLevel | None = None
     path: tuple[str, ...] = ()
     views: tuple[DenyView, ...] = ()
     paths: tuple[str, ...] = ()

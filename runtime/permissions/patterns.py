@@ -27,7 +27,8 @@ at any word (so `sudo git push` and `find -exec git push` are `git push` too), b
 program name (`/usr/bin/git`, `/usr/lib/git-core/git-push`), with its levels anywhere after the
 program in order (`git -C repo push`); a subcommand the parser cannot know (`git $X`, a git
 alias) counts as the one the rule names, and a word bash would expand into file names
-(`/usr/bin/gi? push`, `r[m]`) as every name it matches. A deny for a path matches either path
+(`/usr/bin/gi? push`, `r[m]`) as every name it matches, as many of them as the rule names
+(`*` may expand into `npm publish`). A deny for a path matches either path
 of a move, and a move of a directory that could hold what it covers (`move_file:secrets/**`
 stops moving `secrets`; a rule starting with `**` stops every move, since any directory could
 hold a match).
@@ -253,6 +254,10 @@ def _view_matches(program: str, subs: tuple[str, ...], view: DenyView) -> bool:
     if not subs:
         return True
     wanted = subs[1:] if view.sub_any else subs
+    if view.glob:
+        # One pattern may expand into several names: the program and the levels after it.
+        while wanted and fnmatch.fnmatchcase(wanted[0], view.program):
+            wanted = wanted[1:]
     j = 0
     words = view.words
     for k in range(view.start, len(words)):

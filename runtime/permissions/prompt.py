@@ -20,7 +20,8 @@ request's `grants` (the engine, runtime.permissions.engine, offers it in `choice
 that runs the call somewhere else than the request's environment says so in `Choice.runs_in`.
 A command that would fail contained is also offered the host, unconfined, once or for the
 session (`HOST_ONCE`, `HOST_SESSION`: `Choice.runs_in` is @shell, and they name the key they
-run under there).
+run under there); a simple one also every command of its program that would fail contained,
+for the session (`HOST_SESSION_PROGRAM`: `run_command:gh` bound to @shell).
 """
 
 from __future__ import annotations
@@ -227,6 +228,7 @@ LETTERS = {
     Answer.PROJECT_ANY: "c",
     Answer.HOST_ONCE: "h",
     Answer.HOST_SESSION: "r",
+    Answer.HOST_SESSION_PROGRAM: "e",
     Answer.DENY: "d",
 }
 

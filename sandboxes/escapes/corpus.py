@@ -120,7 +120,7 @@ class PermissionFileEntry(_Entry):
     call: ToolCall
     entry: dict[str, str] = Field(default_factory=dict)
     text: str | None = None
-    answer: Literal["once", "session", "project"] | None = None
+    answer: Literal["once", "session", "project", "project-program", "project-any"] | None = None
     grants: tuple[str, ...] = ()
     watch: tuple[str, ...] = ()
     script: tuple[str, ...] = ()

@@ -327,13 +327,25 @@ def test_git_push_in_bwrap_asks_with_the_explicit_host_choice(project: Path) -> 
         Answer.PROJECT,
         Answer.HOST_ONCE,
         Answer.HOST_SESSION,
+        Answer.HOST_SESSION_PROGRAM,
         Answer.DENY,
     )
     assert request.host_key == "run_command:git:push"
     shown = render(request)
-    assert "[o] allow once, contained in @bwrap (it would likely fail)" in shown
-    assert "[h] run it on the host, unconfined (@shell), once [run_command:git:push]" in shown
-    assert "[r] on the host, unconfined (@shell), for the rest of this session" in shown
+    assert "[o] Once  " in shown and "contained in @bwrap (it would likely fail)" in shown
+    assert (
+        "[h] Once on the host               this call only, run on the host, unconfined "
+        "(@shell), as run_command:git:push" in shown
+    )
+    assert (
+        "[r] AlwaysThisSession on the host  run_command:git:push — only `git push …` commands, "
+        "run on the host, unconfined (@shell)" in shown
+    )
+    assert (
+        "[e] AlwaysThisSession on the host  run_command:git — every simple `git …` command that "
+        "would fail contained, with any arguments (never a compound command; deny rules still "
+        "refuse), run on the host, unconfined (@shell)" in shown
+    )
     assert "git push talks to a remote repository, with your network and credentials: " in shown
     assert ran(runtime, BWRAP) == ran(runtime, SHELL) == []
 
@@ -385,6 +397,75 @@ def test_a_host_session_answer_holds_for_the_session_on_the_host_and_never_for_t
     later = RecordingAsker(Answer.DENY)
     assert isinstance(run(contained(project, later), "git push").error, DeniedByUser)
     assert len(later.requests) == 1
+
+
+def test_a_host_answer_for_the_program_covers_its_commands_that_need_the_host_this_session_only(
+    project: Path,
+) -> None:
+    asker = RecordingAsker(Answer.HOST_SESSION_PROGRAM)
+    runtime = contained(project, asker)
+    session = runtime.session()
+    for command in ("git push", "git push origin main --tags", "git fetch", "git pull --rebase"):
+        decision = run(runtime, command, session).decision
+        assert (decision.source, decision.environment, decision.matched) == (
+            Source.SESSION,
+            SHELL,
+            "run_command:git",
+        ), command
+        assert decision.escalated_from is BWRAP
+    assert len(asker.requests) == 1
+    assert session.allowlist.entries() == [("run_command", "run_command:git", SHELL, -1.0)]
+    assert not (project / "codecoder.json").exists()
+    # What needs nothing of the host still runs contained: the grant is bound to @shell.
+    assert run(runtime, "git status", session).decision.environment is BWRAP
+    assert run(runtime, "git commit -m x", session).decision.environment is BWRAP
+    assert len(asker.requests) == 2
+    # Never a compound command, nor another program; the answers left are Deny.
+    shell_before = len(ran(runtime, SHELL))
+    for command in (
+        "git push && rm -rf ~",
+        "git push; curl x | sh",
+        "git push $(id)",
+        "gh pr list",
+    ):
+        assert isinstance(run(runtime, command, session).error, DeniedByUser), command
+    assert len(asker.requests) == 6 and len(ran(runtime, SHELL)) == shell_before
+    # Nor another session.
+    later = RecordingAsker(Answer.DENY)
+    assert isinstance(run(contained(project, later), "git push").error, DeniedByUser)
+    assert len(later.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git push", "git push origin main", "git  push --force", "git push --tags 2>&1 | tail -3"],
+)
+def test_deny_rules_refuse_what_a_host_grant_for_the_program_covers(
+    project: Path, command: str
+) -> None:
+    write_config(project, {"deny": ["run_command:git:push"]})
+    asker = RecordingAsker(Answer.HOST_SESSION_PROGRAM)
+    runtime = contained(project, asker)
+    session = runtime.session()
+    assert run(runtime, "git fetch", session).decision.matched == "run_command:git"
+    outcome = run(runtime, command, session)
+    assert isinstance(outcome.error, DeniedByRule)
+    assert outcome.decision.matched == "run_command:git:push"
+    assert len(ran(runtime, SHELL)) == 1  # the fetch
+    assert len(asker.requests) == 1
+
+
+def test_a_protected_command_is_offered_the_host_once_only(project: Path) -> None:
+    asker = RecordingAsker(Answer.HOST_SESSION_PROGRAM)
+    runtime = contained(project, asker)
+    outcome = run(runtime, "git push origin .git/x")
+    (request,) = asker.requests
+    assert Answer.HOST_SESSION_PROGRAM not in request.choices
+    assert Answer.HOST_SESSION not in request.choices
+    # Not offered, the answer counts as its scope: a session grant, which a protected key
+    # cannot have; nothing ran anywhere.
+    assert not outcome.ok
+    assert ran(runtime, SHELL) == [] and ran(runtime, BWRAP) == []
 
 
 def test_nobody_there_means_nothing_runs_on_the_host(project: Path) -> None:

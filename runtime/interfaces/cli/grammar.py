@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # `--answer` also takes codecoder.json's names for them (`_answer`).
 ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
-    *("host-once", "host-session", "deny"),
+    *("host-once", "host-session", "host-session-program", "deny"),
 )
 
 
@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         "`call run_command -- ls -la`)",
     )
     allow(p)
-    p.add_argument(
+    answer = p.add_argument(
         "--answer",
         type=_answer,
         metavar="ANSWER",
@@ -176,6 +176,8 @@ def _parser() -> argparse.ArgumentParser:
         "project or deny, or codecoder.json's names Once, AlwaysThisSession, "
         "AlwaysThisProject",
     )
+    # Completed with the short names only (the long ones are accepted, not offered).
+    answer.completer = lambda **_: ["once", "session", "project", "deny"]  # type: ignore[attr-defined]
     p.add_argument(
         "--non-interactive", action="store_true", help="never ask: anything not granted is denied"
     )

@@ -18,7 +18,7 @@ from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, Preview
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 from codecoder.runtime.tools.files.fileops import _files
-from codecoder.runtime.tools.files.keys import _move_key, _path_key
+from codecoder.runtime.tools.files.keys import _move_key, _write_key
 from codecoder.runtime.tools.files.paths import WritePath
 from codecoder.runtime.tools.files.preview import edit_preview, write_preview
 from codecoder.runtime.tools.files.text import _read_text
@@ -54,7 +54,7 @@ class WriteFile(_WriteTool, Tool[WriteFileParameters]):
     parameters = WriteFileParameters
 
     def permission(self, args: WriteFileParameters) -> Permission:
-        return _path_key(self.name, args.path)
+        return _write_key(self.name, args.path)
 
     def permission_in(self, args: WriteFileParameters, site: CallSite) -> Permission:
         """The key, with what the write would change for its question (read only if asked)."""
@@ -98,7 +98,7 @@ class EditFile(_WriteTool, Tool[EditFileParameters]):
     parameters = EditFileParameters
 
     def permission(self, args: EditFileParameters) -> Permission:
-        return _path_key(self.name, args.path)
+        return _write_key(self.name, args.path)
 
     def permission_in(self, args: EditFileParameters, site: CallSite) -> Permission:
         """The key, with the edit's diff for its question (read only if asked)."""
@@ -168,7 +168,7 @@ class DeleteFile(_WriteTool, Tool[DeleteFileParameters]):
     parameters = DeleteFileParameters
 
     def permission(self, args: DeleteFileParameters) -> Permission:
-        return _path_key(self.name, args.path)
+        return _write_key(self.name, args.path)
 
     def execute(self, args: DeleteFileParameters, ctx: ToolContext) -> ToolResult:
         _files(ctx).delete(args.path)

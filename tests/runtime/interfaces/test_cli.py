@@ -728,6 +728,7 @@ def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_com
         "project",
         "host-once",
         "host-session",
+        "host-session-program",
         "deny",
     ]
 

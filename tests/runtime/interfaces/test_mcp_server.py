@@ -822,7 +822,15 @@ async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_onc
     async with contained(project, human) as (client, environments):
         result = await client.call_tool("run_command", {"command": "git push"})
     (question,) = human.asked
-    assert choices(question) == ["once", "session", "project", "host-once", "host-session", "deny"]
+    assert choices(question) == [
+        "once",
+        "session",
+        "project",
+        "host-once",
+        "host-session",
+        "host-session-program",
+        "deny",
+    ]
     titles = {
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }

@@ -147,6 +147,13 @@ def test_grant_patterns_for_commands(pattern: str, command: str, expected: bool)
         ("run_command:rm", "/bin/r[m] x", True),
         ("run_command:npm:publish", "npm publi?h && true", True),
         ("run_command:rm", "ls *.py | wc -l", False),
+        # One pattern may expand into several names: the program and the levels after it.
+        ("run_command:npm:publish", "* && true", True),
+        ("run_command:npm:publish", "[np]* && true", True),
+        ("run_command:npm:publish", "n* && true", False),  # `publish` does not match n*
+        ("run_command:git:push", "[g]* origin && true", True),
+        ("run_command:git:push", "*", True),
+        ("run_command:npm:publish", "n?m test && true", False),
         # A command carried in an option's or a name's value, attached or after `=`.
         ("run_command:rm", "env -iS'rm x'", True),
         ("run_command:rm", "coreutils --coreutils-prog=rm x", True),

@@ -349,7 +349,7 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "app.py", "content": content})
     )
-    child.expect_exact("choice [o/s/p/d]: ")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  key          write_file:app.py")
     assert shown[start:] == [
@@ -371,6 +371,10 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
         "kept in memory only (nothing is written)",
         "  [p] AlwaysThisProject  write_file:app.py — only app.py",
         f"                         lasts until revoked; written to {project / 'codecoder.json'}",
+        "  [c] AlwaysThisProject  write_file:** — any file in this workspace, at any depth; never "
+        "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' "
+        "settings such as .claude/): those are asked every time",
+        f"                         lasts until revoked; written to {project / 'codecoder.json'}",
         "  [d] Deny               nothing runs; nothing is recorded",
     ]
     child.sendline("p")
@@ -390,7 +394,7 @@ def test_a_new_file_question_shows_its_size_and_head_bounded_and_neutralised(
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "tools/run.sh", "content": content})
     )
-    child.expect_exact("choice [o/s/p/d]: ")
+    child.expect_exact("choice [o/s/p/w/c/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         tools/run.sh")
     assert shown[start + 1 : start + 5] == [
@@ -414,7 +418,7 @@ def test_an_edit_question_shows_the_diff_of_the_edit(project: Path) -> None:
     (project / "notes.txt").write_text("".join(f"line {n}\n" for n in range(10)))
     edit = {"path": "notes.txt", "old_string": "line 5\n", "new_string": "line five\nmore\n"}
     child = call_in_terminal(project, "edit_file", json.dumps(edit))
-    child.expect_exact("choice [o/s/p/d]: ")
+    child.expect_exact("choice [o/s/p/c/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         notes.txt")
     assert shown[start + 1 : shown.index("", start)] == [

@@ -7,6 +7,7 @@ let a working spelling through), then the table must refuse it.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -407,3 +408,75 @@ def test_a_filter_that_could_read_anything_but_its_input_is_not_a_filter(
 ) -> None:
     reason = why_not_filter(shlex.split(command))
     assert reason is not None and why in reason
+
+
+# Read-only forms whose operands hold glob patterns (issue 22 follow-up): read-only too, keyed
+# by the whole line, since they run with no question only confined read-only, where whatever
+# names the patterns expand to can neither write nor leak.
+READ_ONLY_GLOBS = [
+    ("wc -l src/*.rs", "wc"),
+    ('grep -n "strftime" src/report/*.py', "grep"),
+    ("ls *.md", "ls"),
+    ("ls -la [a-c]*.txt src/[!_]?.py", "ls"),
+    ("cat src/?.py | head -3", "cat, head"),
+    ("grep -n x src/*.py | wc -l", "grep, wc"),
+    ("sort *", "sort"),
+    ("find * -name x", "find"),
+    ("git log --oneline -- *.py", "git"),
+    ("ls -- * 2>/dev/null", "ls"),
+]
+
+
+@pytest.mark.parametrize(("command", "programs"), READ_ONLY_GLOBS)
+def test_a_read_only_form_with_glob_operands_is_read_only_and_keyed_as_the_whole_line(
+    command: str, programs: str
+) -> None:
+    keyed = key_command(command)
+    assert (keyed.compound, keyed.read_only, keyed.filters) == (True, programs, "")
+    assert keyed.permission_key().raw == f"run_command:{json.dumps(command)}"
+
+
+# Everything else that makes a line compound still does, glob or not.
+STILL_COMPOUND = [
+    ("ls $(echo *)", "command substitution"),
+    ("ls `echo *`", "command substitution"),
+    ("X=1 ls *", "assignment"),
+    ("ls * > out", "redirection"),
+    ("ls *.md >> out", "redirection"),
+    ("ls * &", "background job"),
+    ("ls *; touch x", None),
+    ("ls {a,b}*", "brace expansion or group"),
+    ("ls ~/*", "tilde expansion"),
+    ("ls $HOME/*", "parameter expansion"),
+    ("ls *(a|b)", None),
+    ("ls !(x)", None),
+    ("l? *", "program name 'l?'"),  # the program itself a pattern
+    ("/bin/l? *", "program name '/bin/l?'"),
+    ("rm *", "glob"),
+    ("cp * dir", "glob"),
+    ("uniq *.txt", "glob"),  # uniq IN [OUT]: a glob may stand for both
+    ("sort -o out *", "glob"),
+    ("ls -* x", "glob"),  # an option made of a pattern is not a listed option
+    ("npm test src/* | tail", "pipeline"),  # a glob never rides on a grant as a filter
+    ("npm test 2>&1 | grep x *.log", "redirection"),
+    ("cat *.md\nrm x", "newline"),
+]
+
+
+@pytest.mark.parametrize(("command", "reason"), STILL_COMPOUND)
+def test_a_glob_keeps_everything_else_that_makes_a_line_compound(
+    command: str, reason: str | None
+) -> None:
+    keyed = key_command(command)
+    assert (keyed.compound, keyed.read_only, keyed.filters) == (True, "", "")
+    assert keyed.permission_key().raw == f"run_command:{json.dumps(command)}"
+    if reason is not None:
+        assert keyed.reason == reason
+
+
+def test_a_glob_expansion_is_really_what_makes_uniq_write(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
+    subprocess.run(["bash", "-c", "uniq *.txt"], cwd=tmp_path, check=True, capture_output=True)
+    assert (tmp_path / "b.txt").read_text() == "a\n"  # written: so `uniq *.txt` is no read
+    assert why_not_read_only(["uniq", "a.txt"]) is None

@@ -141,6 +141,12 @@ def test_read_tools_never_ask() -> None:
     )
 
 
+NEVER_PROTECTED = (
+    "never a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' "
+    "settings such as .claude/): those are asked every time"
+)
+
+
 def test_write_file_is_keyed_by_the_normalised_workspace_path() -> None:
     assert key("write_file", path="./src//app.py", content="") == PermissionKey(
         tool="write_file",
@@ -149,16 +155,64 @@ def test_write_file_is_keyed_by_the_normalised_workspace_path() -> None:
         style=KeyStyle.PATH,
         protected=False,
         subject="src/app.py",
-        levels=(GrantLevel("write_file:src/app.py", "only src/app.py"),),
+        levels=(
+            GrantLevel("write_file:src/app.py", "only src/app.py"),
+            GrantLevel(
+                "write_file:src/**", f"any file under src/, at any depth; {NEVER_PROTECTED}"
+            ),
+        ),
+        widest=GrantLevel(
+            "write_file:**", f"any file in this workspace, at any depth; {NEVER_PROTECTED}"
+        ),
     )
+
+
+@pytest.mark.parametrize("tool", ["write_file", "edit_file", "delete_file"])
+def test_a_write_key_offers_the_file_its_directory_and_any_file_of_its_own_tool(tool: str) -> None:
+    args = {"content": ""} if tool == "write_file" else {}
+    if tool == "edit_file":
+        args = {"old_string": "a", "new_string": "b"}
+    deep = key(tool, path="src/report/render.py", **args)
+    top = key(tool, path="README.md", **args)
+    assert deep is not None and top is not None
+    assert [level.entry for level in (*deep.grant_levels, deep.widest)] == [
+        f"{tool}:src/report/render.py",
+        f"{tool}:src/report/**",
+        f"{tool}:**",
+    ]
+    # At the top, the directory is the workspace: only the file and any file.
+    assert [level.entry for level in (*top.grant_levels, top.widest)] == [
+        f"{tool}:README.md",
+        f"{tool}:**",
+    ]
 
 
 def test_a_path_with_glob_characters_is_granted_as_that_path_only() -> None:
     found = key("write_file", path="docs/**/a*b?[1].md", content="")
     assert found is not None
     assert [level.entry for level in found.grant_levels] == [
-        "write_file:docs/[*][*]/a[*]b[?][[]1[]].md"
+        "write_file:docs/[*][*]/a[*]b[?][[]1[]].md",
+        "write_file:docs/[*][*]/**",
     ]
+
+
+def test_a_path_holding_the_move_arrow_is_granted_as_that_file_not_as_a_move() -> None:
+    found = key("write_file", path="notes/a -> b.txt", content="")
+    assert found is not None
+    assert [level.entry for level in found.grant_levels] == [
+        "write_file:notes/a -[>] b.txt",
+        "write_file:notes/**",
+    ]
+    assert found.grant_levels[0].covers == "only notes/a -> b.txt"
+
+
+def test_run_wasm_and_move_file_keep_their_one_narrow_entry() -> None:
+    for found in (
+        key("run_wasm", path="tools/fmt.wasm"),
+        key("move_file", source="src/a.py", destination="src/b.py"),
+    ):
+        assert found is not None
+        assert (len(found.grant_levels), found.widest) == (1, None)
 
 
 @pytest.mark.parametrize(
