@@ -50,7 +50,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TemplateMount:
-    """One mount of a template: a host directory (`bind`) or an engine volume (`volume`).
+    """One mount of a template: a host directory (`bind`) or an engine volume (`volume`), which
+    every engine mounts as it is (never filled with the image's content at its target).
 
     `identity` is the (st_dev, st_ino) of a bind mount's source when the template was made: a
     warm sandbox is handed out only for a template with the same identities, so a directory

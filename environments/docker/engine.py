@@ -321,8 +321,17 @@ class DockerEngine(SandboxEngine):
             "ipc_mode": "private",
             "shm_size": template.shm_bytes,
             "tmpfs": dict(template.tmpfs),
+            # A volume is mounted as it is: an empty one is never filled with what the image
+            # holds at its target (Docker's copy-up would give sync mode's workspace the image's
+            # root-owned /workspace, which commands could not write and would come back).
             "mounts": [
-                Mount(m.target, m.source, type=m.kind, read_only=m.read_only)
+                Mount(
+                    m.target,
+                    m.source,
+                    type=m.kind,
+                    read_only=m.read_only,
+                    no_copy=m.kind == "volume",
+                )
                 for m in template.mounts
             ],
             # The agent's answers travel on stdout; a log driver would copy every command's

@@ -121,3 +121,43 @@ def test_a_mount_records_which_directory_it_was_made_for(project: Path) -> None:
     assert mount == TemplateMount(
         "/workspace", str(workspace), "bind", True, (info.st_dev, info.st_ino)
     )
+
+
+def test_docker_never_fills_a_volume_with_what_the_image_holds_there() -> None:
+    """Sync mode's workspace is an empty volume: Docker's copy-up would give it the image's
+    root-owned /workspace, which commands cannot write and which would come back as changes."""
+    template = SandboxTemplate(
+        image="codecoder-sandbox",
+        entrypoint=("agent",),
+        command_user=(10001, 10001),
+        mounts=(
+            TemplateMount("/workspace", "workspace-volume", "volume", read_only=False),
+            TemplateMount("/outbox", "outbox-volume", "volume", read_only=False),
+            TemplateMount("/workspace/.git", "/srv/project/.git"),
+        ),
+    )
+
+    config = DockerEngine(lambda: None).container_config(template, "n", {})
+
+    assert [dict(m) for m in config["mounts"]] == [
+        {
+            "Target": "/workspace",
+            "Source": "workspace-volume",
+            "Type": "volume",
+            "ReadOnly": False,
+            "VolumeOptions": {"NoCopy": True},
+        },
+        {
+            "Target": "/outbox",
+            "Source": "outbox-volume",
+            "Type": "volume",
+            "ReadOnly": False,
+            "VolumeOptions": {"NoCopy": True},
+        },
+        {
+            "Target": "/workspace/.git",
+            "Source": "/srv/project/.git",
+            "Type": "bind",
+            "ReadOnly": True,
+        },
+    ]
