@@ -418,11 +418,6 @@ def test_a_writable_call_writes_the_workspace_as_its_owner_there(workspace: Path
     assert (written.stat().st_uid, written.stat().st_gid) == (10001, 10001)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sync mode: an empty workspace's volume is owned by root, so a writable call cannot "
-    "write it (environments/docker/sync.py, being reshaped on another branch)",
-)
 def test_an_empty_workspace_can_be_written_there(workspace: Path) -> None:
     with DockerEnvironment(workspace) as env:
         result = run(env, "echo data > out.txt", writable=True)
