@@ -20,6 +20,11 @@ One module per area:
     wasm         @wasm read_file warm and in a fresh process, against compiling and spawning
     docker       @docker warm calls against exec_run and docker run --rm
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
+    pool         a new session's (and process's) first @docker call with the warm pool and
+                 without, against docker run --rm
+    many_sessions
+                 100 concurrent sessions with a warm sandbox each: host memory per idle
+                 sandbox, call latency (p50, p99) with all active, runc and gVisor
     search       grep and glob through @wasm against Python and GNU tools
     throughput   calls per second with 1, 4 and 16 callers on each environment
     agents       start-up of `codecoder decide` and `codecoder hook` (run on every tool call of
@@ -40,7 +45,9 @@ from codecoder.benchmarks import (
     docker,
     dockermodes,
     keying,
+    manysessions,
     permission,
+    pool,
     questions,
     search,
     shell,
@@ -61,8 +68,10 @@ AREAS: tuple[Area, ...] = (
     wasm.AREA,
     docker.AREA,
     dockermodes.AREA,
+    pool.AREA,
     search.AREA,
     throughput.AREA,
+    manysessions.AREA,
     agents.AREA,
     questions.AREA,
 )

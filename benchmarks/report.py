@@ -52,13 +52,14 @@ __all__ = [
 
 SCHEMA = "codecoder-benchmarks/1"
 
-Unit = Literal["us", "ms", "s", "calls/s", "chars", "per100"]
+Unit = Literal["us", "ms", "s", "calls/s", "chars", "per100", "MiB"]
 _SCALE: dict[str, float] = {
     "us": 1e6,
     "ms": 1e3,
     "s": 1.0,
     "calls/s": 1.0,
     "chars": 1.0,
+    "MiB": 1 / 2**20,  # samples in bytes
     "per100": 1.0,
 }
 _SHOWN_UNIT = {
@@ -67,6 +68,7 @@ _SHOWN_UNIT = {
     "s": "s",
     "calls/s": "calls/s",
     "chars": "chars",
+    "MiB": "MiB",
     "per100": "per 100 calls",
 }
 

@@ -59,7 +59,9 @@ class DispatchingRuntime(Protocol):
     @property
     def git_guard(self) -> GitGuard: ...
     def environment_of(self, tool: str) -> EnvironmentTag: ...
-    def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]: ...
+    def environment(
+        self, tag: EnvironmentTag, *, session: str | None = None
+    ) -> Environment[Any, Any]: ...
 
 
 class DispatchingSession(CallingSession, Protocol):
@@ -194,7 +196,7 @@ class Dispatcher:
                 raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(
                 workspace=runtime.project_dir,
-                environment=runtime.environment(tag),
+                environment=runtime.environment(tag, session=self._session.id),
                 environment_tag=tag,
                 session_id=self._session.id,
                 limits=runtime.config.limits,

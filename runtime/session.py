@@ -21,6 +21,12 @@ writes is added at once (`install_capability`): that is the runtime's own write,
 When the human grants a capability for the project, the session records the approval of its
 digest next to the grant (`runtime.config.capabilities.record_approval`), which is what tells a
 grant made at the prompt from a digest edited into codecoder.json by hand.
+
+Each session has its own @docker sandboxes (claimed from the warm pool where one is kept warm,
+`environments.docker.pool`), so sessions never share a container's state and never wait for
+each other's calls; they share the runtime's connection to the engine. Every other environment
+is the runtime's, for all its sessions (they keep no state between calls), and so is an
+environment given to the runtime.
 """
 
 from __future__ import annotations
@@ -122,6 +128,8 @@ class Runtime:
         self._bindings = dict(bindings or {})
         self._owned: set[EnvironmentTag] = set()
         self._starting = threading.Lock()
+        self._per_session: dict[str, Environment[Any, Any]] = {}
+        self._docker_engine: Any = None
         if audit_log is _DEFAULT_AUDIT:
             audit_log = project_state_directory(self.project_dir) / "audit.jsonl"
         assert audit_log is None or isinstance(audit_log, Path)
@@ -231,10 +239,16 @@ class Runtime:
     def definitions(self) -> list[ToolDefinition]:
         return [tool.definition(self.environment_of(name)) for name, tool in self.tools.items()]
 
-    def environment(self, tag: EnvironmentTag) -> Environment[Any, Any]:
-        """The environment for `tag`, started on first use and kept for the runtime's life.
+    def environment(
+        self, tag: EnvironmentTag, *, session: str | None = None
+    ) -> Environment[Any, Any]:
+        """The environment for `tag`, started on first use and kept for the runtime's life; for
+        @docker and a `session`, that session's own (until `end_session`), unless an
+        environment was given for it.
 
         Safe to call from several threads: each environment is started once."""
+        if session is not None and tag is EnvironmentTag.DOCKER and tag not in self._environments:
+            return self._session_environment(session)
         env = self._environments.get(tag)
         if env is None:
             with self._starting:
@@ -244,6 +258,35 @@ class Runtime:
                     self._environments[tag] = env
                     self._owned.add(tag)
         return env
+
+    def _session_environment(self, session: str) -> Environment[Any, Any]:
+        env = self._per_session.get(session)
+        if env is not None:
+            return env
+        from codecoder.environments.docker.engine import DockerEngine
+        from codecoder.environments.docker.environment import DockerEnvironment
+        from codecoder.environments.docker.pool.client import pool_for
+
+        with self._starting:
+            if self._docker_engine is None:
+                self._docker_engine = DockerEngine(pool=pool_for(self.config.docker))
+            engine = self._docker_engine
+        # Made outside the lock: nothing touches the engine before a call needs a sandbox.
+        made = DockerEnvironment(
+            self.project_dir, self.config.docker, session_id=session, engine=engine
+        )
+        with self._starting:
+            env = self._per_session.setdefault(session, made)
+        if env is not made:
+            made.close()
+        return env
+
+    def end_session(self, session: str) -> None:
+        """Remove the sandboxes of `session` (its @docker containers)."""
+        with self._starting:
+            env = self._per_session.pop(session, None)
+        if env is not None:
+            env.close()
 
     def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
         if tag is EnvironmentTag.SHELL:
@@ -295,6 +338,12 @@ class Runtime:
         for tag in list(self._owned):
             self._environments.pop(tag).close()
         self._owned.clear()
+        for session in list(self._per_session):
+            self.end_session(session)
+        with self._starting:
+            engine, self._docker_engine = self._docker_engine, None
+        if engine is not None:
+            engine.close()
 
     def __enter__(self) -> Runtime:
         return self
@@ -467,6 +516,7 @@ class Session:
     def close(self) -> None:
         if self.depth == 0:
             self.allowlist.clear()
+            self.runtime.end_session(self.id)
 
     def __enter__(self) -> Session:
         return self

@@ -47,6 +47,9 @@ def private_state_and_config(
     # Commands run as processes evaluate in-process: a test that wants the decision server
     # (tests/runtime/interfaces/test_decisiond.py) turns it on and stops the server it started.
     monkeypatch.setenv("CODECODER_DAEMON", "0")
+    # Nor does a test start a warm pool's server (its own state directory would give it one
+    # each): the tests of the pool (tests/environments/docker/test_pool.py) turn it on.
+    monkeypatch.setenv("CODECODER_POOL", "0")
     return home
 
 

@@ -15,6 +15,12 @@ A call may carry an `OutputListener`: the request then asks the agent to stream 
 output (`"stream": true`), and each `output` line for the pending call is handed to the listener
 (from the reader thread) as it arrives; an agent that streams nothing (a short call, an older
 image) leaves the whole output to its answer (`streamed` says which).
+
+A warm pool (`environments.docker.pool`) greets the agent before any session claims the
+container: it opens a channel in hand-over mode, whose reader stops right after the hello, and
+passes the stream, the key and the hello to the claimer, whose channel starts from there
+(`greeted`). Anything the agent writes between its hello and the first request is a protocol
+violation: such a container is never handed over.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any, Final, Literal
 from codecoder.environments.base import OutputListener
 from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.egress import EgressProxy
+from codecoder.environments.engine import Greeted
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.display import visible
 from codecoder.runtime.kernel.errors import Cancelled
@@ -85,7 +92,19 @@ class _AgentChannel:
     `<HMAC-SHA256 hex> <JSON>` (see the agent). One request is in flight at a time.
     """
 
-    def __init__(self, container_id: str, name: str, mode: Mode, attached: Any) -> None:
+    def __init__(
+        self,
+        container_id: str,
+        name: str,
+        mode: Mode,
+        attached: Any,
+        *,
+        greeted: Greeted | None = None,
+        handover: bool = False,
+    ) -> None:
+        """`attached` is the stream (or the SDK's wrapper of it, kept alive with it).
+        `greeted`: a pool already sent the set-up and read the hello. `handover`: stop reading
+        after the hello, for `release()` (the pool's side)."""
         self.container_id = container_id
         self.name = name
         self.mode = mode
@@ -94,13 +113,19 @@ class _AgentChannel:
         self._sock: socket.socket = getattr(attached, "_sock", attached)
         # The SDK sets the client timeout on the socket; an idle warm container must not time out.
         self._sock.settimeout(None)
-        self._key = secrets.token_bytes(32)
+        self._key = secrets.token_bytes(32) if greeted is None else greeted.key
         self._lock = threading.Lock()
         self._pending: _Pending | None = None
         self._ids = itertools.count(1)
         self._line_cap = HELLO_LINE
         self._hello = threading.Event()
         self.hello: dict[str, Any] = {}
+        self._handover = handover
+        self._handed_over = False  # hand-over mode: the hello came, the reader stopped
+        self._released = False  # and the stream was taken by `release()`
+        if greeted is not None:
+            self.hello = dict(greeted.hello)
+            self._hello.set()
         self.gone: str | None = None
         self._stderr_tail = bytearray()
         # What the host knows of the container's state (calls are serialized per mode).
@@ -113,7 +138,8 @@ class _AgentChannel:
         # apparent size of what it wrote (environments.apparent).
         self.watch: ChangeWatch | None = None
         self.call_started_ns = 0
-        self.runtime = "runc"  # the engine runtime it runs under
+        self.runtime = "runc" if greeted is None else greeted.runtime  # the engine runtime
+        self.claimed = greeted is not None  # from a warm pool: the pool's server removes it
         # Sync mode: the volume's generation when this container last listed it (after its last
         # writable call); while the volume is still at it, the agent's listing stands.
         self.synced_generation: int | None = None
@@ -174,7 +200,25 @@ class _AgentChannel:
         self.streamed = pending.streamed
         return pending.response
 
+    def greeted(self) -> Greeted:
+        """The key and hello of a greeted agent, to hand over with the stream."""
+        return Greeted(self._key, dict(self.hello), self.runtime)
+
+    def release(self, timeout: float = 5.0) -> socket.socket | None:
+        """Hand-over mode: the stream, once the reader has stopped after the hello (None when
+        it has not, or the agent broke the protocol: the container is then of no use). The
+        channel no longer owns it: `close()` leaves it open."""
+        if not self._handover:
+            raise RuntimeError("release() is for channels opened in hand-over mode")
+        self._reader.join(timeout)
+        if self._reader.is_alive() or not self._handed_over or self.gone is not None:
+            return None
+        self._released = True
+        return self._sock
+
     def close(self) -> None:
+        if self._released:
+            return  # the stream is the claimer's now
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -221,7 +265,7 @@ class _AgentChannel:
         line = bytearray()
         reason = "the sandbox container stopped"
         try:
-            while self.gone is None:
+            while self.gone is None and not self._handed_over:
                 chunk = self._sock.recv(65536)
                 if not chunk:
                     break
@@ -240,8 +284,13 @@ class _AgentChannel:
                     else:
                         self._stderr_tail += payload
                         del self._stderr_tail[:-4096]
+                if self._handed_over and (frames or line) and self.gone is None:
+                    self._violation("output after its hello, before any request")
+                    return
         except OSError as exc:
             reason = f"the stream to the sandbox broke: {exc}"
+        if self._handed_over and self.gone is None:
+            return  # hand-over mode: the hello came, the stream is left unread for the claimer
         self._fail(reason)
 
     def _take(self, payload: bytes, line: bytearray) -> None:
@@ -276,6 +325,7 @@ class _AgentChannel:
                 self._violation("a second hello")
                 return
             self.hello = message
+            self._handed_over = self._handover
             self._hello.set()
             return
         if "output" in message:

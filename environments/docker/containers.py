@@ -30,26 +30,24 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
-
-import docker.errors
-from docker.types import LogConfig, Mount
+from typing import Final
 
 from codecoder.environments.changewatch import ChangeWatch
-from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT, Mode, _AgentChannel
 from codecoder.environments.docker.engine import (
     SETUP_HINT,
+    DockerEngine,
     _engine_address,
-    _engine_errors,
     engine_is_local,
 )
+from codecoder.environments.docker.greeting import AGENT_START_SECONDS, greet
 from codecoder.environments.docker.labels import (
     LABEL_BOOT,
     LABEL_HOST,
     LABEL_MODE,
     LABEL_PID,
     LABEL_PID_START,
+    LABEL_POOL,
     LABEL_RUNTIME,
     LABEL_SESSION,
     _boot_id,
@@ -59,12 +57,13 @@ from codecoder.environments.docker.labels import (
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings, parse_size
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
 from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
+from codecoder.environments.engine import Sandbox, SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.kernel.hosts import Resolver, system_resolver
 from codecoder.runtime.kernel.state import workspace_directory
 
-__all__ = ["AGENT_COMMAND", "SandboxContainers", "remove_container", "remove_volume"]
+__all__ = ["AGENT_COMMAND", "AGENT_START_SECONDS", "SandboxContainers"]
 
 log = logging.getLogger(__name__)
 
@@ -95,35 +94,13 @@ SNAPSHOT_MOUNT: Final = "/opt/codecoder/capability"
 # Room for a capability's files (runtime.config.capabilities.MAX_BYTES is 64 MiB); tmpfs takes
 # memory only for what is written.
 SNAPSHOT_TMPFS: Final = "96m"
-AGENT_START_SECONDS: Final = 20.0
-
-
-def remove_container(client: Any, container_id: str) -> None:
-    try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except docker.errors.NotFound:
-        pass  # already gone
-    except docker.errors.APIError as exc:
-        # 409: another cleaner is removing it already.
-        if exc.status_code != 409:
-            raise
-
-
-def remove_volume(client: Any, name: str) -> None:
-    try:
-        client.api.remove_volume(name, force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.status_code != 409:  # in use by a container another cleaner is removing
-            raise
 
 
 class SandboxContainers:
     """The containers of one @docker environment: their configuration, labels and command user;
     starting one and checking what is in force in it; removing the leftovers of dead runtimes.
 
-    `volume` is the environment's workspace volume (sync mode), made on first use.
+    `volume` makes the environment's workspace volume (sync mode only), on first use.
     """
 
     def __init__(
@@ -133,8 +110,8 @@ class SandboxContainers:
         session_id: str,
         *,
         sync: bool,
-        resolver: Resolver | None,
-        volume: Callable[[], WorkspaceVolume],
+        resolver: Resolver | None = None,
+        volume: Callable[[], WorkspaceVolume] | None = None,
     ) -> None:
         self.workspace = workspace
         self.settings = settings
@@ -219,33 +196,42 @@ class SandboxContainers:
             return FALLBACK_USER
         return f"{info.st_uid}:{info.st_gid or info.st_uid}"
 
-    def config(
+    def template(
         self,
         mode: Mode,
-        name: str,
         scan: ProtectedScan | None = None,
         proxy: EgressProxy | None = None,
-    ) -> tuple[dict[str, Any], tuple[int, int]]:
-        """The hardened container for `mode`, and the uid and gid its commands run as."""
+    ) -> SandboxTemplate:
+        """The hardened sandbox of `mode`, as every engine makes it (`environments.engine`)."""
         settings = self.settings
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
+        mounts: list[TemplateMount]
         if self.sync:
-            mounts = self._volume().mounts(writable=mode == "rw")
+            if self._volume is None:
+                raise SandboxUnavailable("sync mode needs a workspace volume, and none was given")
+            mounts = [
+                TemplateMount(m["Target"], m["Source"], "volume", bool(m.get("ReadOnly")))
+                for m in self._volume().mounts(writable=mode == "rw")
+            ]
         else:
             mounts = [
-                Mount(WORKSPACE_MOUNT, str(self.workspace), type="bind", read_only=mode == "ro")
+                TemplateMount(
+                    WORKSPACE_MOUNT,
+                    str(self.workspace),
+                    read_only=mode == "ro",
+                    identity=_identity(self.workspace),
+                )
             ]
         if scan is not None:
             mounts += self._protect(scan)
         environment = {"HOME": "/tmp", "LANG": "C.UTF-8"}
         if proxy is not None:
             # The socket only: the directory holds nothing else, and the agent relays to it.
-            mounts.append(Mount(EGRESS_MOUNT, str(proxy.directory), type="bind", read_only=True))
+            mounts.append(TemplateMount(EGRESS_MOUNT, str(proxy.directory)))
             url = f"http://127.0.0.1:{PROXY_PORT}"
             for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
                 environment[variable] = url
             environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
-        labels = self.labels(mode)
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
@@ -253,45 +239,31 @@ class SandboxContainers:
             # Root's only (mode 700): the mount point of the proxy's socket, inside it.
             tmpfs[EGRESS_PARENT] = "ro,noexec,nosuid,nodev,size=64k,mode=700"
         uid, gid = (int(part) for part in self.command_user().split(":"))
-        config = {
-            "image": settings.image,
-            # The entrypoint, not the command: an image's own ENTRYPOINT never wraps the agent.
-            "entrypoint": list(AGENT_COMMAND),
-            "name": f"codecoder-{self.session_id}-{name}",
-            "labels": labels,
-            "user": AGENT_USER,
-            "working_dir": WORKSPACE_MOUNT,
-            "environment": environment,
-            # With detach=False the SDK also sets StdinOnce: the agent's stdin closes when the
-            # attached stream does, so the agent of a runtime that died exits on its own.
-            "stdin_open": True,
-            "detach": False,
-            "tty": False,
-            "init": True,
+        return SandboxTemplate(
+            image=settings.image,
+            entrypoint=AGENT_COMMAND,
+            command_user=(uid, gid),
+            runtime=settings.runtime,
+            user=AGENT_USER,
+            capabilities=AGENT_CAPABILITIES,
+            working_dir=WORKSPACE_MOUNT,
+            environment=tuple(environment.items()),
+            mounts=tuple(mounts),
+            tmpfs=tuple(tmpfs.items()),
+            memory_bytes=settings.memory_bytes,
+            cpus=settings.cpus,
+            pids_limit=settings.pids_limit,
+            shm_bytes=settings.tmpfs_bytes,
             # With an egress allowlist, still no network: the agent's relay to the proxy's
             # socket is the only way out.
-            "network_mode": "none" if settings.egress is not None else settings.network,
-            "read_only": settings.read_only_rootfs,
-            "cap_drop": ["ALL"],
-            "cap_add": list(AGENT_CAPABILITIES),
-            "security_opt": ["no-new-privileges:true"],
-            "pids_limit": settings.pids_limit,
-            "mem_limit": settings.memory_bytes,
-            "memswap_limit": settings.memory_bytes,
-            "nano_cpus": int(settings.cpus * 1e9),
-            "ipc_mode": "private",
-            "shm_size": settings.tmpfs_bytes,
-            "tmpfs": tmpfs,
-            "mounts": mounts,
-            # The agent's answers travel on stdout; a log driver would copy every command's
-            # output to the host's disk for nothing.
-            "log_config": LogConfig(type=LogConfig.types.NONE),
-        }
-        if settings.runtime is not None:
-            config["runtime"] = settings.runtime
-        return config, (uid, gid)
+            network=settings.network if isinstance(settings.network, str) else "none",
+            read_only_rootfs=settings.read_only_rootfs,
+        )
 
-    def _protect(self, scan: ProtectedScan) -> list[Mount]:
+    def name(self, suffix: str) -> str:
+        return f"codecoder-{self.session_id}-{suffix}"
+
+    def _protect(self, scan: ProtectedScan) -> list[TemplateMount]:
         """A read-only mount over every protected path of the workspace, at every depth.
 
         A symlinked protected path cannot be mounted over (the engine follows the link), and the
@@ -313,12 +285,20 @@ class SandboxContainers:
                     "are refused because it could not be kept read-only inside the sandbox"
                 )
             mounts.append(
-                Mount(f"{WORKSPACE_MOUNT}/{relative}", str(path), type="bind", read_only=True)
+                TemplateMount(f"{WORKSPACE_MOUNT}/{relative}", str(path), identity=_identity(path))
             )
         return mounts
 
-    def start(self, client: Any, mode: Mode, name: str) -> _AgentChannel:
-        """Create and start the container of `mode`, and wait for its agent to be ready."""
+    def start(
+        self,
+        engine: DockerEngine,
+        mode: Mode,
+        suffix: str,
+        prepare: Callable[[], object] = lambda: None,
+    ) -> _AgentChannel:
+        """A ready sandbox of `mode`: claimed from the warm pool when the engine keeps one for
+        this template, else created and started (after `prepare`: the checks of the engine and
+        the image, which the pool made for what it hands out); its agent greeted either way."""
         egress = self.settings.egress
         if mode == "rw" and not self.sync and egress is not None:
             # A connection's permission may be granted for the project while a writable call
@@ -330,139 +310,74 @@ class SandboxContainers:
         if egress is not None:
             proxy = EgressProxy(egress, resolver=self._resolver or system_resolver)
         try:
-            config, uid_gid = self.config(mode, name, scan, proxy)
-            with _engine_errors("create the sandbox container"):
-                container = client.containers.create(**config)
+            template = self.template(mode, scan, proxy)
+            sandbox: Sandbox | None = None
+            # What only this session's process can serve (its egress proxy, its sync volume)
+            # is never pooled; everything else is the same for every session of a workspace.
+            if proxy is None and not self.sync:
+                sandbox = engine.claim(template)
+            if sandbox is None:
+                prepare()
+                sandbox = engine.create(template, self.name(suffix), self.labels(mode))
         except BaseException:
             if proxy is not None:
                 proxy.close()
             raise
-        channel: _AgentChannel | None = None
+        watch: ChangeWatch | None = None
         try:
-            # Attach before start, so nothing the agent writes can be missed (and nothing is
-            # read ahead into the SDK's HTTP buffer, which would hide it from the raw socket).
-            with _engine_errors("attach to the sandbox container"):
-                attached = client.api.attach_socket(
-                    container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                )
-                channel = _AgentChannel(container.id, config["name"], mode, attached)
-                channel.scan = scan
-                channel.watch = ChangeWatch(self.workspace) if scan is not None else None
-                channel.proxy, proxy = proxy, None
-                container.start()
             relay = (
                 {"port": PROXY_PORT, "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}"}
-                if channel.proxy is not None
+                if proxy is not None
                 else None
             )
             outbox = OUTBOX if self.sync and mode == "rw" else None
-            channel.begin(*uid_gid, relay, outbox)
-            if not channel.wait_ready(AGENT_START_SECONDS):
-                detail = channel.stderr_tail or channel.gone or "no answer"
-                raise SandboxUnavailable(
-                    f"the agent of image {self.settings.image!r} did not start ({detail}); "
-                    f"rebuild the image: {SETUP_HINT}"
-                )
-            hello = channel.hello
-            if hello.get("hello") != AGENT_PROTOCOL:
-                raise SandboxUnavailable(
-                    f"image {self.settings.image!r} has an agent speaking protocol "
-                    f"{hello.get('hello')!r}, this runtime speaks {AGENT_PROTOCOL}; "
-                    f"rebuild the image: {SETUP_HINT}"
-                )
-            if hello.get("problem"):
-                raise SandboxUnavailable(
-                    f"the sandbox agent refused to run: {hello['problem']}; nothing ran"
-                )
-            channel.runtime, limits = self._enforced_limits(client, container.id, hello)
-            problems = self._limit_problems(limits)
-            if problems:
-                raise SandboxUnavailable(
-                    "the container engine did not apply the sandbox's limits ("
-                    + "; ".join(problems)
-                    + "), as rootless Podman on cgroup v1 silently does; refusing to run in it. "
-                    "Use an engine that enforces cgroup limits (Docker, or Podman on cgroup v2)"
-                )
+            # Writable in bind mode, created here or claimed: what each call changes in the
+            # workspace, for the apparent size of what it wrote (environments.apparent).
+            watch = ChangeWatch(self.workspace) if scan is not None else None
+            channel = greet(engine, sandbox, template, mode, relay=relay, outbox=outbox)
         except BaseException:
-            if channel is not None:
-                channel.close()
+            if watch is not None:
+                watch.close()
             if proxy is not None:
                 proxy.close()
-            remove_container(client, container.id)
+            engine.remove(sandbox.id)
             raise
+        channel.scan = scan
+        channel.watch = watch
+        channel.proxy = proxy
         return channel
 
-    def _enforced_limits(
-        self, client: Any, container_id: str, hello: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]]:
-        """The engine runtime of the container and the limits in force on it.
+    def remove_leftovers(self, engine: DockerEngine) -> list[str]:
+        """Remove containers of runtimes on this machine whose process is gone.
 
-        The agent reports what its kernel enforces. Under gVisor (runsc) that kernel is
-        gVisor's, which enforces none of them and shows none; the host's enforces them on the
-        whole sandbox, so they are read from the host, from the cgroup of the container's
-        process, which must therefore run on this machine.
+        A warm pool's container (`LABEL_POOL`) belongs to the session that claimed it once the
+        pool's server handed it out: it is removed only when it no longer runs (nobody holds
+        its stream any more, so its agent has exited), never while it does.
         """
-        with _engine_errors("inspect the sandbox container"):
-            attrs = client.api.inspect_container(container_id)
-        runtime = (attrs.get("HostConfig") or {}).get("Runtime") or "runc"
-        if runtime != "runsc":
-            return runtime, hello.get("limits") or {}
-        if not engine_is_local():
-            # The pid a remote engine reports is one of its machine (or its PID namespace):
-            # whatever process has that number here is not the sandbox.
-            raise SandboxUnavailable(
-                "the sandbox runs under gVisor (runsc), whose limits are checked on the machine "
-                f"it runs on, and the engine at {_engine_address()} is on another one; use "
-                'runc there ("docker": {"runtime": "runc"})'
-            )
-        found = host_limits(int((attrs.get("State") or {}).get("Pid") or 0))
-        if found is None:
-            raise SandboxUnavailable(
-                "the sandbox runs under gVisor (runsc), whose limits are checked on the host, "
-                "but the container's process is not visible on this machine (a remote engine?); "
-                "refusing to run in it"
-            )
-        return runtime, found
-
-    def _limit_problems(self, found: dict[str, Any]) -> list[str]:
-        """What the kernel enforces on the container, against what was asked for."""
-        settings = self.settings
-        problems = []
-
-        def check(what: str, value: Any, wanted: float) -> None:
-            shown = f"{wanted:,}" if isinstance(wanted, int) else f"{wanted:g}"
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                problems.append(f"{what}: asked for {shown}, none is in force")
-            elif value > wanted * 1.0001:
-                problems.append(f"{what}: asked for {shown}, {value:,} in force")
-
-        check("memory bytes", found.get("memory"), settings.memory_bytes)
-        check("pids", found.get("pids"), settings.pids_limit)
-        check("cpus", found.get("cpus"), settings.cpus)
-        if found.get("swap_total"):
-            check("memory+swap bytes", found.get("memory_swap"), settings.memory_bytes)
-        return problems
-
-    def remove_leftovers(self, client: Any) -> list[str]:
-        """Remove containers of runtimes on this machine whose process is gone."""
         removed: list[str] = []
-        with _engine_errors("list leftover sandbox containers"):
-            leftovers = client.api.containers(all=True, filters={"label": f"{LABEL_RUNTIME}=1"})
-            for summary in leftovers:
-                labels = summary.get("Labels") or {}
-                if labels.get(LABEL_HOST) != self._host:
-                    continue  # another machine shares this engine; its pids mean nothing here
-                if _owner_alive(labels, self._boot):
-                    continue
-                remove_container(client, summary["Id"])
-                removed.append((summary.get("Names") or [summary["Id"]])[0].lstrip("/"))
-            volumes = client.api.volumes(filters={"label": f"{LABEL_RUNTIME}=1"})
-            for volume in volumes.get("Volumes") or []:
-                labels = volume.get("Labels") or {}
-                if labels.get(LABEL_HOST) != self._host or _owner_alive(labels, self._boot):
-                    continue
-                remove_volume(client, volume["Name"])
-                removed.append(volume["Name"])
+        for summary in engine.list({LABEL_RUNTIME: "1"}):
+            labels = summary.labels
+            if labels.get(LABEL_HOST) != self._host:
+                continue  # another machine shares this engine; its pids mean nothing here
+            if _owner_alive(labels, self._boot):
+                continue
+            if labels.get(LABEL_POOL) and summary.running:
+                continue
+            engine.remove(summary.id)
+            removed.append(summary.name)
+        for name, labels in engine.volumes({LABEL_RUNTIME: "1"}):
+            if labels.get(LABEL_HOST) != self._host or _owner_alive(labels, self._boot):
+                continue
+            engine.remove_volume(name)
+            removed.append(name)
         if removed:
             log.info("removed %d leftover sandbox container(s): %s", len(removed), removed)
         return removed
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino

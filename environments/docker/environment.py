@@ -13,6 +13,11 @@ with it read-write (created on the first writable call). A single container with
 would let a read-only call reach the writable one, and a fresh container per writable call would
 cost a cold start each time.
 
+Containers come from an engine (`environments.engine`: `DockerEngine` here): a session's
+container is claimed from the warm pool when one is warm for the same template
+(`environments.docker.pool`), and created otherwise. An environment may share its engine with
+others (one per runtime, for all its sessions) or own one.
+
 Every docker SDK, requests and socket exception is mapped where it happens: callers see only
 `SandboxUnavailable`, `ExecutionTimeout`, `OutOfMemory` and `ExecutionFailed`.
 """
@@ -42,14 +47,10 @@ from codecoder.environments.docker.calls import (
     translate,
 )
 from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGone
-from codecoder.environments.docker.containers import (
-    AGENT_START_SECONDS,
-    SandboxContainers,
-    remove_container,
-    remove_volume,
-)
-from codecoder.environments.docker.engine import _client_from_env, _engine_errors, engine_is_local
+from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
+from codecoder.environments.docker.engine import DockerEngine, _engine_errors, engine_is_local
 from codecoder.environments.docker.labels import LABEL_SESSION
+from codecoder.environments.docker.pool.client import pool_for
 from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
 from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.environments.workspaceguard import quarantine
@@ -78,11 +79,15 @@ HOST_GRACE_SECONDS: Final = 5.0
 class DockerEnvironment(Environment[CommandRequest, CommandResult]):
     """Runs `CommandRequest`s in warm, hardened containers of the `codecoder-sandbox` image.
 
-    Nothing touches the engine until `start()` or the first `run()`: then the engine and image
-    are checked (`SandboxUnavailable` says what to do when either is missing), containers left
-    behind by dead runtimes are removed, and the container for the call's mode is started.
-    `close()` removes every container of this environment. Safe to use from several threads;
-    calls of one mode run one at a time.
+    Nothing touches the engine until `start()` or the first `run()`: then the container for the
+    call's mode is claimed from the warm pool, or the engine and image are checked
+    (`SandboxUnavailable` says what to do when either is missing), containers left behind by
+    dead runtimes are removed, and the container is started. `close()` removes every container
+    of this environment. Safe to use from several threads; calls of one mode run one at a time.
+
+    `engine`: share one (a runtime's sessions do); the environment then never closes it.
+    Otherwise it makes its own, from `client_factory`, with the warm pool of `settings.pool`
+    unless `pool=False`.
     """
 
     tag = EnvironmentTag.DOCKER
@@ -95,14 +100,20 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         session_id: str | None = None,
         client_factory: Callable[[], Any] | None = None,
         resolver: Resolver | None = None,
+        engine: DockerEngine | None = None,
+        pool: bool = True,
     ) -> None:
         """`resolver` is what the egress proxy resolves host names with (the system's by
         default; tests point names anywhere without DNS)."""
         self.workspace = Path(workspace).resolve()
         self.settings = settings or DockerSettings()
         self.session_id = session_id or uuid.uuid4().hex[:12]
-        self._client_factory = client_factory or _client_from_env
-        self._client: Any = None
+        self._owns_engine = engine is None
+        if engine is None:
+            claims = pool_for(self.settings) if pool and client_factory is None else None
+            engine = DockerEngine(client_factory, pool=claims)
+        self.engine = engine
+        self._prepared = False
         self._lock = threading.Lock()
         self._mode_locks: dict[Mode, threading.Lock] = {
             "ro": threading.Lock(),
@@ -134,7 +145,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         return self
 
     def start(self) -> None:
-        """Connect, check the image, remove dead runtimes' leftovers, warm the read-only container.
+        """Warm the read-only container: claim it from the warm pool, or connect, check the
+        image, remove dead runtimes' leftovers and start one.
 
         Optional: `run()` does the same on first use.
         """
@@ -205,35 +217,42 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             self._closed = True
             channels = list(self._channels.values())
             self._channels.clear()
-            client, self._client = self._client, None
+        engine = self.engine
         for channel in channels:
             channel.close()
-        if client is None:
-            return
+            try:
+                engine.remove(channel.container_id)  # a claimed one: its pool's server does
+            except SandboxUnavailable as exc:
+                log.warning("closing the @docker environment: %s", exc)
         try:
-            with _engine_errors("remove the sandbox containers"):
-                mine = {"label": f"{LABEL_SESSION}={self.session_id}"}
-                for summary in client.api.containers(all=True, filters=mine):
-                    remove_container(client, summary["Id"])
-                for volume in client.api.volumes(filters=mine).get("Volumes") or []:
-                    remove_volume(client, volume["Name"])
-                client.close()
+            if engine.connected:
+                mine = {LABEL_SESSION: self.session_id}
+                for summary in engine.list(mine):
+                    engine.remove(summary.id)
+                for name, _ in engine.volumes(mine):
+                    engine.remove_volume(name)
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
+        finally:
+            if self._owns_engine:
+                engine.close()
+
+    def containers(self) -> list[str]:
+        """The ids of this environment's warm containers (what the benchmarks weigh)."""
+        with self._lock:
+            return [channel.container_id for channel in self._channels.values()]
 
     def runtime_in_use(self) -> str:
         """The engine runtime this environment's containers run under (`check`, `audit`)."""
         if self.settings.runtime is not None:
             return self.settings.runtime
-        client = self._ensure_started()
-        with _engine_errors("ask the Docker engine for its default runtime"):
-            return str(client.info().get("DefaultRuntime") or "runc")
+        self._ensure_started()
+        return str(self.engine.info().get("DefaultRuntime") or "runc")
 
     def engine_runtimes(self) -> list[str]:
         """The runtimes codecoder knows (runc, gVisor's runsc) that the engine offers."""
-        client = self._ensure_started()
-        with _engine_errors("ask the Docker engine for its runtimes"):
-            offered = client.info().get("Runtimes") or {}
+        self._ensure_started()
+        offered = self.engine.info().get("Runtimes") or {}
         return [runtime for runtime in KNOWN_RUNTIMES if runtime in offered]
 
     def cold_run(self, request: CommandRequest) -> CommandResult:
@@ -249,7 +268,11 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 self._sync_in(mode)
                 if self._volume is not None and mode == "rw":
                     self._volume.generation += 1  # written behind the agent's back
-        config, _ = self._containers.config(mode, f"cold-{next(self._generation)}")
+        config = self.engine.container_config(
+            self._containers.template(mode),
+            self._containers.name(f"cold-{next(self._generation)}"),
+            self._containers.labels(mode),
+        )
         config.update(
             entrypoint=call.argv,
             working_dir=call.cwd,
@@ -273,7 +296,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
                 stdout = container.logs(stdout=True, stderr=False)
                 stderr = container.logs(stdout=False, stderr=True)
             finally:
-                remove_container(client, container.id)
+                self.engine.remove(container.id)
         return plain_result(call, int(status["StatusCode"]), stdout, stderr, request)
 
     def exec_run(self, request: CommandRequest) -> CommandResult:
@@ -448,24 +471,17 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             return self._start_locked()
 
     def _start_locked(self) -> Any:
+        """The engine's client, once the workspace and the image are checked and the leftovers
+        of dead runtimes removed (once per environment)."""
         if self._closed:
             raise SandboxUnavailable("this @docker environment was closed")
-        if self._client is not None:
-            return self._client
+        if self._prepared:
+            return self.engine.client
         self._containers.check_workspace()
-        with _engine_errors("connect to the Docker engine"):
-            client = self._client_factory()
-            client.ping()
-        try:
-            with _engine_errors(f"find the sandbox image {self.settings.image!r}"):
-                image = client.images.get(self.settings.image)
-            self._containers.check_image(image.labels or {})
-            self._containers.remove_leftovers(client)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                client.close()
-            raise
-        self._client = client
+        client = self.engine.client
+        self._containers.check_image(self.engine.image_labels(self.settings.image))
+        self._containers.remove_leftovers(self.engine)
+        self._prepared = True
         return client
 
     # -- sync mode ----------------------------------------------------------------------------
@@ -572,10 +588,15 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             # its mounts no longer cover what exists, so it runs nothing more.
             log.info("%s: protected paths changed on the host; replacing it", channel.name)
         with self._lock:
-            client = self._start_locked()
+            if self._closed:
+                raise SandboxUnavailable("this @docker environment was closed")
+            if not self._prepared:
+                self._containers.check_workspace()
             if channel is not None:
                 self._discard_locked(channel)
-        channel = self._containers.start(client, mode, f"{mode}-{next(self._generation)}")
+        channel = self._containers.start(
+            self.engine, mode, f"{mode}-{next(self._generation)}", prepare=self._ensure_started
+        )
         with self._lock:
             if self._closed:
                 self._discard_locked(channel)
@@ -591,19 +612,14 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if self._channels.get(channel.mode) is channel:
             del self._channels[channel.mode]
         channel.close()
-        if self._client is not None:
+        if channel.claimed or self.engine.connected:
             try:
-                with _engine_errors("remove a sandbox container"):
-                    remove_container(self._client, channel.container_id)
+                self.engine.remove(channel.container_id)
             except SandboxUnavailable as exc:
                 log.warning("%s (close() retries)", exc)
 
     def _container_oom_killed(self, channel: _AgentChannel) -> bool:
-        if self._client is None:
-            return False
         try:
-            with _engine_errors("inspect the sandbox container"):
-                state = self._client.api.inspect_container(channel.container_id)["State"]
+            return self.engine.inspect(channel.container_id).oom_killed
         except SandboxUnavailable:
             return False
-        return bool(state.get("OOMKilled"))

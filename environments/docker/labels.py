@@ -3,12 +3,15 @@
 Every container and volume is labelled `codecoder.runtime=1`, with its session, its mode and the
 host process that made it (the machine, its boot, the pid and the pid's start time), so the
 runtime can remove its own and the leftovers of runtimes that died without touching another
-runtime's live containers.
+runtime's live containers. A warm pool's containers (`environments.docker.pool`) also carry
+`codecoder.pool=1`: their host process is the pool's server, but once claimed a container is
+the claiming session's, so it is a leftover only when it no longer runs.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -18,6 +21,7 @@ __all__ = [
     "LABEL_MODE",
     "LABEL_PID",
     "LABEL_PID_START",
+    "LABEL_POOL",
     "LABEL_RUNTIME",
     "LABEL_SESSION",
 ]
@@ -29,6 +33,7 @@ LABEL_HOST: Final = "codecoder.host"
 LABEL_BOOT: Final = "codecoder.boot"
 LABEL_PID: Final = "codecoder.pid"
 LABEL_PID_START: Final = "codecoder.pid-start"
+LABEL_POOL: Final = "codecoder.pool"
 
 
 def _boot_id() -> str:
@@ -48,7 +53,7 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _owner_alive(labels: dict[str, str], boot: str) -> bool:
+def _owner_alive(labels: Mapping[str, str], boot: str) -> bool:
     if labels.get(LABEL_BOOT) != boot:
         return False  # the machine rebooted since: its creator is certainly gone
     try:

@@ -20,6 +20,8 @@ DEFAULT_IMAGE: Final = "codecoder-sandbox"
 # tightens the sandbox; any other runtime is whatever that runtime makes of the container.
 KNOWN_RUNTIMES: Final = ("runc", "runsc")
 WorkspaceMode = Literal["auto", "bind", "sync"]
+# Warm sandboxes of one template the pool keeps at most (environments.docker.pool.warm.MAX_SIZE).
+MAX_POOL: Final = 8
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([bkmg]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
@@ -59,7 +61,9 @@ class DockerSettings:
     they never touch the host and are emptied between calls made under different grants.
     `disk_budget` is how much a writable call may grow the workspace's filesystem before it is
     stopped (and, in sync mode, how much may come back); when it ends, what it wrote counts at
-    apparent size too (a sparse file, more names of one file: `environments.apparent`).
+    apparent size too (a sparse file, more names of one file: `environments.apparent`). `pool`
+    is how many sandboxes of these settings the warm pool keeps ready for new sessions, per
+    workspace and mode (0: none; `environments.docker.pool`).
     """
 
     image: str = DEFAULT_IMAGE
@@ -74,6 +78,7 @@ class DockerSettings:
     disk_budget: str = "1g"
     runtime: str | None = None
     workspace: WorkspaceMode = "auto"
+    pool: int = 1
 
     def __post_init__(self) -> None:
         egress = Egress.of(self.network)
@@ -100,6 +105,8 @@ class DockerSettings:
                 f"user {self.user!r}: commands never run as root (uid or gid 0) in the sandbox; "
                 "the agent that runs them is root, and must stay out of their reach"
             )
+        if not 0 <= self.pool <= MAX_POOL:
+            raise ValueError(f"pool must be between 0 (no warm pool) and {MAX_POOL}")
         if self.pids_limit < 8:
             raise ValueError("pids_limit below 8 leaves no room for the agent itself")
         for path in self.extra_writable_paths:

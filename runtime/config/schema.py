@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from codecoder.environments.docker.settings import MAX_POOL
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.display import quoted as _quote
 from codecoder.runtime.kernel.hosts import parse_host_entry
@@ -153,6 +154,7 @@ class _Docker(BaseModel):
     user: str | None = Field(default=None, pattern=r"^(auto|[0-9]+(:[0-9]+)?)$")
     extra_writable_paths: list[str] | None = None
     disk_budget: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
+    pool: int | None = Field(default=None, ge=0, le=MAX_POOL)
 
 
 COMMENT_PREFIX = "//"

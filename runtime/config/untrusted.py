@@ -128,6 +128,7 @@ _DOCKER_LIMITS: Final = {
     "cpus": "cpus",
     "pids_limit": "pids_limit",
     "tmpfs_size": "tmpfs_bytes",
+    "pool": "pool",  # warm sandboxes kept for new sessions: the user's machine's memory
 }
 
 

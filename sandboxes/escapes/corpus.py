@@ -24,7 +24,15 @@ __all__ = ["LAYERS", "Attempt", "Layer", "load_corpus"]
 
 
 Layer: TypeAlias = Literal[
-    "keying", "contained", "permission-files", "rules", "hooks", "wasm", "bwrap", "docker"
+    "keying",
+    "contained",
+    "permission-files",
+    "rules",
+    "hooks",
+    "wasm",
+    "bwrap",
+    "docker",
+    "pool",
 ]
 # The order they run in: the cheap layers first, so a broken keyer shows up in a second.
 LAYERS: Final[tuple[Layer, ...]] = (
@@ -36,6 +44,7 @@ LAYERS: Final[tuple[Layer, ...]] = (
     "wasm",
     "bwrap",
     "docker",
+    "pool",
 )
 
 ErrorName = Literal[
@@ -278,6 +287,21 @@ class WasmEntry(_Entry):
     branches: int = Field(default=60_000, gt=0)
 
 
+class PoolEntry(_Entry):
+    kind: Literal[
+        "stale-protected",
+        "replaced-protected",
+        "replaced-workspace",
+        "state-across-sessions",
+        "loose-template",
+        "foreign-uid",
+    ]
+    path: str | None = None
+    directory: bool = False
+    write: str | None = None
+    template: dict[str, Any] = Field(default_factory=dict)
+
+
 AnyEntry: TypeAlias = (
     KeyingEntry
     | ContainedEntry
@@ -287,6 +311,7 @@ AnyEntry: TypeAlias = (
     | DockerEntry
     | WasmEntry
     | BwrapEntry
+    | PoolEntry
 )
 _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "keying": KeyingEntry,
@@ -297,6 +322,7 @@ _ENTRY_TYPES: Final[dict[Layer, type[AnyEntry]]] = {
     "wasm": WasmEntry,
     "bwrap": BwrapEntry,
     "docker": DockerEntry,
+    "pool": PoolEntry,
 }
 
 

@@ -48,6 +48,7 @@ from codecoder.sandboxes.escapes.layer import _LayerRunner
 from codecoder.sandboxes.escapes.options import AuditOptions
 from codecoder.sandboxes.escapes.outcomes import Status, _NotApplicable, _NotRun, _Outcome
 from codecoder.sandboxes.escapes.permission_files import _PermissionFilesLayer
+from codecoder.sandboxes.escapes.pool import _PoolLayer
 from codecoder.sandboxes.escapes.report import AttemptResult, AuditReport
 from codecoder.sandboxes.escapes.rules import _RulesLayer
 from codecoder.sandboxes.escapes.wasm import _WasmLayer
@@ -297,6 +298,7 @@ class _Audit:
             "wasm": _WasmLayer,
             "bwrap": _BwrapLayer,
             "docker": _DockerLayer,
+            "pool": _PoolLayer,
         }
         return runners[layer](self)
 

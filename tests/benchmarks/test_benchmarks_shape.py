@@ -52,6 +52,12 @@ FIGURE_NAMES = [
     "docker_modes.runsc.vs_exec_run",
     "docker_modes.sync.vs_bind",
     "docker_modes.sync.write",
+    "pool.session.first_call",
+    "pool.session.first_call_unpooled",
+    "pool.session.first_call_vs_warm",
+    "pool.process.first_call",
+    "pool.process.first_call_in_process",
+    "pool.process.first_call_unpooled",
     "search.grep.small",
     "search.glob.small",
     "search.grep.large",
@@ -59,6 +65,11 @@ FIGURE_NAMES = [
     "search.grep.wasm",
     "search.glob.wasm",
     *(f"throughput.{env}.{n}" for env in ("mock", "shell", "wasm", "docker") for n in (1, 4, 16)),
+    *(
+        f"many_sessions.{runtime}.{figure}"
+        for runtime in ("runc", "runsc")
+        for figure in ("memory", "p50", "p99", "saturated")
+    ),
     "agents.startup.decide",
     "agents.startup.hook",
     "agents.startup.call",

@@ -141,8 +141,9 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
         "wasm": 46,
         "bwrap": 29,
         "docker": 55,
+        "pool": 17,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 458
+    assert len({a.id for a in corpus}) == len(corpus) == 475
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
@@ -510,7 +511,7 @@ def test_an_unknown_layer_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     assert code == 2
     assert capsys.readouterr().err == (
         "codecoder: unknown layer network; the layers are keying, contained, permission-files, "
-        "rules, hooks, wasm, bwrap, docker\n"
+        "rules, hooks, wasm, bwrap, docker, pool\n"
     )
 
 
@@ -656,6 +657,39 @@ def test_a_writable_root_filesystem_lets_the_rootfs_attempts_escape(
         "docker.rootfs-executable": ESCAPED,
         "docker.agent-tamper": BLOCKED,  # root owns it: the non-root user still cannot write it
     }
+    assert not report.ok
+
+
+STALE = [
+    "pool.stale-git-hooks",
+    "pool.stale-project-file",
+    "pool.stale-codecoder-dir",
+    "pool.stale-nested-git",
+    "pool.stale-gitmodules",
+]
+
+
+def test_a_pool_that_hands_out_stale_sandboxes_lets_the_stale_attempts_escape(
+    project: Path, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from codecoder.environments.docker.pool.client import PoolClient
+    from codecoder.environments.engine import SandboxTemplate
+
+    claim = PoolClient.claim
+    first: dict[tuple[int, int] | None, SandboxTemplate] = {}
+
+    def stale(self: PoolClient, template: SandboxTemplate) -> Any:
+        """Claims with the first template seen for the workspace: a pool matching on the
+        workspace alone, blind to the protected paths that appeared since."""
+        workspace = next(m.identity for m in template.mounts if m.target == "/workspace")
+        return claim(self, first.setdefault(workspace, template))
+
+    monkeypatch.setattr(PoolClient, "claim", stale)
+
+    report = run_audit(project, ["pool"], options=AuditOptions(docker_runtimes=()), attempts=STALE)
+
+    assert statuses(report) == dict.fromkeys(STALE, ESCAPED)
+    assert report.results[0].how.startswith("it changed .git/hooks/pre-commit on the host")
     assert not report.ok
 
 

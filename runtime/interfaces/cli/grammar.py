@@ -317,7 +317,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="LAYER",
         help="only these layers: keying, contained, permission-files, rules, hooks, wasm, "
-        "bwrap, docker (default: all)",
+        "bwrap, docker, pool (default: all)",
     )
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML to FILE")
     p.set_defaults(handler=audit.audit)

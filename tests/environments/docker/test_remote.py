@@ -29,6 +29,7 @@ import pytest
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.engine import _client_from_env, engine_is_local, transport
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
+from codecoder.environments.docker.pool import wire
 from codecoder.runtime.kernel.errors import SandboxUnavailable
 from tests.environments.conftest import RemoteEngine
 from tests.environments.docker.test_attacks import *  # noqa: F403
@@ -181,6 +182,22 @@ def test_the_egress_allowlist_is_refused_with_the_reason(workspace: Path) -> Non
         f"the Docker engine at {os.environ['DOCKER_HOST']} is on another machine, and the "
         "egress proxy of docker.network runs on this one: its allowlist needs a local engine"
     )
+
+
+def test_a_remote_engine_has_no_warm_pool(
+    workspace: Path, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool hands a claimed sandbox's stream over as a descriptor, which a TLS connection
+    cannot be: sessions on a remote engine make their own sandboxes, and start no pool server."""
+    monkeypatch.setenv("CODECODER_POOL", "1")
+    with DockerEnvironment(workspace, DockerSettings(pool=2)) as env:
+        ran = run(env, "echo ran")
+        assert env.engine.pool is None
+        labels = [c.labels for c in docker_engine.containers.list()]
+
+    assert ran.stdout == "ran\n"
+    assert not any("codecoder.pool" in found for found in labels)
+    assert not wire.socket_directory().exists()
 
 
 def check(project: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -401,11 +418,6 @@ def test_a_writable_call_writes_the_workspace_as_its_owner_there(workspace: Path
     assert (written.stat().st_uid, written.stat().st_gid) == (10001, 10001)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sync mode: an empty workspace's volume is owned by root, so a writable call cannot "
-    "write it (environments/docker/sync.py, being reshaped on another branch)",
-)
 def test_an_empty_workspace_can_be_written_there(workspace: Path) -> None:
     with DockerEnvironment(workspace) as env:
         result = run(env, "echo data > out.txt", writable=True)

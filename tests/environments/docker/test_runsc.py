@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import codecoder.environments.docker.containers as docker_module
+import codecoder.environments.docker.greeting as docker_module
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.runtime.kernel.errors import ExecutionTimeout, OutOfMemory, SandboxUnavailable

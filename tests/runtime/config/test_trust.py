@@ -207,6 +207,17 @@ def test_narrower_limits_and_a_shorter_session_apply_at_once(project: Path) -> N
     assert (config.limits.timeout, config.session_ttl, config.docker.memory) == (5, 60, "256m")
 
 
+def test_an_untrusted_file_may_shrink_the_warm_pool_but_not_grow_it(project: Path) -> None:
+    write_config(project, {"docker": {"pool": 0}}, trusted=False)
+    shrunk = runtime(project).config
+    write_config(project, {"docker": {"pool": 4}}, trusted=False)
+    grown = runtime(project).config
+
+    assert (shrunk.docker.pool, grown.docker.pool) == (0, 1)
+    assert [d.key for d in shrunk.diagnostics] == []
+    assert [(d.code, d.key) for d in grown.diagnostics] == [("untrusted", "docker.pool")]
+
+
 def test_every_setting_of_the_file_is_classified() -> None:
     # A new setting must be classified in runtime.config.untrusted.SECTIONS, or it would be
     # obeyed from a file nobody trusted.

@@ -1,0 +1,313 @@
+"""The pool's server: one long-lived process per user that keeps sandboxes warm and hands them out.
+
+Started on demand by the first session that finds none (`environments.docker.pool.client`),
+with that session's template, so the next session finds it warm; it exits after `IDLE` seconds
+without a request once no sandbox it handed out still runs, or on SIGTERM, removing every warm
+sandbox first. Killed outright, it leaves nothing running either: each warm sandbox's agent
+reads its stdin from the stream only this process held, and exits when it closes; the next
+server (and any session's start) removes the stopped containers (`codecoder.pool` label).
+
+Requests, one per connection (`environments.docker.pool.wire`):
+
+    {"op": "claim", "template": {...}, "size": n}
+        -> {"sandbox": {"id", "name", "key": hex, "hello": {...}, "runtime"}} + the stream,
+           or {"miss": reason}
+    {"op": "release", "id": ...}     -> {"released": bool}   (the server removes it)
+    {"op": "status"}                 -> {"pid", "templates": [...], "claimed": [...], ...}
+    {"op": "stop"}                   -> {"stopping": true}, then the server exits
+
+A server whose code changed on disk since it started (an upgrade) refuses and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from codecoder.environments.docker import labels as labelling
+from codecoder.environments.docker.engine import DockerEngine
+from codecoder.environments.docker.labels import LABEL_HOST, LABEL_POOL, LABEL_RUNTIME
+from codecoder.environments.docker.pool import wire
+from codecoder.environments.docker.pool.eligible import refusal
+from codecoder.environments.docker.pool.warm import Ready, WarmPool
+from codecoder.environments.engine import SandboxTemplate
+from codecoder.runtime.kernel.errors import SandboxUnavailable
+
+__all__ = ["IDLE", "serve"]
+
+log = logging.getLogger(__name__)
+
+IDLE: Final = 900.0  # seconds without a request after which the server exits
+_TICK: Final = 2.0
+
+
+def serve(idle: float = IDLE, first: dict[str, Any] | None = None) -> int:
+    """Listen until idle for `idle` seconds (or told to stop); the exit status. `first` is the
+    claim of the session that started this server, warmed at once."""
+    ident = wire.identity()
+    snapshot = _code_snapshot()
+    directory = wire.socket_directory()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if not wire.private(dir_fd):
+            log.error("%s is not private to this user; not serving", directory)
+            return 1
+        name = wire.socket_name(ident)
+        lock = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            return 0  # another server of this identity is already listening
+        try:
+            return _serve_locked(idle, first, directory, dir_fd, name, lock, snapshot)
+        finally:
+            os.close(lock)
+    finally:
+        os.close(dir_fd)
+
+
+def _serve_locked(
+    idle: float,
+    first: dict[str, Any] | None,
+    directory: Path,
+    dir_fd: int,
+    name: str,
+    lock: int,
+    snapshot: dict[str, tuple[int, int]],
+) -> int:
+    os.ftruncate(lock, 0)
+    os.write(lock, f"{os.getpid()}\n".encode())
+    engine = DockerEngine()
+    pool = WarmPool(engine, _labels(), memory=_engine_memory(engine))
+    _reap_dead_pools(engine)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"{name}.sock", dir_fd=dir_fd)
+    old = os.umask(0o177)
+    try:
+        listener.bind(wire.address(directory, name, dir_fd))
+    finally:
+        os.umask(old)
+    bound = os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino
+    listener.listen(128)
+    listener.settimeout(_TICK)
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    pool.start()
+    if first is not None:
+        _answer(pool, first, None)
+    last = time.monotonic()
+    try:
+        while not stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                quiet = time.monotonic() - last > idle and not pool.claimed_running()
+                if quiet or not _still_ours(dir_fd, name, bound):
+                    return 0
+                continue
+            last = time.monotonic()
+            if wire.peer_uid(conn) != os.geteuid():
+                conn.close()
+                continue
+            # One thread per connection: a client slow to send holds up nobody else's claim.
+            threading.Thread(
+                target=_serve_connection,
+                args=(pool, conn, snapshot, stopping),
+                name="codecoder-pool-request",
+                daemon=True,
+            ).start()
+        return 0
+    finally:
+        if _still_ours(dir_fd, name, bound):
+            os.unlink(f"{name}.sock", dir_fd=dir_fd)
+        listener.close()
+        pool.close()
+        engine.close()
+
+
+def _serve_connection(
+    pool: WarmPool,
+    conn: socket.socket,
+    snapshot: dict[str, tuple[int, int]],
+    stopping: threading.Event,
+) -> None:
+    with conn:
+        # The request is read first, even when it is refused: closing a Unix socket with
+        # unread data resets it, and the reply would be lost.
+        try:
+            conn.settimeout(5.0)
+            request, fd = wire.receive(conn)
+        except (OSError, ValueError) as exc:
+            _reply(conn, {"refused": f"unreadable request: {exc}"})
+            return
+        if fd is not None:
+            os.close(fd)
+        if _code_changed(snapshot):
+            _reply(conn, {"refused": "the installed code changed; start a new server"})
+            stopping.set()
+            return
+        if request.get("op") == "stop":
+            _reply(conn, {"stopping": True})
+            stopping.set()
+            return
+        _answer(pool, request, conn)
+
+
+def _answer(pool: WarmPool, request: dict[str, Any], conn: socket.socket | None) -> None:
+    """Serve one request; `conn` None for the first claim, made before anyone listens."""
+    op = request.get("op")
+    if op == "claim":
+        try:
+            template = SandboxTemplate.from_json(request.get("template") or {})
+            size = int(request.get("size", 1))
+        except (TypeError, ValueError) as exc:
+            _reply(conn, {"refused": str(exc)})
+            return
+        problem = refusal(template)
+        if problem is not None:
+            log.warning("refused to make a sandbox: %s", problem)
+            _reply(conn, {"refused": f"the pool makes no such sandbox: {problem}"})
+            return
+        ready = pool.claim(template, size)
+        if ready is None:
+            _reply(conn, {"miss": "no warm sandbox of this template yet"})
+            return
+        if conn is None:
+            pool.release(ready.id)
+            return
+        _hand_over(pool, ready, conn)
+    elif op == "release":
+        _reply(conn, {"released": pool.release(str(request.get("id")))})
+    elif op == "status":
+        _reply(conn, {"pid": os.getpid(), **pool.status()})
+    else:
+        _reply(conn, {"refused": f"unknown request {op!r}"})
+
+
+def _hand_over(pool: WarmPool, ready: Ready, conn: socket.socket) -> None:
+    greeted = ready.greeted
+    message = {
+        "sandbox": {
+            "id": ready.id,
+            "name": ready.name,
+            "key": greeted.key.hex(),
+            "hello": dict(greeted.hello),
+            "runtime": greeted.runtime,
+        }
+    }
+    try:
+        wire.send(conn, message, ready.stream.fileno())
+    except OSError as exc:
+        # Never sent: nobody else may have it either.
+        log.warning("handing over %s failed (%s); removed", ready.name, exc)
+        pool.release(ready.id)
+    pool.handed_over(ready)
+
+
+def _reply(conn: socket.socket | None, message: dict[str, Any]) -> None:
+    if conn is None:
+        return
+    with contextlib.suppress(OSError):
+        wire.send(conn, message)
+
+
+def _labels() -> dict[str, str]:
+    pid = os.getpid()
+    return {
+        LABEL_RUNTIME: "1",
+        labelling.LABEL_SESSION: f"pool-{pid}",
+        LABEL_HOST: socket.gethostname(),
+        labelling.LABEL_BOOT: labelling._boot_id(),
+        labelling.LABEL_PID: str(pid),
+        labelling.LABEL_PID_START: labelling._process_start(pid) or "",
+    }
+
+
+def _engine_memory(engine: DockerEngine) -> int | None:
+    try:
+        memory = engine.info().get("MemTotal")
+    except SandboxUnavailable:
+        return None
+    return int(memory) if isinstance(memory, int) and memory > 0 else None
+
+
+def _reap_dead_pools(engine: DockerEngine) -> None:
+    """Remove what servers that died left: their containers that no longer run (a running one
+    was claimed, and is its session's until it stops)."""
+    host, boot = socket.gethostname(), labelling._boot_id()
+    try:
+        for summary in engine.list({LABEL_POOL: "1"}):
+            labels = summary.labels
+            if labels.get(LABEL_HOST) != host or summary.running:
+                continue
+            if labelling._owner_alive(dict(labels), boot):
+                continue
+            engine.remove(summary.id)
+    except SandboxUnavailable as exc:
+        log.warning("removing what dead pools left: %s", exc)
+
+
+def _code_snapshot() -> dict[str, tuple[int, int]]:
+    """The modification time and size of every module file loaded, to notice an upgrade."""
+    snapshot: dict[str, tuple[int, int]] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str):
+            continue
+        try:
+            info = os.stat(path)
+        except OSError:
+            snapshot[path] = (-1, -1)
+            continue
+        snapshot[path] = (info.st_mtime_ns, info.st_size)
+    return snapshot
+
+
+def _code_changed(snapshot: dict[str, tuple[int, int]]) -> bool:
+    """Whether a module file loaded at the start changed since (modules imported later, as
+    the SDK imports some lazily, are not a change)."""
+    now = _code_snapshot()
+    return any(now.get(path, (-1, -1)) != mark for path, mark in snapshot.items())
+
+
+def _still_ours(dir_fd: int, name: str, inode: int) -> bool:
+    try:
+        return os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino == inode
+    except OSError:
+        return False
+
+
+def main() -> int:
+    from codecoder.environments.docker.pool.client import FIRST_CLAIM
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s codecoder-pool[%(process)d] %(message)s"
+    )
+    first: dict[str, Any] | None = None
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(os.environ.pop(FIRST_CLAIM, "") or "null")
+        first = parsed if isinstance(parsed, dict) else None
+    idle = float(os.environ.get("CODECODER_POOL_IDLE", IDLE))
+    return serve(idle, first)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""The warm pool: sandboxes made and greeted ahead of the sessions that will claim them.
+
+What is decided when a sandbox is made, and what when it is claimed:
+
+* **Made** (the template, `environments.engine.SandboxTemplate`): the image and runtime, the
+  hardening and limits, the workspace's bind mount and whether it is writable, the read-only
+  mounts over every protected path, and the command user, all as the claimer computed them
+  from the workspace when it first asked. The pool greets the agent (the session key, the
+  command user), reads its hello and checks the limits in force, exactly as a session does.
+* **Claimed**: the template must match in full (its key is a digest of all of it): a workspace
+  replaced by another directory of the same name (its inode), a protected path that appeared,
+  went or was replaced, another owner of the workspace (the command user) or other settings
+  make another template, which nothing warm matches. The session's own state starts empty: no
+  command ever ran in a pooled sandbox, and its first call is made as under a new grant.
+* **Never pooled**: a sandbox with an egress allowlist (its proxy is the session's process) or
+  a synced workspace (its volume is the session's).
+
+A claimed sandbox belongs to the claiming session alone: it leaves the pool when it is handed
+out and never comes back; `release` removes it. The pool refills in the background, one
+sandbox at a time (a 2-core machine gains nothing from more), within `max_total` sandboxes
+and within the engine's memory: the memory limits of the warm sandboxes never add up to more
+than half of what the engine has. A template whose sandboxes fail to start is retried later
+and later (up to a minute apart); a template nobody claimed for `key_idle` seconds is dropped
+with its sandboxes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from codecoder.environments.docker.channel import Mode
+from codecoder.environments.docker.greeting import greet
+from codecoder.environments.docker.labels import LABEL_MODE, LABEL_PID, LABEL_POOL
+from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
+from codecoder.environments.engine import Greeted, Sandbox, SandboxEngine, SandboxTemplate
+from codecoder.runtime.kernel.errors import SandboxUnavailable
+
+__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "Ready", "WarmPool"]
+
+log = logging.getLogger(__name__)
+
+MAX_SIZE: Final = MAX_POOL  # warm sandboxes of one template at most, whatever a claim asks
+MAX_TOTAL: Final = 16  # warm sandboxes of all templates at most
+KEY_IDLE: Final = 600.0  # seconds without a claim after which a template is dropped
+_BACKOFF_MAX: Final = 60.0
+_TICK: Final = 5.0
+
+
+@dataclass(slots=True)
+class Ready:
+    """A warm sandbox: created, greeted, its stream waiting to be handed over."""
+
+    id: str
+    name: str
+    stream: socket.socket
+    greeted: Greeted
+    created: float = field(default_factory=time.monotonic)
+
+    def alive(self) -> bool:
+        """Nothing arrived on the stream since the hello: no EOF (the agent or the container
+        died), no stray output (a protocol violation)."""
+        poller = select.poll()
+        poller.register(self.stream, select.POLLIN | select.POLLHUP | select.POLLERR)
+        return not poller.poll(0)
+
+    def drop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stream.close()
+
+
+@dataclass(slots=True)
+class _Template:
+    template: SandboxTemplate
+    want: int
+    last_claim: float
+    ready: deque[Ready] = field(default_factory=deque)
+    creating: int = 0
+    failures: int = 0
+    retry_at: float = 0.0
+    problem: str | None = None
+
+
+class WarmPool:
+    """Warm sandboxes per template, made by `engine` and labelled with `labels`.
+
+    `memory` is the engine's memory in bytes (None: unknown, no memory bound). `identity_ok`
+    says whether a template's bind sources are still the directories it was made for (made
+    replaceable for tests); a template whose sources changed is dropped.
+    """
+
+    def __init__(
+        self,
+        engine: SandboxEngine,
+        labels: Mapping[str, str],
+        *,
+        max_total: int = MAX_TOTAL,
+        key_idle: float = KEY_IDLE,
+        memory: int | None = None,
+        identity_ok: Callable[[SandboxTemplate], bool] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.labels = {**labels, LABEL_POOL: "1"}
+        self.max_total = max_total
+        self.key_idle = key_idle
+        self.memory = memory
+        self._identity_ok = identity_ok or sources_unchanged
+        self._templates: dict[str, _Template] = {}
+        self._claimed: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._names = itertools.count(1)
+        self._closed = False
+        self._filler: threading.Thread | None = None
+        # Removals take an engine call each: they happen here, never while a claim waits.
+        self._removals: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._remover = threading.Thread(
+            target=self._remove_queued, name="codecoder-pool-remove", daemon=True
+        )
+        self.served = 0
+        self.missed = 0
+
+    # -- what the server asks ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._filler = threading.Thread(target=self._fill, name="codecoder-pool-fill", daemon=True)
+        self._filler.start()
+        self._remover.start()
+
+    def claim(self, template: SandboxTemplate, size: int) -> Ready | None:
+        """A warm sandbox of `template`, now the caller's alone, or None; either way the
+        template is kept warm (`size` sandboxes, at most `MAX_SIZE`) for the next claim."""
+        key = template.key
+        dead: list[Ready] = []
+        found: Ready | None = None
+        with self._lock:
+            if self._closed:
+                return None
+            entry = self._templates.get(key)
+            if entry is None:
+                entry = self._templates[key] = _Template(template, 0, time.monotonic())
+            entry.want = max(0, min(size, MAX_SIZE))
+            entry.last_claim = time.monotonic()
+            while entry.ready:
+                candidate = entry.ready.popleft()
+                if candidate.alive():
+                    found = candidate
+                    self._claimed[found.id] = time.monotonic()
+                    break
+                dead.append(candidate)
+            if found is None:
+                self.missed += 1
+            else:
+                self.served += 1
+            self._wake.notify_all()
+        for sandbox in dead:
+            log.warning("%s died while warm; removed", sandbox.name)
+            sandbox.drop()
+            self._removals.put(sandbox.id)
+        return found
+
+    def release(self, sandbox_id: str) -> bool:
+        """Remove a sandbox this pool handed out (its session is done with it)."""
+        with self._lock:
+            known = self._claimed.pop(sandbox_id, None) is not None
+        if known:
+            self._removals.put(sandbox_id)
+        return known
+
+    def handed_over(self, ready: Ready) -> None:
+        """The claimer has the stream: the pool's own descriptor goes."""
+        ready.drop()
+
+    def claimed_running(self) -> int:
+        with self._lock:
+            return len(self._claimed)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "templates": [
+                    {
+                        "key": key,
+                        "image": entry.template.image,
+                        "runtime": entry.template.runtime,
+                        "want": entry.want,
+                        "ready": [r.id for r in entry.ready],
+                        "creating": entry.creating,
+                        "failures": entry.failures,
+                        "problem": entry.problem,
+                    }
+                    for key, entry in self._templates.items()
+                ],
+                "claimed": sorted(self._claimed),
+                "served": self.served,
+                "missed": self.missed,
+            }
+
+    def close(self) -> None:
+        """Stop refilling and remove every warm sandbox; claimed ones are their sessions'."""
+        with self._lock:
+            self._closed = True
+            ready = [r for entry in self._templates.values() for r in entry.ready]
+            self._templates.clear()
+            self._wake.notify_all()
+        for sandbox in ready:
+            sandbox.drop()
+            self._removals.put(sandbox.id)
+        if self._filler is not None:
+            self._filler.join(timeout=60)
+        self._removals.put(None)
+        if self._remover.is_alive():
+            self._remover.join(timeout=120)
+        else:  # never started: remove here
+            self._remove_queued()
+
+    # -- keeping it warm ---------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        last_tick = 0.0
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                expired = self._expire(now) if now - last_tick >= _TICK else []
+                job = self._next_job(now)
+                if job is None and not expired and now - last_tick < _TICK:
+                    self._wake.wait(timeout=min(_TICK, self._next_retry(now)))
+                    continue
+                if job is not None:
+                    job.creating += 1
+            for sandbox in expired:
+                self._remove(sandbox)
+            if now - last_tick >= _TICK:
+                last_tick = now
+                self._reap()
+            if job is not None:
+                self._make(job)
+
+    def _next_job(self, now: float) -> _Template | None:
+        """The template most short of warm sandboxes that may have one more now."""
+        warm = sum(len(e.ready) + e.creating for e in self._templates.values())
+        if warm >= self.max_total:
+            return None
+        memory = sum(
+            (len(e.ready) + e.creating) * e.template.memory_bytes for e in self._templates.values()
+        )
+        best: _Template | None = None
+        best_short = 0
+        for entry in self._templates.values():
+            short = entry.want - len(entry.ready) - entry.creating
+            if short <= best_short or entry.retry_at > now:
+                continue
+            if self.memory is not None and memory + entry.template.memory_bytes > self.memory // 2:
+                continue
+            best, best_short = entry, short
+        return best
+
+    def _next_retry(self, now: float) -> float:
+        waits = [e.retry_at - now for e in self._templates.values() if e.retry_at > now]
+        return max(0.05, min(waits, default=_TICK))
+
+    def _make(self, entry: _Template) -> None:
+        template = entry.template
+        writable = any(not m.read_only for m in template.mounts if m.target == WORKSPACE_MOUNT)
+        mode: Mode = "rw" if writable else "ro"
+        name = f"codecoder-pool-{os.getpid()}-{next(self._names)}"
+        ready: Ready | None = None
+        problem: str | None = None
+        try:
+            if not self._identity_ok(template):
+                problem = "its workspace or a protected path is no longer the directory it was"
+            else:
+                labels = {**self.labels, LABEL_MODE: mode}
+                sandbox = self.engine.create(template, name, labels)
+                ready = self._greet(sandbox, template, mode)
+                if ready is not None and not self._identity_ok(template):
+                    self._remove(ready)
+                    ready, problem = None, "its workspace changed while it started"
+        except SandboxUnavailable as exc:
+            problem = str(exc)
+        except Exception as exc:  # the filler must outlive whatever one sandbox does
+            problem = f"{type(exc).__name__}: {exc}"
+            log.exception("making a warm sandbox")
+        with self._lock:
+            entry.creating -= 1
+            current = self._templates.get(template.key)
+            if ready is not None and current is entry and not self._closed:
+                entry.ready.append(ready)
+                entry.failures, entry.problem = 0, None
+                ready = None
+            elif problem is not None:
+                entry.failures += 1
+                entry.problem = problem
+                entry.retry_at = time.monotonic() + min(_BACKOFF_MAX, 2.0**entry.failures)
+                if "no longer the directory" in problem:
+                    self._templates.pop(template.key, None)
+        if ready is not None:  # its template was dropped (or the pool closed) meanwhile
+            self._remove(ready)
+        if problem is not None:
+            log.warning("a warm sandbox of %s could not be made: %s", template.image, problem)
+
+    def _greet(self, sandbox: Sandbox, template: SandboxTemplate, mode: Mode) -> Ready:
+        try:
+            channel = greet(self.engine, sandbox, template, mode, handover=True)
+        except BaseException:
+            self.engine.remove(sandbox.id)
+            raise
+        stream = channel.release()
+        if stream is None:
+            channel.close()
+            self.engine.remove(sandbox.id)
+            raise SandboxUnavailable(f"the agent of {sandbox.name} wrote after its hello")
+        return Ready(sandbox.id, sandbox.name, stream, channel.greeted())
+
+    def _expire(self, now: float) -> list[Ready]:
+        """Templates nobody claimed for `key_idle` seconds, dropped; their warm sandboxes."""
+        gone: list[Ready] = []
+        for key, entry in list(self._templates.items()):
+            if now - entry.last_claim > self.key_idle and not entry.creating:
+                gone.extend(entry.ready)
+                del self._templates[key]
+        return gone
+
+    def _reap(self) -> None:
+        """Remove this pool's containers that no longer run: a claimed one whose session died
+        without releasing it (its stream closed, so its agent exited), or one that died warm."""
+        try:
+            found = self.engine.list({LABEL_POOL: "1", LABEL_PID: str(os.getpid())})
+        except SandboxUnavailable as exc:
+            log.warning("listing the pool's containers: %s", exc)
+            return
+        for summary in found:
+            if summary.running:
+                continue
+            with self._lock:
+                self._claimed.pop(summary.id, None)
+                for entry in self._templates.values():
+                    for ready in list(entry.ready):
+                        if ready.id == summary.id:
+                            entry.ready.remove(ready)
+                            ready.drop()
+            self._remove_id(summary.id)
+
+    def _remove(self, ready: Ready) -> None:
+        ready.drop()
+        self._remove_id(ready.id)
+
+    def _remove_queued(self) -> None:
+        while True:
+            sandbox_id = self._removals.get()
+            if sandbox_id is None:
+                return
+            self._remove_id(sandbox_id)
+
+    def _remove_id(self, sandbox_id: str) -> None:
+        try:
+            self.engine.remove(sandbox_id)
+        except SandboxUnavailable as exc:
+            log.warning("removing %s: %s", sandbox_id, exc)
+
+
+def sources_unchanged(template: SandboxTemplate) -> bool:
+    """Whether every bind source of `template` is still the directory (inode) it was made for."""
+    for mount in template.mounts:
+        if mount.kind != "bind" or mount.identity is None:
+            continue
+        try:
+            info = os.lstat(mount.source)
+        except OSError:
+            return False
+        if (info.st_dev, info.st_ino) != mount.identity:
+            return False
+    return True
