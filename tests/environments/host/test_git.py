@@ -293,10 +293,18 @@ def test_host_git_never_takes_a_planted_bare_layout_for_a_repository(
     assert (markers / "bare-fsmonitor").exists()
     (markers / "bare-fsmonitor").unlink()
 
-    with Runtime(workspace) as runtime, runtime.session() as session:
+    # On the host (@shell, granted for the session) ...
+    shell = {"run_command": EnvironmentTag.SHELL}
+    with Runtime(workspace, bindings=shell) as runtime, runtime.session() as session:
         session.grant(f"run_command:{_key(command)}")
         outcome = session.call("run_command", {"command": command})
-    assert outcome.decision.source == "session"
+    assert (outcome.decision.environment, outcome.decision.source) == ("@shell", "session")
+    assert "safe.bareRepository" in outcome.unwrap().output
+    assert not (markers / "bare-fsmonitor").exists()
+    # ... and in @bwrap, where `git status` runs read-only without a question.
+    with Runtime(workspace) as runtime, runtime.session() as session:
+        outcome = session.call("run_command", {"command": command})
+    assert (outcome.decision.environment, outcome.decision.source) == ("@bwrap", "read-only")
     assert "safe.bareRepository" in outcome.unwrap().output
     assert not (markers / "bare-fsmonitor").exists()
 
