@@ -18,6 +18,7 @@ import pytest
 
 from codecoder.environments.host.gitseen import GitGuard, parse_git_config, repository_state
 from codecoder.runtime.interfaces.hooks import HookOptions, handle
+from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.decision import Answer
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.permissions.prompt import fixed
@@ -73,11 +74,15 @@ def planting(fixture: Path, marker: Path, kind: str) -> None:
         )
 
 
-class Runner:
-    """A runtime on the real host whose human answers `once` to whatever is asked."""
+HOST = {"run_command": EnvironmentTag.SHELL, "commit": EnvironmentTag.SHELL}
 
-    def __init__(self, project: Path) -> None:
-        self.runtime = Runtime(project, asker=fixed(Answer.ONCE), audit_log=None)
+
+class Runner:
+    """A runtime on the real host (`run_command` and `commit` bound to @shell; `bindings={}`: in
+    @bwrap, the default) whose human answers `once` to whatever is asked."""
+
+    def __init__(self, project: Path, bindings: dict[str, EnvironmentTag] = HOST) -> None:
+        self.runtime = Runtime(project, asker=fixed(Answer.ONCE), audit_log=None, bindings=bindings)
         self.session = self.runtime.session()
 
     def run(self, command: str) -> Any:
@@ -298,7 +303,7 @@ def test_a_granted_host_command_that_creates_an_agents_settings_is_quarantined(
     (fixture / planted).parent.mkdir(parents=True, exist_ok=True)
     (fixture / planted).write_text('{"hooks": {}}\n')
     # A grant for `cp` (the human never saw what the fixture holds).
-    runtime = Runtime(project, asker=fixed(Answer.DENY), audit_log=None)
+    runtime = Runtime(project, asker=fixed(Answer.DENY), audit_log=None, bindings=HOST)
     try:
         session = runtime.session()
         session.grant("run_command:cp")
@@ -319,3 +324,46 @@ def test_a_command_naming_an_agents_settings_allowed_once_may_create_them(projec
         runner.close()
     assert made.ok, made.error
     assert (project / ".claude").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("kind", "copy", "then", "stopped"),
+    [
+        ("hook", "cp -rT fixture .", "git commit -qm x --allow-empty", "Read-only file system"),
+        ("fsmonitor", "cp -r fixture/. .", "git diff", "Read-only file system"),
+        (
+            "nested hook",
+            "cp -r fixture/. .",
+            "git -C sub commit -qm x --allow-empty",
+            "Quarantined",
+        ),
+    ],
+)
+def test_in_bwrap_the_same_copy_never_plants_what_host_git_runs(
+    repo: Path, tmp_path: Path, kind: str, copy: str, then: str, stopped: str
+) -> None:
+    """The default environment: the workspace's .git is read-only in @bwrap, and a .git it
+    creates elsewhere is quarantined; host git then has nothing unseen to refuse or run."""
+    marker = tmp_path / "PWNED"
+    planting(repo / "fixture", marker, kind)
+    before = repository_state(repo, ".git")
+    contained = Runner(repo, bindings={})
+    try:
+        copied = contained.run(copy)
+        again = contained.run(then)
+    finally:
+        contained.close()
+    host = Runner(repo)
+    try:
+        on_host = host.run(then)
+    finally:
+        host.close()
+    assert copied.decision.environment == "@bwrap"
+    said = str(copied.error) if copied.error is not None else copied.unwrap().output
+    assert stopped in said, said
+    assert repository_state(repo, ".git") == before
+    assert not (repo / "sub" / ".git").exists()
+    assert again.ok, again.error
+    assert on_host.decision.environment == "@shell"
+    assert on_host.ok, on_host.error
+    assert not marker.exists()
