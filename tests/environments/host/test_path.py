@@ -40,7 +40,10 @@ def key(command: str, workspace: Path, tag: EnvironmentTag = EnvironmentTag.SHEL
 def question_for(command: str, workspace: Path) -> AskRequest:
     """The question a call of `command` asks on @shell (denied: nothing runs)."""
     asker = RecordingAsker()
-    with Runtime(workspace, asker=asker, audit_log=None) as runtime, runtime.session() as session:
+    with (
+        Runtime(workspace, asker=asker, audit_log=None, bindings=ON_HOST) as runtime,
+        runtime.session() as session,
+    ):
         session.call("run_command", {"command": command})
     return asker.requests[0]
 
@@ -222,8 +225,9 @@ def test_on_the_host_the_question_says_what_workspace_code_a_grant_runs(
         "whatever may write the workspace, sandboxed tools included, can change it"
     )
     assert f"  note         {note}" in render(question_for(command, project))
-    contained = key(command, project, EnvironmentTag.DOCKER)
-    assert (contained.subject, contained.notes) == (command, ())
+    for sandbox in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP):
+        contained = key(command, project, sandbox)
+        assert (contained.subject, contained.notes) == (command, ())
 
 
 @pytest.mark.parametrize("command", ["ls -la src", "git log --oneline -n 5", "grep -rn foo src"])
