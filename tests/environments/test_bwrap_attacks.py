@@ -480,9 +480,15 @@ def test_a_granted_command_cannot_read_ssh_or_reach_a_loopback_listener(
         rt.session() as session,
     ):
         connect = f'socket.create_connection(("127.0.0.1", {port}), timeout=2)'
-        read = session.call("run_command", {"command": f"cat {home}/.ssh/id_rsa"})
+        # `cat` is read-only: it runs without a question, and reads no more than a grant does.
+        looked = session.call("run_command", {"command": f"cat {home}/.ssh/id_rsa"})
+        opened = f'print(open("{home}/.ssh/id_rsa").read())'
+        read = session.call("run_command", {"command": f"{PY} -c '{opened}'"})
         reach = session.call("run_command", {"command": f"{PY} -c 'import socket; {connect}'"})
+    assert looked.decision is not None and looked.decision.source.value == "read-only"
+    assert looked.result is not None and TOKEN not in looked.result.output
     assert [r.decision.answer for r in (read, reach) if r.decision] == [Answer.PROJECT] * 2
     assert read.result is not None and TOKEN not in read.result.output
+    assert read.result.data["exit_code"] != 0 and "Error" in read.result.output  # it tried
     assert reach.result is not None and reach.result.data["exit_code"] != 0
     assert peers == []
