@@ -177,6 +177,8 @@ def test_trust_show_marks_what_can_never_take_effect_before_it_is_trusted(projec
     write_config(
         project,
         {
+            # On the host: @bwrap, the default, takes project grants (see the end).
+            "environments": {"run_command": "@shell", "commit": "@shell"},
             "allowlist": {
                 "run_command:git": "AlwaysThisProject",
                 "commit": "AlwaysThisProject",
@@ -190,25 +192,28 @@ def test_trust_show_marks_what_can_never_take_effect_before_it_is_trusted(projec
     shown = codecoder("trust", "--show", project=project)
     listed = json.loads(codecoder("trust", "--show", "--json", project=project).stdout)
 
-    never = {w["key"]: (w["never"] or "").split(":")[0] for w in listed["widenings"]}
+    never = {
+        (w["section"], w["key"]): (w["never"] or "").split(":")[0] for w in listed["widenings"]
+    }
     assert never == {
-        "run_command:git": "ceiling_violation",
-        "commit": "ceiling_violation",
-        "write_file:docs/**": "",
-        "no_such_tool:x": "unknown_tool",
-        "root": "read_root_forbidden",
+        ("environments", "run_command"): "",
+        ("environments", "commit"): "",
+        ("allowlist", "run_command:git"): "ceiling_violation",
+        ("allowlist", "commit"): "ceiling_violation",
+        ("allowlist", "write_file:docs/**"): "",
+        ("allowlist", "no_such_tool:x"): "unknown_tool",
+        ("read_roots", "root"): "read_root_forbidden",
     }
     lines = shown.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if "grants run_command:git" in line)
     assert lines[at + 1].startswith("      never takes effect, trusted or not: ceiling_violation")
-    # Bound to a sandbox in the same file, the same grant could take effect: not marked.
-    write_config(
-        project,
-        {
-            "environments": {"run_command": "@docker"},
-            "allowlist": {"run_command:git": "AlwaysThisProject"},
-        },
-        trusted=False,
-    )
-    listed = json.loads(codecoder("trust", "--show", "--json", project=project).stdout)
-    assert [(w["key"], w["never"]) for w in listed["widenings"]] == [("run_command:git", None)]
+    # Bound to a sandbox in the same file, or left in @bwrap, the default, the same grant could
+    # take effect: not marked.
+    for environments in ({"environments": {"run_command": "@docker"}}, {}):
+        write_config(
+            project,
+            {**environments, "allowlist": {"run_command:git": "AlwaysThisProject"}},
+            trusted=False,
+        )
+        listed = json.loads(codecoder("trust", "--show", "--json", project=project).stdout)
+        assert [(w["key"], w["never"]) for w in listed["widenings"]] == [("run_command:git", None)]
