@@ -6,6 +6,7 @@ login); the network is closed (tests/integrations/agents.py)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -213,13 +214,20 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
     screen = run.screen
     assert run.exit_code == 0, screen[-3000:]
     assert screen.count("codecoder: permission required") == 2, screen[-3000:]  # never `two`
-    # Each choice says what it records, what that covers, how long and where it is kept.
-    assert (
+    # Each choice says what it records, what that covers, how long and where it is kept (in
+    # @bwrap, the default, project grants too; the file's path is wrapped on the screen).
+    written = r"\(lasts until revoked; written to [^)]*codecoder\.json\) "
+    choices = (
         "› 1. Once: this call only; nothing is recorded 2. AlwaysThisSession: run_command:touch "
         "— every simple `touch …` command, with any arguments (lasts while this MCP server runs "
         "(until its client disconnects); kept in the server's memory; `codecoder allowlist "
-        "list` shows it) 3. Deny: nothing runs; nothing is recorded" in screen
+        "list` shows it) 3. AlwaysThisProject: run_command:touch — every simple `touch …` "
+        "command, with any arguments ",
+        "4. AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host) ",
+        "5. Deny: nothing runs; nothing is recorded",
     )
+    assert re.search(written.join(re.escape(c) for c in choices), screen), screen[-3000:]
     # The refusal's reason is in the transcript the person reads, not only the model's.
     assert "permission denied: run_command:git:tag was not allowed" in screen, screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()
