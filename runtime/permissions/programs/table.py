@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from codecoder.runtime.permissions.programs.archives import _tar, _unzip
 from codecoder.runtime.permissions.programs.awk import _awk
+from codecoder.runtime.permissions.programs.codehost import _gh
 from codecoder.runtime.permissions.programs.compilers import _compiler
 from codecoder.runtime.permissions.programs.editors import _editor, _pager
 from codecoder.runtime.permissions.programs.find import _find
@@ -248,6 +249,7 @@ def _table() -> tuple[dict[str, Rule], dict[str, int], dict[str, str]]:
         depth=1,
     )
     add(("go",), _go, depth=1)
+    add(("gh",), _gh, depth=2)  # programs.codehost
     add(
         ("pip", "pip3"),
         _subcommand_tool(

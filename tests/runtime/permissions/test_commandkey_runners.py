@@ -168,3 +168,56 @@ DENIED = ProjectAllowlist.build(
 def test_a_deny_rule_sees_the_smuggled_command(command: str) -> None:
     key = key_command(command, "/usr/bin:/bin").permission_key()
     assert DENIED.denied_by(key) is not None, command
+
+
+GH_COMMANDS = [
+    ("gh run list", "run_command:gh:run:list"),
+    ("gh run view 123 --log", "run_command:gh:run:view"),
+    ("gh -R owner/repo pr list --state open", "run_command:gh:pr:list"),
+    ("gh pr --repo owner/repo view 1 --json title", "run_command:gh:pr:view"),
+    ("gh pr merge 7 --squash", "run_command:gh:pr:merge"),
+    ("gh api repos/o/r", "run_command:gh:api"),
+    ("gh status", "run_command:gh:status"),
+    ("gh config get editor", "run_command:gh:config:get"),
+]
+
+
+@pytest.mark.parametrize(("command", "raw"), GH_COMMANDS)
+def test_gh_is_keyed_to_its_group_and_command(command: str, raw: str) -> None:
+    """A grant for reading a run's log is never one for deleting it (view and watch are also
+    programs on PATH: a word after gh is a subcommand, not a program it launches)."""
+    assert key_command(command, "/usr/bin:/bin").permission_key().raw == raw
+
+
+GH_DENIED = ProjectAllowlist.build(
+    [], [Grant(KeyPattern.parse("run_command:gh:pr:merge"))], lambda tool: KeyStyle.COMMAND
+)
+
+
+def test_a_grant_for_one_gh_command_covers_no_other_and_a_deny_sees_through_options() -> None:
+    view = key_command("gh run view 1", "/usr/bin:/bin").permission_key()
+    delete = key_command("gh run delete 1", "/usr/bin:/bin").permission_key()
+    assert "run_command:gh:run:delete" not in [level.entry for level in view.levels]
+    assert "run_command:gh:run:view" not in [level.entry for level in delete.levels]
+    for spelling in ("gh pr merge 7", "gh -R o/r pr merge 7", "gh pr --repo=o/r merge 7"):
+        key = key_command(spelling, "/usr/bin:/bin").permission_key()
+        assert GH_DENIED.denied_by(key) is not None, (spelling, key.raw)
+    listed = key_command("gh pr list", "/usr/bin:/bin").permission_key()
+    assert GH_DENIED.denied_by(listed) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "gh extension install owner/gh-evil",
+        "gh ext exec evil",
+        "gh alias set co 'pr checkout' --shell",
+        "gh config set pager 'sh -c id'",
+        "gh codespace ssh -- id",
+        "gh browse",
+        "gh evil-extension --flag",
+    ],
+)
+def test_what_gh_runs_of_its_own_is_compound(command: str) -> None:
+    keyed = key_command(command, "/usr/bin:/bin")
+    assert keyed.compound, (command, keyed.permission_key().raw)
