@@ -369,7 +369,7 @@ def test_nothing_a_call_does_to_a_protected_path_reaches_the_host(
 
     with DockerEnvironment(protected) as env:
         if attack in TAKES_AWAY:
-            with pytest.raises(ExecutionFailed, match="may never move protected paths.*nothing"):
+            with pytest.raises(ExecutionFailed, match=r"may never move protected paths.*nothing"):
                 run(env, attack, writable=True)
         else:
             run(env, attack, writable=True)
