@@ -276,16 +276,13 @@ class WorkspaceVolume:
                 ) from None
 
     def _apply(self, tar: tarfile.TarFile, summary: dict[str, Any], budget: int) -> SyncReport:
-        for path in (str(path) for path in summary.get("deleted") or []):
+        deleted = [str(path) for path in summary.get("deleted") or []]
+        for path in deleted:
             if _in_protected_entry(path):
-                # Moved or removed in the sandbox's copy (a rename of `.codecoder/`): sandboxed
-                # tools may never move a protected path, and the copy no longer shows what
-                # the workspace holds.
-                raise ExecutionFailed(
-                    f"the call moved or removed {path}, a protected path, in the sandbox's copy "
-                    "of the workspace; sandboxed tools may never move protected paths. Nothing "
-                    "was copied back"
-                )
+                # Moved or removed in the sandbox's copy (a rename of `.codecoder/`, or of the
+                # directory holding a nested `.git`): sandboxed tools may never move a
+                # protected path, and the copy no longer shows what the workspace holds.
+                raise ExecutionFailed(_moved_protected(path, set(deleted), tar))
         host_links = {
             path: entry[5] or "" for path, entry in self._manifest.items() if entry[0] == "l"
         }
@@ -310,6 +307,33 @@ class WorkspaceVolume:
             return None
         info = self.workspace.stat()
         return info.st_uid, info.st_gid
+
+
+def _moved_protected(path: str, deleted: set[str], tar: tarfile.TarFile) -> str:
+    """Why a change set that takes `path`, a protected path, away is refused, naming what the
+    call did: the directory it moved, removed or replaced when `path` went with it."""
+    parts = path.split("/")
+    for holder in ("/".join(parts[:k]) for k in range(1, len(parts))):  # the outermost first
+        if holder in deleted:
+            did = f"moved or removed {holder}, which holds {path},"
+        else:
+            try:
+                member = tar.getmember(holder)
+            except KeyError:
+                continue
+            if member.isdir():
+                continue
+            did = f"replaced {holder}, which holds {path}, with a file or a symlink"
+        return (
+            f"the call {did} in the sandbox's copy of the workspace: sandboxed tools may never "
+            "move protected paths, nor take them away with their directory; nothing was "
+            "copied back, and the sandbox's copy of the workspace is reset"
+        )
+    return (
+        f"the call moved or removed {path}, a protected path, in the sandbox's copy of the "
+        "workspace: sandboxed tools may never move protected paths; nothing was copied back, "
+        "and the sandbox's copy of the workspace is reset"
+    )
 
 
 def _in_protected_entry(path: str) -> bool:

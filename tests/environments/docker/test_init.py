@@ -1,5 +1,7 @@
-"""`codecoder init` where the Docker engine answers: run_command is bound to @docker when the
-sandbox image has what the tests need (asked of a container of it), and not when it lacks it."""
+"""`codecoder init` where the Docker engine answers, for a user whose commands run on the host
+(their own config binds run_command to @shell; the machine's default, @bwrap, is a sandbox
+already and init keeps it): run_command is bound to @docker when the sandbox image has what the
+tests need (asked of a container of it), and not when it lacks it."""
 
 from __future__ import annotations
 
@@ -28,6 +30,13 @@ def init(project: Path) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     answer: dict[str, Any] = json.loads(done.stdout)
     return answer
+
+
+@pytest.fixture(autouse=True)
+def _commands_run_on_the_host() -> None:
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "codecoder" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"environments": {"run_command": "@shell"}}))
 
 
 def test_init_binds_run_command_to_docker_when_the_image_runs_the_tests(workspace: Path) -> None:

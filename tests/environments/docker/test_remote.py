@@ -30,7 +30,7 @@ from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.engine import _client_from_env, engine_is_local, transport
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 from tests.environments.conftest import RemoteEngine
 from tests.environments.docker.test_attacks import *  # noqa: F403
 from tests.environments.docker.test_environment import *  # noqa: F403
@@ -46,13 +46,13 @@ del test_existing_nested_protected_paths_stay_read_only  # noqa: F821
 del test_moving_a_nested_repository_is_caught  # noqa: F821
 del test_a_protected_path_made_on_the_host_between_calls_is_mounted_read_only  # noqa: F821
 del test_a_writable_call_past_its_disk_budget_is_stopped  # noqa: F821  (test_sync: at copy-back)
+# test_sync: test_sparse_files_count_whole_against_the_budget_and_never_come_back
+del test_what_a_writable_call_wrote_counts_at_apparent_size_against_its_budget  # noqa: F821
 # Not about an engine: fake clients of bind mode's calls, and the canary on this engine's bridge.
 del test_every_engine_error_is_mapped_to_sandbox_unavailable  # noqa: F821
 del test_the_canary_is_reachable_from_the_host_and_unreachable_from_the_sandbox  # noqa: F821
 # The lying agent of this test reports no changes, so what it writes never comes back.
 del test_a_forged_or_replayed_request_does_not_run  # noqa: F821
-# An empty workspace cannot be written in sync mode yet (below, xfail).
-del test_a_writable_call_writes_the_workspace_as_its_owner  # noqa: F821
 
 pytestmark = pytest.mark.docker
 
@@ -346,28 +346,33 @@ ATTACKS = [
 ]
 
 
-# A directory holding a protected path, moved away: the host deletes the protected path with it
-# (sync.py, being reshaped on another branch for issue 24, which closes this class).
-MOVES_A_REPO = ("mv vendor/lib vendor/elsewhere", "mv vendor elsewhere && mkdir vendor")
-DELETES_NESTED = pytest.mark.xfail(
-    strict=True, reason="sync mode applies the removal of a directory holding a protected path"
+# What a call can take away in the sandbox's copy (a rename needs only the parent directory's
+# write permission; a file or an empty directory goes with an unlink): the copy no longer shows
+# what the workspace holds, so the call fails, nothing comes back, and the copy is rebuilt.
+# (`rm -rf .git` and the like fail in the sandbox: what is in them is root's and read-only.)
+TAKES_AWAY = (
+    "mv codecoder.json old.json",
+    "rm -f codecoder.json",
+    "mv .git git-moved",
+    "rm -rf .codecoder",
+    "mv vendor/.gitmodules vendor/gm",
+    "mv vendor/lib vendor/elsewhere",
+    "mv vendor elsewhere && mkdir vendor",
 )
 
 
-@pytest.mark.parametrize(
-    "attack",
-    [
-        pytest.param(attack, marks=DELETES_NESTED) if attack in MOVES_A_REPO else attack
-        for attack in ATTACKS
-    ],
-)
+@pytest.mark.parametrize("attack", ATTACKS)
 def test_nothing_a_call_does_to_a_protected_path_reaches_the_host(
     protected: Path, attack: str
 ) -> None:
     before = protected_tree(protected)
 
     with DockerEnvironment(protected) as env:
-        run(env, attack, writable=True)
+        if attack in TAKES_AWAY:
+            with pytest.raises(ExecutionFailed, match=r"may never move protected paths.*nothing"):
+                run(env, attack, writable=True)
+        else:
+            run(env, attack, writable=True)
         control = run(env, "echo 'int y;' > vendor/lib/code.c", writable=True)
         seen = run(env, "cat vendor/lib/code.c")
 
@@ -449,10 +454,19 @@ def test_the_audits_docker_layer_runs_there_and_nothing_escapes(project: Path) -
     )
     report = json.loads(proc.stdout)
     counts = report["layers"]["docker"]
-    not_run = [a["id"] for a in report["attempts"] if a["status"] == "not-run"]
+    not_run = {a["id"]: a["how"] for a in report["attempts"] if a["status"] == "not-run"}
+    needs_the_proxy = {"docker.egress-socket-direct", "docker.egress-flood"}
 
     assert counts["escaped"] == 0, [a for a in report["attempts"] if a["status"] == "escaped"]
     assert counts["blocked"] >= 43  # every attempt, under runc only: gVisor needs a local engine
     # What sync mode cannot stage yet: deleting on the host what an earlier attempt left
     # (environments/docker/sync.py, being reshaped on another branch).
-    assert set(not_run) <= {"docker.capability-dir"}
+    assert set(not_run) <= {"docker.capability-dir", *needs_the_proxy}
+    # The egress allowlist's proxy listens on a Unix socket of this machine, which a container
+    # on another machine cannot be given: a remote engine refuses the allowlist, with the reason.
+    assert {id_: not_run.get(id_) for id_ in needs_the_proxy} == dict.fromkeys(
+        needs_the_proxy,
+        f"SandboxUnavailable: the Docker engine at {os.environ['DOCKER_HOST']} is on another "
+        "machine, and the egress proxy of docker.network runs on this one: its allowlist needs "
+        "a local engine",
+    )
