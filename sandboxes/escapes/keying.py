@@ -1,6 +1,12 @@
 """The keying layer (keying.json): run_command through a session holding a grant for an innocent
 command (checked first to really allow it). The attack must not be allowed, and nothing may
 reach the environment (a recorder that runs nothing).
+
+Where the binding confines read-only commands (@bwrap), most innocent commands (`git status`)
+run unasked as reads: the control then proves the grant by the session's own lookup, the one the
+engine makes for a command that is not read-only. An `expect: argv` attempt, whose attack is a
+shell reading the quoted metacharacters, may be allowed read-only, but only as exactly its argv,
+without a shell, and handed to the environment read-only (never writable).
 """
 
 from __future__ import annotations
@@ -73,6 +79,15 @@ class _KeyingLayer(_LayerRunner):
                     f"the grant for {entry.innocent!r} did not allow it "
                     f"({_refusal(control, asker)}), so this attempt would prove nothing"
                 )
+            assert control.decision is not None
+            if control.decision.source is Source.READ_ONLY:
+                # Allowed as a read, not by the grant: the grant must still cover it.
+                found = session.allowlist.find(innocent, self.tag, innocent.digest)
+                if found is None or not found[1]:
+                    raise _NotRun(
+                        f"{entry.innocent!r} runs read-only, and the grant for it does not "
+                        "cover it, so this attempt would prove nothing"
+                    )
             recorder.requests.clear()
             outcome = session.call("run_command", {"command": entry.command})
         ran: list[CommandRequest] = list(recorder.requests)
@@ -120,11 +135,26 @@ class _KeyingLayer(_LayerRunner):
         expected = entry.argv or ()
         # The program as found on PATH when the call was keyed (`/usr/bin/git` for `git`).
         if (
-            argv is None
+            len(ran) != 1
+            or argv is None
             or argv[1:] != expected[1:]
             or os.path.basename(argv[0]) != os.path.basename(expected[0])
         ):
             _escaped(f"{_grant_source(outcome)} and {self._what_ran(ran)}")
+        decision = outcome.decision
+        assert decision is not None
+        if decision.source is Source.READ_ONLY:
+            # No grant allowed it: only a read, in an environment that confines it read-only.
+            if ran[0].writable or not decision.environment.confines_read_only:
+                _escaped(
+                    f"allowed as a read-only command, but handed to {decision.environment.value} "
+                    f"{'writable' if ran[0].writable else 'unconfined'}"
+                )
+            return (
+                f"allowed read-only ({decision.key}, a read-only command), run confined "
+                f"read-only in {decision.environment.value} as the argv {list(argv)} without a "
+                "shell"
+            )
         return f"{_grant_source(outcome)}, run as the argv {list(argv)} without a shell"
 
     @staticmethod

@@ -223,6 +223,7 @@ def test_on_the_host_a_filter_pipeline_runs_the_program_found_when_it_was_keyed(
         project,
         asker=RecordingAsker(Answer.ONCE),
         environments={SHELL: MockEnvironment(echo_handler, SHELL)},
+        bindings={"run_command": SHELL},
     )
     run(runtime, "python3 -m pytest -q 2>&1 | tail -5")
     (request,) = ran(runtime, SHELL)
@@ -258,10 +259,12 @@ def test_a_contained_command_offers_its_key_its_program_and_any_simple_command(
         (Answer.PROJECT_PROGRAM, "run_command:npm"),
         (Answer.PROJECT_ANY, "run_command:*"),
     ]
-    shown = render(request)
-    assert "[c] always this project: any simple command in @bwrap" in shown
-    assert "never a compound command, nor one that needs the host) [run_command:*]" in shown
-    assert "[p] always this project: only `npm test …` commands [run_command:npm:test]" in shown
+    said = [" ".join(line.split()) for line in render(request).splitlines()]
+    assert (
+        "[c] AlwaysThisProject run_command:* — any simple command in @bwrap (one program with "
+        "literal arguments; never a compound command, nor one that needs the host)" in said
+    )
+    assert "[p] AlwaysThisProject run_command:npm:test — only `npm test …` commands" in said
 
 
 @pytest.mark.parametrize(
@@ -303,7 +306,10 @@ def test_any_simple_command_never_covers_a_compound_one(project: Path) -> None:
 def test_on_the_host_no_project_choice_is_offered(project: Path) -> None:
     asker = RecordingAsker(Answer.PROJECT_ANY)
     runtime = Runtime(
-        project, asker=asker, environments={SHELL: MockEnvironment(echo_handler, SHELL)}
+        project,
+        asker=asker,
+        environments={SHELL: MockEnvironment(echo_handler, SHELL)},
+        bindings={"run_command": SHELL},
     )
     outcome = run(runtime, "npm test")
     assert Answer.PROJECT_ANY not in asker.requests[0].choices
@@ -539,12 +545,18 @@ def test_on_the_host_a_filtered_program_found_where_a_sandbox_writes_is_keyed_by
     )
     asker = RecordingAsker(Answer.ONCE)
     runtime = Runtime(
-        project, asker=asker, environments={SHELL: MockEnvironment(echo_handler, SHELL)}
+        project,
+        asker=asker,
+        environments={SHELL: MockEnvironment(echo_handler, SHELL)},
+        bindings={"run_command": SHELL},
     )
     outcome = run(runtime, "pytest -q 2>&1 | tail -5")
     (request,) = asker.requests  # a grant for `pytest` is not one for the workspace's pytest
     assert request.key == "run_command:./.venv/bin/pytest"
-    assert ".venv/bin/pytest, inside the workspace, which sandboxes can write" in request.subject
+    assert request.subject == "pytest -q 2>&1 | tail -5"
+    assert "pytest is ./.venv/bin/pytest, inside the workspace, which sandboxes can write" in (
+        request.notes
+    )
     (ran_on_host,) = ran(runtime, SHELL)
     assert ran_on_host.script == f"{planted} -q 2>&1 | tail -5"
     assert outcome.decision.source is Source.ONCE

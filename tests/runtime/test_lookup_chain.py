@@ -246,12 +246,12 @@ def test_always_this_session_is_remembered_for_the_session_only(make_runtime) ->
     asker = RecordingAsker(Answer.SESSION)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
-    first = call(runtime, "git status", session)
-    second = call(runtime, "git status --short", session)
+    first = call(runtime, "git add a.txt", session)
+    second = call(runtime, "git add -A", session)
     assert (first.decision.source, second.decision.source) == (Source.SESSION, Source.SESSION)
-    assert (first.decision.matched, second.decision.matched) == ("run_command:git:status",) * 2
+    assert (first.decision.matched, second.decision.matched) == ("run_command:git:add",) * 2
     assert second.decision.answer is None and len(asker.requests) == 1
-    other = call(runtime, "git status", runtime.session())
+    other = call(runtime, "git add a.txt", runtime.session())
     assert isinstance(other.error, DeniedByUser) and len(asker.requests) == 2
     assert not (runtime.project_dir / "codecoder.json").exists()
 
@@ -296,11 +296,11 @@ def test_a_session_grant_expires(make_runtime, project) -> None:
     asker = RecordingAsker(Answer.SESSION, Answer.ONCE)
     runtime = make_runtime(asker=asker, clock=lambda: now[0])
     session = runtime.session()
-    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    assert call(runtime, "git add a.txt", session).decision.source is Source.SESSION
     now[0] += 59
-    assert call(runtime, "git status", session).decision.source is Source.SESSION
+    assert call(runtime, "git add a.txt", session).decision.source is Source.SESSION
     now[0] += 2
-    expired = call(runtime, "git status", session)
+    expired = call(runtime, "git add a.txt", session)
     assert expired.decision.source is Source.ONCE
     assert "expired" in asker.requests[1].note
 
@@ -325,8 +325,8 @@ def test_once_asks_again_next_time(make_runtime) -> None:
     asker = RecordingAsker(Answer.ONCE, Answer.ONCE)
     runtime = make_runtime(asker=asker)
     session = runtime.session()
-    assert call(runtime, "ls", session).decision.source is Source.ONCE
-    assert call(runtime, "ls", session).decision.source is Source.ONCE
+    assert call(runtime, "touch out.txt", session).decision.source is Source.ONCE
+    assert call(runtime, "touch out.txt", session).decision.source is Source.ONCE
     assert len(asker.requests) == 2
 
 
@@ -339,7 +339,7 @@ def test_deny_refuses_and_runs_nothing(make_runtime) -> None:
 
 
 def test_non_interactive_denies_whatever_is_not_granted(make_runtime) -> None:
-    outcome = call(make_runtime(asker=non_interactive), "ls")
+    outcome = call(make_runtime(asker=non_interactive), "touch out.txt")
     assert isinstance(outcome.error, DeniedByUser)
     assert outcome.decision.reason == "non-interactive: nothing granted this key"
 
@@ -349,23 +349,24 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
 ) -> None:
     write_config(project, SHELL_BOUND)
     shell_asker = RecordingAsker(Answer.DENY)
-    call(make_runtime(asker=shell_asker), "ls")
+    call(make_runtime(asker=shell_asker), "touch out.txt")
     shown = shell_asker.requests[0]
     assert shown.choices == (Answer.ONCE, Answer.SESSION, Answer.DENY)
     assert "ceiling is AlwaysThisSession" in shown.why_not_project
     write_config(project, {})  # the default: contained in @bwrap
     contained_asker = RecordingAsker(Answer.DENY)
-    call(make_runtime(asker=contained_asker), "ls")
+    call(make_runtime(asker=contained_asker), "touch out.txt")
     assert contained_asker.requests[0].choices == (
         Answer.ONCE,
         Answer.SESSION,
         Answer.PROJECT,
+        Answer.PROJECT_ANY,
         Answer.DENY,
     )
     assert contained_asker.requests[0].environment is EnvironmentTag.BWRAP
     write_config(project, DOCKER_BOUND)
     docker_asker = RecordingAsker(Answer.DENY)
-    call(make_runtime(asker=docker_asker), "ls")
+    call(make_runtime(asker=docker_asker), "touch out.txt")
     assert docker_asker.requests[0].choices == (
         Answer.ONCE,
         Answer.SESSION,
@@ -558,6 +559,7 @@ def test_a_session_grant_covers_only_the_environment_it_was_approved_in(
 
 
 def test_edits_to_the_file_apply_only_after_reload(make_runtime, project) -> None:
+    write_config(project, DOCKER_BOUND)  # where `ls` asks (in @bwrap it is read-only)
     runtime = make_runtime(asker=RecordingAsker())
     write_config(project, {**DOCKER_BOUND, "allowlist": {"run_command:ls": "AlwaysThisProject"}})
     assert isinstance(call(runtime, "ls").error, DeniedByUser)

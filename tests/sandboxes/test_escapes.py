@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
@@ -23,7 +24,10 @@ from typing import Any
 
 import pytest
 
+from codecoder.environments.base import CommandRequest
+from codecoder.environments.mock import MockEnvironment
 from codecoder.runtime.interfaces.cli import main
+from codecoder.runtime.permissions.allowlist import SessionAllowlist
 from codecoder.runtime.permissions.commandkey import key_command
 from codecoder.runtime.permissions.keys import CallSite, Permission
 from codecoder.runtime.tools.base import ToolContext, ToolResult
@@ -202,11 +206,11 @@ def test_every_keying_attempt_is_blocked_on_a_default_project(project: Path) -> 
     assert by_id["keying.deny-absolute-path"] == (
         "refused by the deny rule run_command:git:push; nothing ran"
     )
-    # Contained (@bwrap), the grant may be the project's, and the program is the sandbox's
-    # own `git` (on @shell it is the one found on PATH when the call was keyed: below).
+    # Contained (@bwrap), `git log` is a read that needs no grant, and the program is the
+    # sandbox's own `git` (on @shell it is the one found on PATH when the call was keyed: below).
     assert by_id["keying.quoted-metacharacters"] == (
-        "allowed (project: run_command:git), run as the argv "
-        "['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
+        "allowed read-only (run_command:git:log, a read-only command), run confined read-only "
+        "in @bwrap as the argv ['git', 'log', '--grep=$(rm -rf .); id'] without a shell"
     )
     on_host = write_config(project, ON_SHELL)
     host = run_audit(project, ["keying"], attempts=["keying.quoted-metacharacters"])
@@ -263,6 +267,77 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "
         "'git status && git push --force origin main' (run by bash) was handed to @docker"
+    )
+
+
+ARGV_ATTEMPTS = {"keying.quoted-metacharacters", "keying.double-quoted-semicolon"}
+
+
+class WritableReadsRunCommand(RunCommand):
+    """A deliberately broken tool: a read-only command, allowed unasked, runs writable."""
+
+    def execute(self, args: RunCommandParameters, ctx: ToolContext) -> ToolResult:
+        return super().execute(args, dataclasses.replace(ctx, read_only=False))
+
+
+class ShellRunCommand(RunCommand):
+    """A deliberately broken tool: every command, simple ones too, is handed to a shell."""
+
+    def execute(self, args: RunCommandParameters, ctx: ToolContext) -> ToolResult:
+        inner = ctx.environment
+
+        def by_bash(request: CommandRequest) -> Any:
+            argv = request.argv
+            script = shlex.join(argv) if argv is not None else request.script
+            return inner.run(dataclasses.replace(request, argv=None, script=script))
+
+        shell = MockEnvironment(by_bash, ctx.environment_tag)
+        return super().execute(args, dataclasses.replace(ctx, environment=shell))
+
+
+def test_a_read_only_argv_attempt_run_writable_or_by_a_shell_is_caught(project: Path) -> None:
+    # Allowed read-only in @bwrap is blocked only as exactly its argv, without a shell, read-only.
+    writable = {**builtin_tools(), "run_command": WritableReadsRunCommand()}
+    shell = {**builtin_tools(), "run_command": ShellRunCommand()}
+
+    reports = [
+        run_audit(project, ["keying"], options=AuditOptions(tools=tools))
+        for tools in (writable, shell)
+    ]
+
+    expected = {i: ESCAPED if i in ARGV_ATTEMPTS else BLOCKED for i in ids("keying")}
+    assert [statuses(report) for report in reports] == [expected, expected]
+    assert [not report.ok for report in reports] == [True, True]
+    written, by_bash = ({r.attempt.id: r.how for r in rep.results} for rep in reports)
+    assert written["keying.quoted-metacharacters"] == (
+        "allowed as a read-only command, but handed to @bwrap writable"
+    )
+    assert by_bash["keying.quoted-metacharacters"] == (
+        "allowed (read-only: a read-only command (git), run confined read-only in @bwrap: the "
+        "file system read-only, your secrets hidden, no network) and the script "
+        "\"git log '--grep=$(rm -rf .); id'\" (run by bash)"
+    )
+
+
+def test_a_control_that_only_runs_read_only_must_still_be_covered_by_its_grant(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session that records no grant: `git status` still runs, read-only, but proves nothing
+    # about the grant its attempt is made under.
+    monkeypatch.setattr(SessionAllowlist, "grant", lambda *args, **kwargs: 0.0)
+
+    report = run_audit(project, ["keying"])
+
+    expected = {
+        attempt.id: NOT_RUN if key_command(attempt.entry.innocent).read_only else BLOCKED
+        for attempt in load_corpus(["keying"])
+        if isinstance(attempt.entry, KeyingEntry)
+    }
+    assert statuses(report) == expected
+    assert sum(s is NOT_RUN for s in expected.values()) == 114
+    assert {r.attempt.id: r.how for r in report.results}["keying.and-list"] == (
+        "'git status' runs read-only, and the grant for it does not cover it, so this attempt "
+        "would prove nothing"
     )
 
 

@@ -57,10 +57,10 @@ def test_the_prompt_shows_tool_environment_key_command_and_why_project_is_missin
     ]
 
 
-def spawn(project: Path, command: str) -> pexpect.spawn:
-    """`codecoder call run_command` in a terminal, run_command bound to @shell: the prompt of a
-    tool on the host (a contained command's is tested in test_interactive.py)."""
-    write_config(project, {"environments": {"run_command": "@shell"}})
+def spawn(project: Path, command: str, environment: str = "@shell") -> pexpect.spawn:
+    """`codecoder call run_command` in a terminal, run_command bound to `environment`: by
+    default @shell, the prompt of a tool on the host."""
+    write_config(project, {"environments": {"run_command": environment}})
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = [
         "-m",
@@ -298,6 +298,7 @@ def test_the_question_says_what_a_session_answer_records_covers_and_how_long_in_
     project: Path,
 ) -> None:
     (project / "README.md").write_text("hello\n")
+    write_config(project, {"environments": {"run_command": "@shell"}})
     child = call_in_terminal(
         project, "run_command", json.dumps({"command": "cp README.md README.bak"})
     )
@@ -323,7 +324,7 @@ def test_the_question_says_what_a_session_answer_records_covers_and_how_long_in_
 def test_with_a_session_ttl_the_session_choice_says_when_it_expires(project: Path) -> None:
     import time
 
-    write_config(project, {"session_ttl": 3600})
+    write_config(project, {"session_ttl": 3600, "environments": {"run_command": "@shell"}})
     before = time.time() + 3600
     child = call_in_terminal(project, "run_command", json.dumps({"command": "true"}))
     child.expect_exact("choice [o/s/d]: ")
@@ -444,6 +445,7 @@ def test_an_edit_question_shows_the_diff_of_the_edit(project: Path) -> None:
 def test_a_multi_line_command_is_shown_as_lines_and_its_notes_apart_without_escaped_newlines(
     project: Path,
 ) -> None:
+    write_config(project, {"environments": {"run_command": "@shell"}})
     child = call_in_terminal(
         project, "run_command", json.dumps({"command": "echo one\necho 'two\x1b[2K'\r\nls"})
     )
@@ -470,10 +472,11 @@ def test_a_timeout_message_shows_the_last_output_as_lines(project: Path) -> None
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1
+    # What it printed was shown as it came, as lines; the error follows it.
     assert screen_lines(child.before)[-3:] == [
-        "codecoder: tool error: command killed after 1s (its whole process group); last output:",
-        "  first",
-        "  second",
+        "first",
+        "second",
+        "codecoder: tool error: command killed after 1s (its whole process group)",
     ]
 
 
@@ -516,8 +519,7 @@ def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Pat
 
 
 def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
-    write_config(project, {"environments": {"run_command": "@bwrap"}})
-    child = spawn(project, "npm test")
+    child = spawn(project, "npm test", "@bwrap")
     child.expect(r"choice \[o/s/a/p/w/c/d\]: ")
     screen = child.before.replace("\r\n", "\n")
     said = [" ".join(line.split()) for line in screen.splitlines()]
@@ -545,9 +547,8 @@ def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
 ) -> None:
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    write_config(project, {"environments": {"run_command": "@bwrap"}})
-    child = spawn(project, f"git ls-remote {remote}")
-    child.expect(r"choice \[o/s/p/h/r/d\]: ")
+    child = spawn(project, f"git ls-remote {remote}", "@bwrap")
+    child.expect(r"choice \[o/s/p/h/r/e/d\]: ")
     screen = child.before.replace("\r\n", "\n")
     said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
@@ -560,6 +561,10 @@ def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
         "run_command:git:ls-remote; nothing is recorded" in said
     )
     assert any(line.startswith("[r] AlwaysThisSession on the host run_command:") for line in said)
+    assert any(
+        line.startswith("[e] AlwaysThisSession on the host run_command:git — every simple `git …`")
+        for line in said
+    )
     child.sendline("h")
     child.expect(pexpect.EOF)
     child.close()
