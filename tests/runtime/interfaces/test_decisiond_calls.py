@@ -324,14 +324,15 @@ def test_a_client_that_disappears_takes_its_call_with_it(machine: Machine) -> No
 
 
 def test_ctrl_z_stops_the_call_and_fg_continues_it(machine: Machine) -> None:
-    command = json.dumps({"command": "touch started; sleep 2; echo finished"})
+    # Long enough that a loaded machine still stops it before it ends.
+    command = json.dumps({"command": "touch started; sleep 8; echo finished"})
     proc = machine.popen("call", "run_command", command, "--answer", "once", stdout=subprocess.PIPE)
     wait_until(lambda: (machine.project / "started").exists(), timeout=60)
     child = running_call(machine)
     proc.send_signal(signal.SIGTSTP)
-    wait_until(lambda: state(proc.pid) == "T" and state(child) == "T")
+    wait_until(lambda: state(proc.pid) == "T" and state(child) == "T", timeout=60)
     os.kill(proc.pid, signal.SIGCONT)
-    wait_until(lambda: state(child) != "T")
+    wait_until(lambda: state(child) != "T", timeout=60)
     out, _ = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (0, "finished\n[exit code 0]\n")
 
@@ -356,13 +357,13 @@ def test_a_ctrl_z_before_the_call_started_stops_it_once_it_has(machine: Machine)
                 for fd in fds:
                     os.close(fd)
                 client.send_signal(signal.SIGTSTP)
-                wait_until(lambda: not pending(client.pid, signal.SIGTSTP))
+                wait_until(lambda: not pending(client.pid, signal.SIGTSTP), timeout=60)
                 pidfd = os.pidfd_open(call.pid)
                 socket.send_fds(conn, [b'{"started": true}'], [pidfd])
                 os.close(pidfd)
-                wait_until(lambda: state(client.pid) == "T" and state(call.pid) == "T")
+                wait_until(lambda: state(client.pid) == "T" and state(call.pid) == "T", timeout=60)
                 client.send_signal(signal.SIGCONT)
-                wait_until(lambda: state(call.pid) != "T")
+                wait_until(lambda: state(call.pid) != "T", timeout=60)
                 conn.send(b'{"exit": 0}')
             assert client.wait(timeout=60) == 0
         finally:
