@@ -51,7 +51,7 @@ __all__ = ["AGENT_PROTOCOL", "LABEL_AGENT", "Mode"]
 
 log = logging.getLogger(__name__)
 
-AGENT_PROTOCOL: Final = 3
+AGENT_PROTOCOL: Final = 4
 # Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its
 # agent. An image without it is not a sandbox image.
 LABEL_AGENT: Final = "codecoder.agent"

@@ -45,7 +45,7 @@ import json
 import os
 from typing import Any
 
-PROTOCOL = 3
+PROTOCOL = 4
 READ_CHUNK = 65536
 MAX_REQUEST_LINE = 256 * 1024 * 1024
 
