@@ -326,7 +326,12 @@ def test_a_client_that_disappears_takes_its_call_with_it(machine: Machine) -> No
 def test_ctrl_z_stops_the_call_and_fg_continues_it(machine: Machine) -> None:
     # Long enough that a loaded machine still stops it before it ends.
     command = json.dumps({"command": "touch started; sleep 8; echo finished"})
-    proc = machine.popen("call", "run_command", command, "--answer", "once", stdout=subprocess.PIPE)
+    # A process group of its own whose parent (this test) is in another group of the session, as
+    # a shell's job is: the kernel discards a stop signal sent to an orphaned process group,
+    # which pytest's own group is when it was started in the background.
+    proc = machine.popen(
+        "call", "run_command", command, "--answer", "once", stdout=subprocess.PIPE, process_group=0
+    )
     wait_until(lambda: (machine.project / "started").exists(), timeout=60)
     child = running_call(machine)
     proc.send_signal(signal.SIGTSTP)
@@ -349,7 +354,8 @@ def test_a_ctrl_z_before_the_call_started_stops_it_once_it_has(machine: Machine)
             listener.bind(where)
         listener.listen(1)
         listener.settimeout(60)
-        client = machine.popen("call", "run_command", '{"command": "sleep 60"}')
+        # A process group of its own, not orphaned (see the test above).
+        client = machine.popen("call", "run_command", '{"command": "sleep 60"}', process_group=0)
         try:
             conn, _ = listener.accept()
             with conn:
