@@ -16,9 +16,10 @@ import ctypes
 import os
 import select
 import struct
-import sys
 from collections.abc import Iterable
 from typing import Final
+
+from codecoder.runtime.kernel.loadedcode import loaded_code
 
 __all__ = ["CodeWatch"]
 
@@ -59,7 +60,7 @@ class CodeWatch:
     `roots`) has changed since the watch was made."""
 
     def __init__(self, roots: Iterable[str] = ()) -> None:
-        self._snapshot = _snapshot()
+        self._snapshot = loaded_code()
         self._changed = False
         self.fd: int | None = None
         directories = {os.path.dirname(path) for path in self._snapshot}
@@ -76,7 +77,7 @@ class CodeWatch:
         if self._changed:
             return True
         if self.fd is None:
-            self._changed = _snapshot() != self._snapshot
+            self._changed = loaded_code() != self._snapshot
             return self._changed
         while select.select([self.fd], [], [], 0)[0]:
             try:
@@ -92,22 +93,6 @@ class CodeWatch:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-
-
-def _snapshot() -> dict[str, tuple[int, int]]:
-    """The modification time and size of every module file loaded."""
-    snapshot: dict[str, tuple[int, int]] = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not isinstance(path, str):
-            continue
-        try:
-            info = os.stat(path)
-        except OSError:
-            snapshot[path] = (-1, -1)
-            continue
-        snapshot[path] = (info.st_mtime_ns, info.st_size)
-    return snapshot
 
 
 def _watch(directories: list[str]) -> int:

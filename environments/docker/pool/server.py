@@ -42,6 +42,7 @@ from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.pool.warm import Ready, WarmPool
 from codecoder.environments.engine import SandboxTemplate
 from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.runtime.kernel.loadedcode import loaded_code
 
 __all__ = ["IDLE", "serve"]
 
@@ -55,7 +56,7 @@ def serve(idle: float = IDLE, first: dict[str, Any] | None = None) -> int:
     """Listen until idle for `idle` seconds (or told to stop); the exit status. `first` is the
     claim of the session that started this server, warmed at once."""
     ident = wire.identity()
-    snapshot = _code_snapshot()
+    snapshot = loaded_code()
     directory = wire.socket_directory()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -265,26 +266,10 @@ def _reap_dead_pools(engine: DockerEngine) -> None:
         log.warning("removing what dead pools left: %s", exc)
 
 
-def _code_snapshot() -> dict[str, tuple[int, int]]:
-    """The modification time and size of every module file loaded, to notice an upgrade."""
-    snapshot: dict[str, tuple[int, int]] = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not isinstance(path, str):
-            continue
-        try:
-            info = os.stat(path)
-        except OSError:
-            snapshot[path] = (-1, -1)
-            continue
-        snapshot[path] = (info.st_mtime_ns, info.st_size)
-    return snapshot
-
-
 def _code_changed(snapshot: dict[str, tuple[int, int]]) -> bool:
     """Whether a module file loaded at the start changed since (modules imported later, as
     the SDK imports some lazily, are not a change)."""
-    now = _code_snapshot()
+    now = loaded_code()
     return any(now.get(path, (-1, -1)) != mark for path, mark in snapshot.items())
 
 
