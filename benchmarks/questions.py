@@ -6,7 +6,11 @@ through the permission layer with `Session.call`: the read tools in @landlock an
 tools in @wasm for real, run_command and commit on a mock environment that answers at once.
 The human is simulated and tired: at every question they take the broadest lasting answer
 offered (any simple command in the sandbox, then the program, then the key, for the project
-before the session; the host only when nothing lasting is offered).
+before the session). A command that needs the host (`git push`, `gh run list`: the network and
+the user's credentials, which a contained command never has) is the exception: its question says
+that contained it would fail, so the human takes the broadest *host* choice (the program on the
+host for the session), the one answer under which it works. No host grant outlives its session,
+so such a command is asked again in every session.
 
 Each session runs twice on a project of its own: a first session, and a later session of the
 same project (a new Runtime, the same codecoder.json, the workspace's files as they were), once
@@ -75,8 +79,17 @@ _PREFERENCE = (
 _WRITES = frozenset({"write_file", "edit_file", "move_file", "delete_file"})
 
 
+# For a command that would fail contained: the widest choice that runs it where it works.
+_ON_HOST = (Answer.HOST_SESSION_PROGRAM, Answer.HOST_SESSION, Answer.HOST_ONCE)
+
+
 def broadest_lasting(request: AskRequest) -> Answer:
-    """The answer a tired human gives: the broadest lasting choice offered."""
+    """The answer a tired human gives: the broadest lasting choice offered, or, for a command
+    that would fail contained, the broadest choice that runs it on the host."""
+    if request.host_key:
+        on_host = [answer for answer in _ON_HOST if answer in request.choices]
+        if on_host:
+            return on_host[0]
     return next(answer for answer in _PREFERENCE if answer in request.choices)
 
 
@@ -209,6 +222,8 @@ def _why(request: AskRequest, binding: EnvironmentTag, phase: str, args: Mapping
     """Why no grant covered the call, from what the question shows."""
     command = str(args.get("command", ""))
     if request.host_key:
+        if phase == "later":
+            return "it needs the host (network, credentials): no host grant outlives its session"
         return "it needs the host (network, credentials): asked so that the host can be chosen"
     if request.tool in _WRITES:
         return "a path no earlier answer named: a write grant names one file"

@@ -39,7 +39,29 @@ def test_the_tired_human_takes_the_broadest_lasting_answer_offered() -> None:
     assert asked(Answer.ONCE, Answer.DENY) is Answer.ONCE
 
 
-def test_in_bwrap_no_read_only_command_is_asked_and_a_later_session_asks_nothing(
+def test_for_a_command_that_needs_the_host_the_tired_human_takes_the_broadest_host_choice() -> None:
+    # Contained, `git push` would fail: the lasting contained grant is not an answer that works.
+    choices = (
+        Answer.ONCE,
+        Answer.SESSION,
+        Answer.PROJECT,
+        Answer.HOST_ONCE,
+        Answer.HOST_SESSION,
+        Answer.HOST_SESSION_PROGRAM,
+        Answer.DENY,
+    )
+    request = AskRequest(
+        "run_command",
+        EnvironmentTag.BWRAP,
+        "run_command:git:push",
+        "",
+        choices,
+        host_key="run_command:git:push",
+    )
+    assert broadest_lasting(request) is Answer.HOST_SESSION_PROGRAM
+
+
+def test_in_bwrap_no_read_only_command_is_asked_and_a_later_session_asks_only_for_the_host(
     tmp_path: Path,
 ) -> None:
     contained = replay(EnvironmentTag.BWRAP, tmp_path)
@@ -51,7 +73,10 @@ def test_in_bwrap_no_read_only_command_is_asked_and_a_later_session_asks_nothing
             command = call["args"].get("command")
             if command is not None and key_command(command).read_only:
                 assert (name, index) not in asked, command
-    assert contained.count("later") == 0
+    later = [q for q in contained.questions if q.phase == "later"]
+    # No host grant outlives its session: only the commands that need the host come back.
+    assert later and all(q.answer == "host-session-program" for q in later)
+    assert {q.key for q in later} <= {"run_command:git:push", "run_command:gh:run:list"}
     assert contained.count("first") < shell.count("first")
     assert shell.count("later") > 0  # @shell grants end with the session
     assert all(q.why for q in contained.questions)
