@@ -237,6 +237,7 @@ class RunCommand(Tool[RunCommandParameters]):
             cancel=ctx.cancel,
             network=ctx.network,
             output=ctx.output,
+            session=ctx.session_id,
         )
         if ctx.output is not None:
             ctx.output.running(self.name)
