@@ -355,7 +355,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
                 ours.append(stdin_w)
             else:
-                stdin_r = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+                # As subprocess opens it for a cold call's stdin=DEVNULL.
+                stdin_r = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
             theirs.append(stdin_r)
             for _ in range(2):
                 read, write = os.pipe2(os.O_CLOEXEC)
@@ -427,8 +428,9 @@ def _described(
     result.extra["sandbox"] = {
         "toolchains": [str(t) for t in plan.toolchains],
         "writable": request.writable,
-        "warm": warm,
     }
+    if warm:
+        log.debug("the call ran in a warm sandbox")
     return result
 
 

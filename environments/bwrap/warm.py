@@ -183,7 +183,8 @@ class WarmSandboxes:
         self._wanted: queue.SimpleQueue[tuple[WarmKey, object] | None] = queue.SimpleQueue()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.built = 0  # how many were started: tests and the benchmark read it
+        self.built = 0  # how many were started, and claimed: tests and the benchmark read them
+        self.claimed = 0
 
     def claim(self, key: WarmKey) -> WarmSandbox | None:
         """The warm sandbox for `key`, ready, or None (the call runs cold). A sandbox in the
@@ -198,6 +199,7 @@ class WarmSandboxes:
         if not sandbox.wait_ready(READY_WAIT):
             sandbox.discard()
             return None
+        self.claimed += 1
         return sandbox
 
     def refill(self, key: WarmKey, plan: object) -> None:
