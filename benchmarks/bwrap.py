@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-from codecoder.benchmarks.measure import Measured, SelfTimed, compare
+from codecoder.benchmarks.measure import Measured, SelfTimed, Subject, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.environments.base import CommandRequest
@@ -141,8 +141,13 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         environment = contained.environment(EnvironmentTag.BWRAP)
         assert isinstance(environment, BwrapEnvironment)
         read_only = CommandRequest(cwd=cold_project, argv=(COMMAND,))
-        contained_call = lambda: contained_session.call("run_command", args)  # noqa: E731
-        cold_call = lambda: cold_session.call("run_command", args)  # noqa: E731
+
+        def contained_call() -> object:
+            return contained_session.call("run_command", args)
+
+        def cold_call() -> object:
+            return cold_session.call("run_command", args)
+
         misses = [0]
 
         def after_a_pause() -> float:
@@ -154,7 +159,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
             misses[0] += environment.warm_sandboxes.claimed == claimed
             return took
 
-        figures = {
+        figures: dict[str, tuple[Subject, str]] = {
             "bwrap.call": (SelfTimed(after_a_pause), SHELL_CALL),
             "bwrap.cold_call": (cold_call, SHELL_CALL),
             "bwrap.back_to_back": (contained_call, SHELL_CALL),
@@ -169,9 +174,8 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         }
         measured = compare(figures, baselines, rounds=ctx.rounds(40, 6), sample_seconds=None)
         if misses[0]:
-            measured["bwrap.call"].note = (
-                f"{misses[0]} of the paused calls found no warm sandbox and ran cold"
-            )
+            missed = f"{misses[0]} of the paused calls found no warm sandbox and ran cold"
+            measured["bwrap.call"].note = missed
         measured["bwrap.cold_call"].note = (
             "A cold sandbox per call is bounded by the kernel's work for bubblewrap's namespaces: "
             "the bare bubblewrap row is most of the cold call (its network namespace alone is "

@@ -199,7 +199,8 @@ class WarmSandboxes:
         if not sandbox.wait_ready(READY_WAIT):
             sandbox.discard()
             return None
-        self.claimed += 1
+        with self._lock:
+            self.claimed += 1
         return sandbox
 
     def refill(self, key: WarmKey, plan: object) -> None:

@@ -34,7 +34,6 @@ from codecoder.sandboxes.escapes.corpus import _ERRORS, Attempt, BwrapEntry
 from codecoder.sandboxes.escapes.layer import AuditContext, _LayerRunner
 from codecoder.sandboxes.escapes.outcomes import _escaped, _NotApplicable, _NotRun
 
-
 # Between the two calls of an attempt with `then`: time for the warm sandbox to be built.
 _PAUSE = 0.3
 

@@ -136,7 +136,7 @@ def test_a_nested_repository_made_on_the_host_after_the_build_is_protected(repo:
                 "vendor/lib/.git/config",
             ),
         ):
-            with pytest.raises(Exception):  # noqa: B017, PT011 - refused or quarantined
+            with pytest.raises(Exception):  # noqa: B017 - refused or quarantined
                 result = run(env, f"echo 'touch /tmp/pwned' > {spelling}")
                 assert result.exit_code != 0
                 raise RuntimeError(result.stderr)
