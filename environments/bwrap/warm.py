@@ -56,6 +56,9 @@ REQUEST_ITEMS: Final = 65536
 MAX_WARM: Final = 4
 # How long a claim waits for a sandbox still being built before it gives up on it.
 READY_WAIT: Final = 10.0
+# How many ended sessions are remembered, so that a refill queued just before a session ended
+# builds nothing for it (session ids are never reused).
+_ENDED_KEPT: Final = 1024
 
 _Identity = tuple[int, int, int] | None
 
@@ -182,6 +185,7 @@ class WarmSandboxes:
         self._slots: OrderedDict[tuple[str | None, bool], WarmSandbox] = OrderedDict()
         self._wanted: queue.SimpleQueue[tuple[WarmKey, object] | None] = queue.SimpleQueue()
         self._closed = False
+        self._ended: OrderedDict[str | None, None] = OrderedDict()
         self._thread: threading.Thread | None = None
         self.built = 0  # how many were started, and claimed: tests and the benchmark read them
         self.claimed = 0
@@ -206,7 +210,7 @@ class WarmSandboxes:
     def refill(self, key: WarmKey, plan: object) -> None:
         """Start, in the background, a sandbox for the next call like this one."""
         with self._lock:
-            if self._closed:
+            if self._closed or key.session in self._ended:
                 return
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -216,7 +220,11 @@ class WarmSandboxes:
         self._wanted.put((key, plan))
 
     def end_session(self, session: str | None) -> None:
+        """Kill the session's warm sandboxes; none is built for it afterwards."""
         with self._lock:
+            self._ended[session] = None
+            while len(self._ended) > _ENDED_KEPT:
+                self._ended.popitem(last=False)
             gone = [s for k, s in self._slots.items() if k[0] == session]
             for sandbox in gone:
                 del self._slots[(sandbox.key.session, sandbox.key.writable)]
@@ -244,7 +252,7 @@ class WarmSandboxes:
             with self._lock:
                 if self._closed:
                     return
-                if (key.session, key.writable) in self._slots:
+                if key.session in self._ended or (key.session, key.writable) in self._slots:
                     continue  # a call is still to claim the one there
             sandbox = self._build(key, plan)
             if sandbox is None:
@@ -252,7 +260,7 @@ class WarmSandboxes:
             self.built += 1
             evicted: list[WarmSandbox] = []
             with self._lock:
-                if self._closed:
+                if self._closed or key.session in self._ended:
                     evicted.append(sandbox)
                 else:
                     old = self._slots.pop((key.session, key.writable), None)

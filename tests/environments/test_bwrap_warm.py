@@ -180,6 +180,10 @@ def test_a_warm_sandbox_belongs_to_the_session_it_was_built_for(repo: Path) -> N
         assert [s.key.session for s in env.warm_sandboxes.held()] == ["bob"]
         env.run(CommandRequest(cwd=repo, argv=("true",), writable=True, session="bob"))
         assert env.warm_sandboxes.claimed == 1
+        # A session that ended gets no new warm sandbox, even from a call made after.
+        env.run(CommandRequest(cwd=repo, argv=("true",), writable=True, session="alice"))
+        time.sleep(0.5)
+        assert [s.key.session for s in env.warm_sandboxes.held()] == ["bob"]
     finally:
         env.close()
 
@@ -253,3 +257,46 @@ def test_warm_sandboxes_die_with_the_runtime(repo: Path, tmp_path: Path) -> None
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in pids)
+
+
+def test_through_the_runtime_a_session_gets_its_own_warm_sandbox_and_its_end_kills_it(
+    repo: Path,
+) -> None:
+    from codecoder.runtime.kernel.ceiling import EnvironmentTag
+    from codecoder.runtime.session import Runtime
+
+    need_bwrap()
+    env = BwrapEnvironment(repo)
+    runtime = Runtime(
+        repo,
+        environments={EnvironmentTag.BWRAP: env},
+        bindings={"run_command": EnvironmentTag.BWRAP},
+    )
+    try:
+        alice, bob = runtime.session(), runtime.session()
+        # The first call creates the runtime's state directory, which the next plan hides:
+        # the sandbox built before it differs, so the second call runs cold (fails closed).
+        for _ in range(2):
+            first = alice.call("run_command", {"command": "ls -a"})  # read-only: never asks
+            assert first.ok, first.to_json()
+            wait_held(env, 1)
+        claimed = env.warm_sandboxes.claimed
+        (held,) = env.warm_sandboxes.held()
+        assert held.key.session == alice.id and not held.key.writable
+        assert bob.call("run_command", {"command": "ls -a"}).ok
+        assert env.warm_sandboxes.claimed == claimed  # bob's call ran cold: alice's is alice's
+        again = alice.call("run_command", {"command": "ls -a"})
+        assert again.ok and again.result is not None
+        assert first.result is not None
+        assert (again.result.output, again.result.is_error) == (
+            first.result.output,
+            first.result.is_error,
+        )
+        assert env.warm_sandboxes.claimed == claimed + 1
+        wait_held(env, 2)
+        alice.close()
+        assert {s.key.session for s in env.warm_sandboxes.held()} == {bob.id}
+        held.proc.wait(timeout=10)
+    finally:
+        runtime.close()
+        env.close()
