@@ -54,7 +54,7 @@ SPECS = (
     ),
     FigureSpec(
         "bwrap.back_to_back",
-        "the same call, warm sandboxes on, back to back (the next one still building)",
+        "the same call, warm sandboxes on, right after another (its sandbox still building)",
         "ms",
         SHELL_CALL,
     ),
@@ -159,10 +159,16 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
             misses[0] += environment.warm_sandboxes.claimed == claimed
             return took
 
+        def back_to_back() -> float:
+            contained_call()
+            started = time.perf_counter()
+            contained_call()  # its sandbox is the one the call before started building
+            return time.perf_counter() - started
+
         figures: dict[str, tuple[Subject, str]] = {
             "bwrap.call": (SelfTimed(after_a_pause), SHELL_CALL),
             "bwrap.cold_call": (cold_call, SHELL_CALL),
-            "bwrap.back_to_back": (contained_call, SHELL_CALL),
+            "bwrap.back_to_back": (SelfTimed(back_to_back), SHELL_CALL),
             "bwrap.call_vs_bare": (cold_call, BARE),
             "bwrap.read_only": (lambda: cold_environment.run(read_only), BARE),
             "bwrap.bare_without_network": (lambda: _spawn(_bare(False)), BARE),
