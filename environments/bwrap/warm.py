@@ -200,7 +200,12 @@ class WarmSandboxes:
         if sandbox.key != key or not sandbox.key.still_bound():
             sandbox.discard()
             return None
-        if not sandbox.wait_ready(READY_WAIT):
+        try:
+            ready = sandbox.wait_ready(READY_WAIT)
+        except BaseException:  # interrupted while waiting: the sandbox goes with the call
+            sandbox.discard()
+            raise
+        if not ready:
             sandbox.discard()
             return None
         with self._lock:

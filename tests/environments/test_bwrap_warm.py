@@ -300,3 +300,101 @@ def test_through_the_runtime_a_session_gets_its_own_warm_sandbox_and_its_end_kil
     finally:
         runtime.close()
         env.close()
+
+
+def _helper_given(request: bytes, fds: list[int] | None, tmp_path: Path) -> tuple[int, str]:
+    """Run the confine helper with --request on a socket pair, send it `request` (with `fds`
+    as SCM_RIGHTS when given), close the runtime's end; its exit code and standard error."""
+    import socket
+
+    from codecoder.environments.bwrap.helper import confine_binary
+
+    helper = confine_binary()
+    assert helper is not None
+    ours, theirs = socket.socketpair()
+    said = tmp_path / "said"
+    with said.open("wb") as err:
+        proc = subprocess.Popen(
+            [
+                str(helper),
+                "--write",
+                str(tmp_path),
+                "--request",
+                str(theirs.fileno()),
+                "--",
+                "true",
+            ],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    theirs.close()
+    try:
+        if fds is not None:
+            ours.sendmsg(
+                [request[:16]],
+                [
+                    (
+                        socket.SOL_SOCKET,
+                        socket.SCM_RIGHTS,
+                        bytes(b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)),
+                    )
+                ],
+            )
+            ours.sendall(request[16:])
+        elif request:
+            ours.sendall(request)
+    except OSError:
+        pass
+    ours.close()
+    return proc.wait(timeout=30), said.read_text()
+
+
+def test_the_helper_runs_nothing_on_a_request_it_does_not_fully_understand(
+    tmp_path: Path,
+) -> None:
+    import struct
+
+    from codecoder.environments.bwrap.warm import encode_request
+
+    marker = tmp_path / "ran"
+    good = encode_request(tmp_path, ["/usr/bin/touch", str(marker)], {"PATH": "/usr/bin"})
+    assert good is not None
+    streams = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+    body = good[16:]
+    magic, length, argc, envc = struct.unpack("=IIII", good[:16])
+    broken = {
+        "the runtime's end closed": (b"", None),
+        "no descriptors": (good, None),
+        "two descriptors": (good, streams[:2]),
+        "four descriptors": (good, [*streams, streams[0]]),
+        "another magic": (struct.pack("=IIII", 0x41414141, length, argc, envc) + body, streams),
+        "a body cut short": (good[:-5], streams),
+        "more arguments than strings": (
+            struct.pack("=IIII", magic, length, argc + 5, envc) + body,
+            streams,
+        ),
+        "fewer strings than the length": (
+            struct.pack("=IIII", magic, length, argc - 1, envc) + body,
+            streams,
+        ),
+        "no terminating NUL": (
+            struct.pack("=IIII", magic, length - 1, argc, envc) + body[:-1],
+            streams,
+        ),
+        "a length beyond the helper's buffer": (
+            struct.pack("=IIII", magic, 64 << 20, argc, envc) + body,
+            streams,
+        ),
+        "no arguments": (struct.pack("=IIII", magic, length, 0, envc + argc) + body, streams),
+    }
+    try:
+        for what, (request, fds) in broken.items():
+            code, said = _helper_given(request, fds, tmp_path)
+            assert (code, marker.exists()) == (125, False), (what, said)
+        code, said = _helper_given(good, streams, tmp_path)
+        assert (code, marker.exists()) == (0, True), said
+    finally:
+        for fd in streams:
+            os.close(fd)
