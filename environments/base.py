@@ -98,6 +98,9 @@ class CommandRequest:
     cancel: threading.Event | None = field(default=None, compare=False)
     network: NetworkGate | None = field(default=None, compare=False)
     output: OutputListener | None = field(default=None, compare=False)
+    # The session the call belongs to: a warm sandbox serves only calls of the session it was
+    # started for (@bwrap); None for a caller with no session.
+    session: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if (self.argv is None) == (self.script is None):
@@ -139,6 +142,9 @@ class Environment(abc.ABC, Generic[RequestT, ResultT]):
 
     def close(self) -> None:
         """Release containers, processes, caches held for this environment."""
+
+    def end_session(self, session: str) -> None:
+        """Release what this environment holds for `session` alone (nothing by default)."""
 
     def __enter__(self) -> Environment[RequestT, ResultT]:
         return self

@@ -94,6 +94,14 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             )
         except OSError as exc:
             raise ExecutionFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
+        return self.collect(proc, request, started)
+
+    def collect(
+        self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float
+    ) -> CommandResult:
+        """Collect a started process as `run_process` does (its pipes, the request's stdin,
+        deadline from `started`, cancel), ending its whole process group however it ends: what
+        @bwrap's warm sandboxes, started before their call, are collected with."""
         try:
             return self._collect(proc, request, started)
         except BaseException:

@@ -285,8 +285,11 @@ class Runtime:
         """Remove the sandboxes of `session` (its @docker containers)."""
         with self._starting:
             env = self._per_session.pop(session, None)
+            shared = list(self._environments.values())
         if env is not None:
             env.close()
+        for each in shared:
+            each.end_session(session)  # a warm @bwrap sandbox of the session's
 
     def _start(self, tag: EnvironmentTag) -> Environment[Any, Any]:
         if tag is EnvironmentTag.SHELL:

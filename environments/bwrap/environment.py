@@ -16,6 +16,11 @@ With an egress allowlist (`docker.network.allow`, the project's one allowlist), 
 listens on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket
 to the runtime's egress proxy (`environments.egress`), which decides every connection through
 the permission chain (`network:<host>`) and audits it; HTTP(S)_PROXY point there.
+
+Warm sandboxes (`environments.bwrap.warm`, on unless `warm=False`): after a call, the next
+call's sandbox is built in the background with the same plan; a call whose plan, computed at
+claim time, is the same takes it and sends only its request. A call with an egress allowlist or
+a snapshot always runs cold.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -46,11 +52,18 @@ from codecoder.environments.bwrap.home import (
 from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
 from codecoder.environments.bwrap.protection import CallProtection, Protection
 from codecoder.environments.bwrap.settings import BwrapSettings
+from codecoder.environments.bwrap.warm import (
+    WarmKey,
+    WarmSandbox,
+    WarmSandboxes,
+    encode_request,
+    identities,
+)
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import quarantine
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.runtime.kernel.errors import Cancelled, ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.kernel.hosts import Resolver, system_resolver
 
 __all__ = ["BwrapEnvironment"]
@@ -67,7 +80,9 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
     `bwrap` is the bubblewrap to run (found by `environments.bwrap.probe` by default), `environ`
     the environment a request without its own inherits (the runtime's), `resolver` what the
-    egress proxy resolves names with. Safe to use from several threads.
+    egress proxy resolves names with, `warm` whether calls may take a sandbox built in the
+    background after the previous one (`environments.bwrap.warm`; the attribute can be changed
+    between calls). Safe to use from several threads.
     """
 
     tag = EnvironmentTag.BWRAP
@@ -82,6 +97,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         environ: Mapping[str, str] | None = None,
         resolver: Resolver | None = None,
         tmp_size: int = 1024**3,
+        warm: bool = True,
     ) -> None:
         from codecoder.environments.bwrap.probe import bwrap_binary
 
@@ -105,6 +121,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self._writing = threading.Lock()
         self._gitconfig: bytes | None = None
         self._closed = False
+        self.warm = warm
+        self.warm_sandboxes = WarmSandboxes(self._build_warm)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -134,6 +152,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
     def close(self) -> None:
         self._closed = True
+        self.warm_sandboxes.close()
+
+    def end_session(self, session: str) -> None:
+        self.warm_sandboxes.end_session(session)
 
     # -- one call ---------------------------------------------------------------------------
 
@@ -188,14 +210,21 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             if request.argv is not None
             else [BASH, "--noprofile", "--norc", "-c", request.script or ""]
         )
+        key = self._warm_key(plan, request)
+        if key is not None:
+            payload = encode_request(Path(request.cwd), command, env)
+            sandbox = self.warm_sandboxes.claim(key) if payload is not None else None
+            if sandbox is not None and payload is not None:
+                warm = self._run_warm(sandbox, request, payload)
+                if warm is not None:
+                    self.warm_sandboxes.refill(key, plan)
+                    return _described(warm, plan, request, warm=True)
         for attempt in range(1, BUILD_ATTEMPTS + 1):
             result, ready = self._attempt(plan, request, env, command)
             if ready:
-                result.extra["sandbox"] = {
-                    "toolchains": [str(t) for t in plan.toolchains],
-                    "writable": request.writable,
-                }
-                return result
+                if key is not None:
+                    self.warm_sandboxes.refill(key, plan)
+                return _described(result, plan, request, warm=False)
             if result.exit_code == CONFINE_FAILED or attempt == BUILD_ATTEMPTS:
                 raise self._unbuilt(result)
             # Nothing ran. bubblewrap fails now and then while it remounts the file system
@@ -240,6 +269,117 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             result = self._shell.run_process(argv, outer, env, pass_fds=fds)
             return result, _was_ready(ready_r)
 
+    # -- warm sandboxes (environments.bwrap.warm) ---------------------------------------------
+
+    def _warm_key(self, plan: SandboxPlan, request: CommandRequest) -> WarmKey | None:
+        """What a warm sandbox must have been built with to serve `request`, or None when the
+        call must run cold (warm sandboxes off, an egress allowlist, a snapshot)."""
+        if not self.warm or self._closed or self.egress is not None or plan.snapshot is not None:
+            return None
+        mounts = plan.mounts(_GITCONFIG_FD)
+        assert mounts[-2] == "--chdir"
+        sources = (
+            self.workspace,
+            *plan.homes,
+            *plan.hidden,
+            *plan.masked,
+            *plan.toolchains,
+            *plan.covered,
+            *plan.read_only,
+            *plan.writable_extra,
+        )
+        return WarmKey(
+            session=request.session,
+            writable=plan.writable,
+            mounts=tuple(mounts[:-2]),
+            helper=tuple(plan.helper_options(None, None)),
+            sources=sources,
+        )
+
+    def _build_warm(self, key: WarmKey, planned: object) -> WarmSandbox | None:
+        """Start a sandbox for `key` (the warm thread's work): bubblewrap with the plan's mounts
+        and the helper waiting on its request socket; None when it could not start."""
+        assert isinstance(planned, SandboxPlan)
+        plan = dataclasses.replace(planned, cwd=self.workspace)  # the request says where
+        built = dataclasses.replace(key, identities=identities(key.sources))
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.ExitStack() as stack:
+            stack.callback(_close, ready_w)
+            stack.callback(child_end.close)
+            gitconfig = self._gitconfig_fd(stack)
+            argv = [
+                self.bwrap,
+                *NAMESPACE_OPTIONS,
+                *plan.mounts(gitconfig),
+                "--",
+                str(self.helper),
+                *plan.helper_options(ready_w, None),
+                "--request",
+                str(child_end.fileno()),
+                "--",
+                "true",  # never run: the request names the command
+            ]
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=self.workspace,
+                    env={},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(ready_w, gitconfig, child_end.fileno()),
+                )
+            except OSError as exc:
+                log.info("a warm @bwrap sandbox could not start: %s", exc)
+                host_end.close()
+                _close(ready_r)
+                return None
+        return WarmSandbox(built, proc, host_end, ready_r)
+
+    def _run_warm(
+        self, sandbox: WarmSandbox, request: CommandRequest, payload: bytes
+    ) -> CommandResult | None:
+        """Run `request` in a claimed warm sandbox; None when the sandbox was gone before it
+        took the request (nothing ran: the call runs cold)."""
+        if request.cancel is not None and request.cancel.is_set():
+            sandbox.discard()
+            raise Cancelled("the call was cancelled before the command started")
+        started = time.monotonic()
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            if request.stdin:
+                stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+                ours.append(stdin_w)
+            else:
+                # As subprocess opens it for a cold call's stdin=DEVNULL.
+                stdin_r = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            theirs.append(stdin_r)
+            for _ in range(2):
+                read, write = os.pipe2(os.O_CLOEXEC)
+                ours.append(read)
+                theirs.append(write)
+            sent = sandbox.send(payload, theirs)
+        except BaseException:
+            _close_all(ours)
+            sandbox.discard()
+            raise
+        finally:
+            _close_all(theirs)
+        if not sent:
+            _close_all(ours)
+            sandbox.discard()
+            return None
+        proc = sandbox.proc
+        if request.stdin:
+            proc.stdin = open(ours.pop(0), "wb")  # noqa: SIM115 - closed by collect
+        proc.stdout = open(ours[0], "rb")  # noqa: SIM115
+        proc.stderr = open(ours[1], "rb")  # noqa: SIM115
+        return self._shell.collect(proc, request, started)
+
     def _unbuilt(self, result: CommandResult) -> Exception:
         said = (result.stderr or result.stdout).strip()
         if result.exit_code == CONFINE_FAILED and CONFINE_PREFIX in said:
@@ -276,6 +416,27 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         finally:
             os.close(write)
         return read
+
+
+# Any descriptor number: the key compares the mounts, not which descriptor carried the file.
+_GITCONFIG_FD: Final = 3
+
+
+def _described(
+    result: CommandResult, plan: SandboxPlan, request: CommandRequest, *, warm: bool
+) -> CommandResult:
+    result.extra["sandbox"] = {
+        "toolchains": [str(t) for t in plan.toolchains],
+        "writable": request.writable,
+    }
+    if warm:
+        log.debug("the call ran in a warm sandbox")
+    return result
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        _close(fd)
 
 
 def _gitconfig(environ: Mapping[str, str]) -> bytes:

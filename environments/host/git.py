@@ -191,10 +191,11 @@ class HostGit:
         max_output: int,
         cancel: threading.Event | None = None,
         output: OutputListener | None = None,
+        session: str | None = None,
     ) -> Callable[..., CommandResult]:
         """`git(*args)` for this workspace: first lists the drivers, then runs each command
-        with every override (its output passed to `output` as it comes). Refuses a hook that
-        leads out of .git/."""
+        with every override (its output passed to `output` as it comes), as calls of
+        `session`. Refuses a hook that leads out of .git/."""
         self._check_hooks()
 
         def request(
@@ -210,6 +211,7 @@ class HostGit:
                 writable=True,  # in a sandbox (@bwrap): the index, objects and refs it writes
                 cancel=cancel,
                 output=listener,
+                session=session,
             )
 
         listing = ("config", "--null", "--name-only", "--get-regexp", r"^(filter|diff|merge)\.")

@@ -237,6 +237,7 @@ class RunCommand(Tool[RunCommandParameters]):
             cancel=ctx.cancel,
             network=ctx.network,
             output=ctx.output,
+            session=ctx.session_id,
         )
         if ctx.output is not None:
             ctx.output.running(self.name)
@@ -304,6 +305,7 @@ class Commit(Tool[CommitParameters]):
             max_output=ctx.limits.max_output,
             cancel=ctx.cancel,
             output=ctx.output,
+            session=ctx.session_id,
         )
         if ctx.output is not None:
             ctx.output.running(self.name)

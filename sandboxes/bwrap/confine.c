@@ -16,6 +16,9 @@
  *   --require-landlock  fail when the kernel has no Landlock (otherwise seccomp alone)
  *   --ready FD        once restricted, write one byte to FD (the runtime's sign that the
  *                     sandbox was built and the command is about to start)
+ *   --request FD      a warm sandbox: once restricted (and ready), wait on the Unix socket FD
+ *                     for the one request it serves, then run that instead of PROGRAM (see
+ *                     "The request" below); PROGRAM is still required and ignored
  *
  * @bwrap runs it inside bubblewrap, as the last step before the command: bubblewrap has built
  * the mounts and namespaces by then, and Landlock forbids changing mounts afterwards. The
@@ -36,8 +39,19 @@
  *      perf_event_open, userfaultfd, TIOCSTI and TIOCLINUX (typing into a terminal), module,
  *      kexec, swap, reboot, acct and syslog calls; the x32 ABI's numbers answer ENOSYS, and
  *      any other architecture's system calls (the 32-bit ABIs) kill the process;
- *   4. the byte to --ready's FD, then every descriptor above 2 closed;
+ *   4. the byte to --ready's FD; with --request, the request read, its three descriptors
+ *      made the standard input, output and error, its directory the working one;
+ *      then every descriptor above 2 closed (the request's socket too);
  *   5. PROGRAM executed, searched in PATH as execvp does (no /bin/sh fallback).
+ *
+ * The request (--request): one message on the stream socket, from the runtime only (the socket
+ * is a pair the runtime made; the command never holds it, since it is closed before the exec):
+ * a 16-byte header of native 32-bit words (magic 0x51524343, the length of what follows, the
+ * number of arguments, the number of environment entries) carrying three descriptors
+ * (SCM_RIGHTS: stdin, stdout, stderr), then the working directory, the arguments and the
+ * environment, each NUL-terminated. Anything else (end of file, a short or malformed request,
+ * other descriptors) exits with 125 and runs nothing. One request per sandbox: the runtime
+ * kills the whole sandbox when the command ends.
  *
  * Exit status: 125 when the restriction could not be applied (nothing ran; the message starts
  * with "codecoder-confine:"), 126 when PROGRAM cannot be executed, 127 when it is not found.
@@ -54,7 +68,8 @@ typedef unsigned char u8;
 
 #if defined(__x86_64__)
 enum {
-    SYS_write = 1, SYS_close = 3, SYS_ioctl = 16, SYS_socket = 41, SYS_sendmsg = 46,
+    SYS_read = 0, SYS_write = 1, SYS_close = 3, SYS_ioctl = 16, SYS_recvmsg = 47, SYS_chdir = 80,
+    SYS_dup3 = 292, SYS_socket = 41, SYS_sendmsg = 46,
     SYS_bind = 49, SYS_listen = 50, SYS_setsockopt = 54, SYS_clone = 56, SYS_execve = 59,
     SYS_ptrace = 101, SYS_syslog = 103, SYS_pivot_root = 155, SYS_prctl = 157, SYS_acct = 163,
     SYS_mount = 165, SYS_umount2 = 166, SYS_swapon = 167, SYS_swapoff = 168, SYS_reboot = 169,
@@ -84,7 +99,8 @@ __asm__(".text\n.globl _start\n_start:\n\txor %rbp, %rbp\n\tmov %rsp, %rdi\n"
 #elif defined(__aarch64__)
 enum {
     SYS_ioctl = 29, SYS_umount2 = 39, SYS_mount = 40, SYS_pivot_root = 41, SYS_openat = 56,
-    SYS_close = 57, SYS_write = 64, SYS_acct = 89, SYS_exit_group = 94, SYS_unshare = 97,
+    SYS_close = 57, SYS_read = 63, SYS_write = 64, SYS_recvmsg = 212, SYS_chdir = 49,
+    SYS_dup3 = 24, SYS_acct = 89, SYS_exit_group = 94, SYS_unshare = 97,
     SYS_kexec_load = 104, SYS_init_module = 105, SYS_delete_module = 106, SYS_syslog = 116,
     SYS_ptrace = 117, SYS_reboot = 142, SYS_prctl = 167, SYS_socket = 198, SYS_bind = 200,
     SYS_listen = 201, SYS_setsockopt = 208, SYS_sendmsg = 211, SYS_add_key = 217,
@@ -137,6 +153,7 @@ enum { AT_FDCWD = -100, O_PATH = 010000000, O_CLOEXEC = 02000000 };
 enum { PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2 };
 enum { AF_UNIX = 1, AF_INET = 2, AF_INET6 = 10, SOCK_STREAM = 1, SOCK_CLOEXEC = 02000000 };
 enum { SOL_SOCKET = 1, SO_REUSEADDR = 2, SCM_RIGHTS = 1 };
+#define MSG_CMSG_CLOEXEC 0x40000000
 enum { TIOCSTI = 0x5412, TIOCLINUX = 0x541c };
 /* CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (not NEWTIME: in clone()'s
  * flags that bit is part of the exit signal). */
@@ -376,6 +393,59 @@ static void hand_over_listener(unsigned port, unsigned channel) {
     sys1(SYS_close, channel);
 }
 
+/* -- the request of a warm sandbox -------------------------------------------------------- */
+
+#define REQUEST_MAGIC 0x51524343U
+#define REQUEST_BYTES (2UL << 20)
+#define REQUEST_ITEMS 65536
+
+struct request_header { u32 magic, length, argc, envc; };
+struct request_rights { size_t len; int level, type, fds[3]; int pad; };
+
+static char request_data[REQUEST_BYTES];
+static char *request_args[REQUEST_ITEMS + 2];
+
+/* Wait for the request on `channel`, make its descriptors 0, 1 and 2 and its directory the
+ * working one; returns its arguments and sets *envp to its environment. */
+static char **receive_request(unsigned channel, char ***envp) {
+    struct request_header header;
+    struct iovec iov = {&header, sizeof header};
+    struct request_rights rights;
+    struct msghdr message = {0, 0, &iov, 1, &rights, sizeof rights, 0};
+    long got = sys3(SYS_recvmsg, channel, &message, MSG_CMSG_CLOEXEC);
+    if (got == 0) leave(125); /* the runtime discarded this sandbox */
+    if (got != (long)sizeof header || message.controllen < 28 || rights.len != 28 ||
+        rights.level != SOL_SOCKET || rights.type != SCM_RIGHTS || (message.flags & 0x8))
+        refuse("malformed request", "");
+    if (header.magic != REQUEST_MAGIC || header.length > REQUEST_BYTES ||
+        (u64)header.argc + header.envc > REQUEST_ITEMS || header.argc == 0)
+        refuse("malformed request header", "");
+    for (u32 done = 0; done < header.length;) {
+        long n = sys3(SYS_read, channel, request_data + done, header.length - done);
+        if (n <= 0) refuse("the request ended early", "");
+        done += (u32)n;
+    }
+    /* The working directory, the arguments, the environment: exactly that many strings. */
+    u32 wanted = 1 + header.argc + header.envc, found = 0, at = 0;
+    char *cwd = request_data;
+    while (at < header.length && found < wanted) {
+        if (found) request_args[found - 1 + (found > header.argc)] = request_data + at;
+        else cwd = request_data + at;
+        while (at < header.length && request_data[at]) at++;
+        if (at == header.length) refuse("the request holds an unterminated string", "");
+        at++, found++;
+    }
+    if (found != wanted || at != header.length) refuse("the request holds the wrong count", "");
+    request_args[header.argc] = 0;
+    request_args[header.argc + 1 + header.envc] = 0;
+    for (int i = 0; i < 3; i++)
+        if (rights.fds[i] != i && sys3(SYS_dup3, rights.fds[i], i, 0) != i)
+            refuse("cannot take the request's standard streams", "");
+    if (sys1(SYS_chdir, cwd)) refuse("cannot enter the working directory ", cwd);
+    *envp = request_args + header.argc + 1;
+    return request_args;
+}
+
 /* -- running the program ------------------------------------------------------------------- */
 
 static __attribute__((noreturn)) void failed(const char *program, long error) {
@@ -423,7 +493,7 @@ __attribute__((used)) void start(long *stack) {
     char **envp = argv + argc + 1;
     static char *writes[MAX_DIRS], *files[MAX_DIRS], *reads[MAX_DIRS];
     int nwrites = 0, nfiles = 0, nreads = 0, no_tcp = 0, no_inet = 0, required = 0;
-    unsigned port = 0, channel = 0, ready = 0;
+    unsigned port = 0, channel = 0, ready = 0, request = 0;
     int listen = 0;
     long i = 1;
     for (; i < argc && !same(argv[i], "--"); i++) {
@@ -439,6 +509,9 @@ __attribute__((used)) void start(long *stack) {
             no_inet = 1;
         } else if (same(argv[i], "--ready") && i + 1 < argc && !number(argv[i + 1], &ready) &&
                    ready > 2) {
+            i++;
+        } else if (same(argv[i], "--request") && i + 1 < argc &&
+                   !number(argv[i + 1], &request) && request > 2) {
             i++;
         } else if (same(argv[i], "--require-landlock")) {
             required = 1;
@@ -456,6 +529,8 @@ __attribute__((used)) void start(long *stack) {
     landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
     seccomp(no_inet);
     if (ready && sys3(SYS_write, ready, "r", 1) != 1) refuse("cannot say it is ready", "");
+    char **program = argv + i + 1;
+    if (request) program = receive_request(request, &envp);
     if (sys3(SYS_close_range, 3, ~0U, 0)) refuse("cannot close inherited descriptors", "");
-    run(argv + i + 1, envp);
+    run(program, envp);
 }

@@ -34,6 +34,9 @@ from codecoder.sandboxes.escapes.corpus import _ERRORS, Attempt, BwrapEntry
 from codecoder.sandboxes.escapes.layer import AuditContext, _LayerRunner
 from codecoder.sandboxes.escapes.outcomes import _escaped, _NotApplicable, _NotRun
 
+# Between the two calls of an attempt with `then`: time for the warm sandbox to be built.
+_PAUSE = 0.3
+
 
 class _Listener:
     """A Unix socket of the host's (a path, or an abstract name) that answers the token and
@@ -163,16 +166,17 @@ class _BwrapLayer(_LayerRunner):
             "@OUTSIDE@": str(workspace.outside),
             "@MARKER@": marker,
         }
-        script = entry.script if isinstance(entry.script, str) else "\n".join(entry.script)
+        scripts = [entry.script] if entry.then is None else [entry.script, entry.then]
+        texts = [s if isinstance(s, str) else "\n".join(s) for s in scripts]
         env_extra = dict(entry.env)
         for placeholder, value in values.items():
-            script = script.replace(placeholder, value)
+            texts = [text.replace(placeholder, value) for text in texts]
             env_extra = {k: v.replace(placeholder, value) for k, v in env_extra.items()}
         if "setuid-binary" in entry.stage:
             self._stage_setuid()
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
-        result, error = self._run(entry, script, env_extra)
+        result, error = self._run(entry, texts, env_extra)
         output = (result.stdout + result.stderr) if result is not None else ""
         if entry.expect_output and not re.search(entry.expect_output, output, re.MULTILINE):
             raise _NotRun(
@@ -210,22 +214,30 @@ class _BwrapLayer(_LayerRunner):
         return f"{_last_line(result.stderr or result.stdout)} (exit code {result.exit_code})"
 
     def _run(
-        self, entry: BwrapEntry, script: str, extra: dict[str, str]
+        self, entry: BwrapEntry, scripts: list[str], extra: dict[str, str]
     ) -> tuple[CommandResult | None, CodecoderError | None]:
+        """Run the scripts one after the other in one environment (a pause between them, for
+        the warm sandbox to be built); what the last one gave."""
         env = self._environment(extra)
-        request = CommandRequest(
-            cwd=self.audit.workspace.path,
-            script=script,
-            timeout=entry.timeout,
-            max_output=self.audit.limits.max_output,
-            writable=entry.writable,
-        )
         try:
-            return env.run(request), None
-        except _ERRORS as exc:
-            if type(exc).__name__ not in entry.blocked_by:
-                raise _NotRun(f"{type(exc).__name__}: {exc}") from exc
-            return None, exc
+            outcome: tuple[CommandResult | None, CodecoderError | None] = (None, None)
+            for n, script in enumerate(scripts):
+                if n:
+                    time.sleep(_PAUSE)
+                request = CommandRequest(
+                    cwd=self.audit.workspace.path,
+                    script=script,
+                    timeout=entry.timeout,
+                    max_output=self.audit.limits.max_output,
+                    writable=entry.writable,
+                )
+                try:
+                    outcome = env.run(request), None
+                except _ERRORS as exc:
+                    if type(exc).__name__ not in entry.blocked_by:
+                        raise _NotRun(f"{type(exc).__name__}: {exc}") from exc
+                    outcome = None, exc
+            return outcome
         finally:
             env.close()
 

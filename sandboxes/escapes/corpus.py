@@ -264,6 +264,9 @@ class BwrapEntry(_Entry):
     expect_output: str | None = None
     stage: tuple[Literal["setuid-binary"], ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    # A second script, run in the same environment after a pause: the warm sandbox built after
+    # the first call serves it (the checks look at what it printed and what both left).
+    then: str | tuple[str, ...] | None = None
 
 
 WasmCheck = Literal["secret", "succeeded", "completed", "overran", "uncapped"]

@@ -35,6 +35,8 @@ FIGURE_NAMES = [
     "shell.environment",
     "shell.git_guard",
     "bwrap.call",
+    "bwrap.cold_call",
+    "bwrap.back_to_back",
     "bwrap.call_vs_bare",
     "bwrap.read_only",
     "bwrap.bare_without_network",

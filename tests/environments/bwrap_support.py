@@ -61,12 +61,28 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def bwrap(repo: Path) -> Iterator[BwrapEnvironment]:
+@pytest.fixture(params=["cold", "warm"])
+def bwrap(repo: Path, request: pytest.FixtureRequest) -> Iterator[BwrapEnvironment]:
+    """The environment on `repo`, once with every call cold and once with warm sandboxes
+    waiting (a read-only and a writable one, built by a first call of each kind): a test's
+    calls whose plan matches then run in a warm sandbox, the others cold."""
     need_bwrap()
-    env = BwrapEnvironment(repo)
+    env = BwrapEnvironment(repo, warm=request.param == "warm")
+    if env.warm:
+        prime(env)
     yield env
     env.close()
+
+
+def prime(env: BwrapEnvironment) -> None:
+    """Leave a read-only and a writable warm sandbox waiting in `env` (for calls with no
+    session and no toolchain, as `run` makes them)."""
+    run(env, "true", writable=True)
+    run(env, "true", writable=False)
+    deadline = time.monotonic() + 30
+    while len(env.warm_sandboxes.held()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(env.warm_sandboxes.held()) == 2, "the warm sandboxes were not built"
 
 
 def run(

@@ -29,8 +29,9 @@ BWRAP_IDS = [attempt.id for attempt in load_corpus(["bwrap"])]
 
 
 def test_the_bwrap_layer_has_its_attempts() -> None:
-    assert len(BWRAP_IDS) == 29
+    assert len(BWRAP_IDS) == 32
     assert {"bwrap.write-git-hooks", "bwrap.read-ssh-key", "bwrap.outlive-call"} <= set(BWRAP_IDS)
+    assert {"bwrap.warm-leftovers", "bwrap.warm-request-channel"} <= set(BWRAP_IDS)
 
 
 def test_every_bwrap_attempt_is_blocked(project: Path) -> None:
@@ -75,6 +76,7 @@ def test_a_weakened_bwrap_is_reported_as_escaped(project: Path) -> None:
         "bwrap.docker-socket",
         "bwrap.read-ssh-key",
         "bwrap.proc-1-root",
+        "bwrap.warm-nested-repository-hooks",
     }, {r.attempt.id: r.how for r in report.results}
     assert not report.ok
 
@@ -109,10 +111,10 @@ def test_the_audit_command_runs_the_bwrap_layer(
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert data["layers"]["bwrap"] == {
-        "blocked": 29,
+        "blocked": 32,
         "escaped": 0,
         "not-run": 0,
         "not-applicable": 0,
-        "total": 29,
+        "total": 32,
     }
     assert dataclasses.is_dataclass(AuditOptions)
