@@ -39,7 +39,7 @@ _LOCALE = "a locale name: how text, dates and numbers are shown and sorted"
 # Why each name cannot widen a grant: what a program does with it.
 HARMLESS = MappingProxyType(
     {
-        "TZ": "the time zone dates are shown in (a zone name, looked up under the system's zoneinfo)",
+        "TZ": "the time zone dates are shown in (a zone under the system's zoneinfo)",
         "LANG": _LOCALE,
         "LANGUAGE": "the languages of messages, in order of preference",
         "LC_ALL": _LOCALE,

@@ -330,14 +330,14 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         # Harmless assignments first (`TZ=UTC pytest`): keyed as the command after them when
         # that is keyed by its program; a compound rest is keyed whole, as before.
         assignments, rest = split
-        keyed = _key_command(rest, search_path)
-        if not keyed.compound:
+        after = _key_command(rest, search_path)
+        if not after.compound:
             return dataclasses.replace(
-                keyed,
+                after,
                 command=command,
                 keyed=rest,
                 assignments=assignments,
-                protected=protected or keyed.protected,
+                protected=protected or after.protected,
             )
     try:
         argv = _lex(command)
@@ -718,6 +718,8 @@ def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
 
 # How many letters of a short-option bundle may come before an attached program.
 _BUNDLE = 10
+
+
 def _parsed_commands(command: str) -> list[tuple[str, ...]]:
     import bashlex
 

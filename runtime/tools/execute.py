@@ -223,7 +223,11 @@ class RunCommand(Tool[RunCommandParameters]):
         if key.argv is None:
             script = args.command
         elif key.filters or key.assignments:
-            words = (*key.assignments, shlex.join(key.argv), *([key.filters] if key.filters else []))
+            words = (
+                *key.assignments,
+                shlex.join(key.argv),
+                *([key.filters] if key.filters else []),
+            )
             argv, script = None, " ".join(words)
         env = None
         if script is not None and ctx.environment_tag in _HOST:
