@@ -58,6 +58,12 @@ does not cover; `filters` is what follows its argv, run by bash after it, and de
 every command of the line. `needs_host` says why a command would fail contained
 (`runtime.permissions.programs.host`).
 
+**Harmless assignments first** (`runtime.permissions.assignments`): `TZ=UTC python -m pytest`
+is keyed as `python -m pytest` when every assignment it starts with is harmless and the rest is
+keyed by its program (simple, or an output-filter pipeline); `assignments` holds them and bash
+sets them when it runs. In a read-only or filter line each part may start with them. Anything
+else is keyed as before, the whole line included.
+
 `CommandKey.protected` says the command names one of the runtime's protected paths
 (`codecoder.json`, `.codecoder/`, `.git/`), the runtime's state or the user's configuration
 directory, or runs the runtime's own CLI (`codecoder`): no grant beyond Once may cover it. On
