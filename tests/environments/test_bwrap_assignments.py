@@ -68,12 +68,13 @@ def test_a_project_grant_for_the_bare_command_runs_it_with_the_assignment_in_bwr
 ) -> None:
     need_bwrap()
     write_config(workspace, {"allowlist": {"run_command:python3:show.py": "AlwaysThisProject"}})
-    outcome = call(workspace, "TZ=Asia/Tokyo python3 show.py")
-    assert (outcome.decision.source, outcome.decision.key) == (
-        Source.PROJECT,
-        "run_command:python3:show.py",
-    )
-    assert outcome.unwrap().output == "TZ Asia/Tokyo PYTHONPATH None\n[exit code 0]"
+    for command in ("TZ=Asia/Tokyo python3 show.py", "TZ=Asia/Tokyo python3 show.py | LANG=C cat"):
+        outcome = call(workspace, command)
+        assert (outcome.decision.source, outcome.decision.key) == (
+            Source.PROJECT,
+            "run_command:python3:show.py",
+        )
+        assert outcome.unwrap().output == "TZ Asia/Tokyo PYTHONPATH None\n[exit code 0]"
 
 
 def test_an_assignment_that_is_not_harmless_is_asked_as_the_whole_line_and_never_runs(
