@@ -15,12 +15,15 @@ as today, by the whole string) on anything else:
   that look alike are other names (`LC_ALL_X`, `TZDIR`, `lang`): only the exact spellings
   listed count, so nothing near the list (`PATH`, `LD_*`, `PYTHONPATH`, `NODE_OPTIONS`,
   `GIT_*`, `PAGER`, `EDITOR`, `BASH_ENV`, `HOME`, `IFS`, `PS4`, any `*_PROXY`, anything with
-  OPTS/OPTIONS/FLAGS/ARGS) is ever set aside;
+  OPTS/OPTIONS/FLAGS/ARGS) is ever set aside. `GOOS` and `GOARCH` are left out on purpose:
+  for another platform `go test` and `go run` run the program `go_$GOOS_$GOARCH_exec` found
+  on PATH;
 * its value is a plain word: unquoted, of `[A-Za-z0-9_.,:+@%=-]` only (no `$`, backtick, glob,
   tilde, quote, backslash, space or control character: nothing bash expands, and nothing a
   program could read as a path), followed by a space or tab. `TZ` alone may hold `/` between
   names (`Europe/Paris`), never first, and no value may hold `..`: a zone or a locale is then
-  looked up only where the system keeps them, never in a file the value names.
+  looked up only where the system keeps them, never in a file the value names. A value does
+  not start with `=` nor hold `:=` either: zsh expands `=ls` there to the program's path.
 
 The assignments must come first, with a command after them: an assignment after the command
 name is an argument (`python TZ=UTC`), `env X=1 cmd` runs `env`, `export X=1` is a builtin, and
@@ -77,8 +80,6 @@ HARMLESS = MappingProxyType(
         "RUST_TEST_THREADS": "how many threads Rust tests run on",
         "CARGO_TERM_COLOR": "colour in cargo's output",
         "CARGO_INCREMENTAL": "whether cargo compiles incrementally",
-        "GOOS": "the operating system Go builds for",
-        "GOARCH": "the processor Go builds for",
         "CGO_ENABLED": "whether Go builds with cgo (the C compiler the build would use anyway)",
         "SOURCE_DATE_EPOCH": "the timestamp reproducible builds write",
     }
@@ -93,7 +94,9 @@ _BLANKS = " \t"
 
 def harmless_value(name: str, value: str) -> bool:
     """Whether `value` is a plain word `name` may hold (see the module docstring)."""
-    if ".." in value:
+    if ".." in value or value.startswith("=") or ":=" in value:
+        # zsh (the user's own shell, where a host runs the line itself) expands `=cmd` to a
+        # program's path at the start of a value and after each `:`.
         return False
     if name == "TZ":
         return value == "" or (_ZONE.fullmatch(value) is not None and not value.startswith(":"))

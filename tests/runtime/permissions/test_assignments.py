@@ -89,6 +89,7 @@ def test_several_assignments_and_every_allowed_value_form_are_set_aside() -> Non
         ("MAKEFLAGS=-j2 make", "assignment"),
         ("CARGO_BUILD_RUSTFLAGS=x cargo build", "assignment"),
         ("JAVA_TOOL_OPTIONS=-javaagent:x java", "assignment"),
+        ("GOOS=js GOARCH=wasm go test", "assignment"),
         ("LC_ALL_X=C make", "assignment"),
         ("LC_=C make", "assignment"),
         ("TZDIR=/tmp make", "assignment"),
@@ -118,6 +119,8 @@ def test_several_assignments_and_every_allowed_value_form_are_set_aside() -> Non
         ("LANG=/tmp/locale make", "assignment"),
         ("LANG=..  make", "assignment"),
         ("TERM=../x make", "assignment"),
+        ("TZ==ls make", "assignment"),
+        ("LANGUAGE=en:=ls make", "assignment"),
         ("TZ=UTC\u200b make", "invisible character U+200B"),
         ("TZ=UTCé make", "non-ASCII character U+00E9"),
         # Separators after the assignment: another command, not a prefix.
