@@ -11,7 +11,7 @@ as today, by the whole string) on anything else:
 
 * its name is in `HARMLESS`, a closed list of names that change how a program formats or
   reports what it does, never which code it runs or which files it reads: locale, time zone,
-  colour and width of output, Python's buffering, a Rust backtrace, a Go build target. Names
+  colour and width of output, Python's buffering, a Rust backtrace, cgo on or off. Names
   that look alike are other names (`LC_ALL_X`, `TZDIR`, `lang`): only the exact spellings
   listed count, so nothing near the list (`PATH`, `LD_*`, `PYTHONPATH`, `NODE_OPTIONS`,
   `GIT_*`, `PAGER`, `EDITOR`, `BASH_ENV`, `HOME`, `IFS`, `PS4`, any `*_PROXY`, anything with
