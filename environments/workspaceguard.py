@@ -44,6 +44,7 @@ __all__ = [
     "QUARANTINE_MARKER",
     "ProtectedChanges",
     "ProtectedScan",
+    "new_repository_hint",
     "quarantine",
     "quarantine_marker",
     "unresolved_quarantine",
@@ -230,6 +231,24 @@ def unresolved_quarantine(workspace: Path) -> str | None:
         f"a sandbox planted protected paths in {workspace} and moving them out did not "
         f"complete; host tools are refused until you have looked: {marker} lists what was "
         "found and where it is. Delete that file once the workspace is clean"
+    )
+
+
+def new_repository_hint(relpaths: Collection[str]) -> str:
+    """What to do instead, when what a contained call planted is a new git repository (a
+    `.git` at any depth: `git init`, `git clone`, `git submodule add`); "" otherwise.
+
+    Such a command cannot work in a sandbox at all: the repository it makes is its `.git/config`
+    and `.git/hooks`, which the host's git would obey, so no sandbox may create them. It has to
+    run where the human can see it run: on the host."""
+    if not any(".git" in Path(path).parts for path in relpaths):
+        return ""
+    return (
+        ". A new git repository (`git init`, `git clone`) cannot be made in a sandbox: its "
+        ".git/config and .git/hooks are protected paths, which only the host may create. Run "
+        'the command on the host: choose an "on the host" answer when its question offers one, '
+        'or bind run_command to @shell in codecoder.json ("environments": {"run_command": '
+        '"@shell"})'
     )
 
 

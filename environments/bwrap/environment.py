@@ -61,7 +61,7 @@ from codecoder.environments.bwrap.warm import (
 )
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
 from codecoder.environments.shell import ShellEnvironment, materialized
-from codecoder.environments.workspaceguard import quarantine
+from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import Cancelled, ExecutionFailed, SandboxUnavailable
 from codecoder.runtime.kernel.hosts import Resolver, system_resolver
@@ -400,7 +400,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             "tools may never create or move protected paths"
         )
         where = quarantine(self.workspace, planted, why) if planted else "nothing to move"
-        return ExecutionFailed(f"{why}. Quarantined: {where}")
+        return ExecutionFailed(f"{why}. Quarantined: {where}{new_repository_hint(planted)}")
 
     # -- what calls share -------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, 
 from codecoder.environments.bwrap.home import home_directories, program_words, toolchains
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.shell import ShellEnvironment, materialized
-from codecoder.environments.workspaceguard import ProtectedScan, quarantine
+from codecoder.environments.workspaceguard import ProtectedScan, new_repository_hint, quarantine
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
 
@@ -149,7 +149,7 @@ def _guard(workspace: Path, scan: ProtectedScan) -> None:
     )
     moved = changes.appeared + changes.unreadable
     where = quarantine(workspace, moved, why) if moved else "nothing to move"
-    raise ExecutionFailed(f"{why}. Quarantined: {where}")
+    raise ExecutionFailed(f"{why}. Quarantined: {where}{new_repository_hint(moved)}")
 
 
 @contextlib.contextmanager

@@ -58,6 +58,12 @@ does not cover; `filters` is what follows its argv, run by bash after it, and de
 every command of the line. `needs_host` says why a command would fail contained
 (`runtime.permissions.programs.host`).
 
+**Harmless assignments first** (`runtime.permissions.assignments`): `TZ=UTC python -m pytest`
+is keyed as `python -m pytest` when every assignment it starts with is harmless and the rest is
+keyed by its program (simple, or an output-filter pipeline); `assignments` holds them and bash
+sets them when it runs. In a read-only or filter line each part may start with them. Anything
+else is keyed as before, the whole line included.
+
 `CommandKey.protected` says the command names one of the runtime's protected paths
 (`codecoder.json`, `.codecoder/`, `.git/`), the runtime's state or the user's configuration
 directory, or runs the runtime's own CLI (`codecoder`): no grant beyond Once may cover it. On
@@ -67,8 +73,8 @@ the host the command's words are also followed through symlinks when it is keyed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import itertools
 import json
 import os
 import re
@@ -84,6 +90,8 @@ from codecoder.runtime.kernel.protected import (
     mentions_protected_path,
     mentions_runtime_directory,
 )
+from codecoder.runtime.permissions.assignments import split_assignments
+from codecoder.runtime.permissions.braces import brace_expanded
 from codecoder.runtime.permissions.commandline import (
     CommandLine,
     parser_agrees,
@@ -138,10 +146,13 @@ class CommandKey:
     read_only: str = ""  # the programs of a read-only command or command line (`ls, head`)
     filters: str = ""  # what follows the first command of an output-filter pipeline
     needs_host: str = ""  # why it would fail contained (`git push talks to a remote …`)
+    # The harmless assignments set aside before the command keyed (`TZ=UTC`), and that command.
+    assignments: tuple[str, ...] = ()
+    keyed: str = ""
 
     def permission_key(self, tool: str = "run_command") -> PermissionKey:
         """The key a grant must match: the program and its levels, or the whole command."""
-        whole = json.dumps(self.command, ensure_ascii=True)
+        whole = json.dumps(self.keyed or self.command, ensure_ascii=True)
         if self.program is None:
             action = whole
             levels: tuple[GrantLevel, ...] = (
@@ -178,6 +189,12 @@ class CommandKey:
             read_only=self.read_only,
             filters=self.filters,
             needs_host=self.needs_host,
+            assignments=self.assignments,
+            notes=(
+                (f"sets {' '.join(self.assignments)} (harmless: keyed without it)",)
+                if self.assignments
+                else ()
+            ),
         )
 
 
@@ -287,6 +304,10 @@ _NODE_REASONS = {
 _BASHLEX_LOCK = threading.Lock()
 
 
+# A part of a command line: its harmless assignments and the text after them.
+_Assigned = tuple[tuple[str, ...], str]
+
+
 class _Compound(Exception):
     """Internal: the command is compound, for the reason given."""
 
@@ -310,6 +331,20 @@ def _key_command(command: str, search_path: str) -> CommandKey:
     if not command.strip():
         raise ValueError("empty command")
     protected = mentions_protected_path(command) or mentions_runtime_directory(command)
+    split = split_assignments(command)
+    if split is not None:
+        # Harmless assignments first (`TZ=UTC pytest`): keyed as the command after them when
+        # that is keyed by its program; a compound rest is keyed whole, as before.
+        assignments, rest = split
+        after = _key_command(rest, search_path)
+        if not after.compound:
+            return dataclasses.replace(
+                after,
+                command=command,
+                keyed=rest,
+                assignments=assignments,
+                protected=protected or after.protected,
+            )
     try:
         argv = _lex(command)
         _check_parser_agrees(command, argv)
@@ -322,8 +357,10 @@ def _key_command(command: str, search_path: str) -> CommandKey:
         reason = _beyond_globs(command, search_path) if str(compound) == "glob" else str(compound)
         read = _read_line(command)
         if read is not None:
-            line, argvs, globbed = read
-            keyed = _command_line_key(command, search_path, protected, reason, line, argvs, globbed)
+            line, argvs, globbed, assigned = read
+            keyed = _command_line_key(
+                command, search_path, protected, reason, line, argvs, globbed, assigned
+            )
             if keyed is not None:
                 return keyed
         else:
@@ -373,24 +410,28 @@ def _beyond_globs(command: str, search_path: str) -> str:
     return "glob" if form.compound is None else form.compound
 
 
-def _read_line(command: str) -> tuple[CommandLine, list[tuple[str, ...]], bool] | None:
+def _read_line(
+    command: str,
+) -> tuple[CommandLine, list[tuple[str, ...]], bool, list[_Assigned]] | None:
     """A command line of several parts (or one with redirections or glob patterns), each
-    part's words as our own lexer reads them, and whether they hold glob patterns; None when it
-    is not one (bashlex is slow: `_command_line_key` asks it only for a line that could be
-    read-only or filtered)."""
+    part's words as our own lexer reads them after its harmless assignments, whether they hold
+    glob patterns, and each part's assignments and the text after them; None when it is not
+    one (bashlex is slow: `_command_line_key` asks it only for a line that could be read-only
+    or filtered)."""
     line = split_command_line(command)
     if line is None:
         return None
+    assigned = [split_assignments(part.words) or ((), part.words) for part in line.parts]
     try:
-        argvs, globbed = [_lex(part.words) for part in line.parts], False
+        argvs, globbed = [_lex(text) for _, text in assigned], False
     except _Compound:
         try:
-            argvs, globbed = [_lex(part.words, globs=True) for part in line.parts], True
+            argvs, globbed = [_lex(text, globs=True) for _, text in assigned], True
         except _Compound:
             return None
     if len(line.parts) == 1 and not line.parts[0].redirects and not globbed:
         return None
-    return line, argvs, globbed
+    return line, argvs, globbed, assigned
 
 
 def _command_line_key(
@@ -400,7 +441,8 @@ def _command_line_key(
     reason: str,
     line: CommandLine,
     argvs: list[tuple[str, ...]],
-    globbed: bool = False,
+    globbed: bool,
+    assigned: list[_Assigned],
 ) -> CommandKey | None:
     """The key of a command line of simple commands (see the module docstring), when it is
     read-only as a whole (still compound, for `reason`) or an output-filter pipeline; None
@@ -417,7 +459,7 @@ def _command_line_key(
         and line.pipeline
         and all(why_not_filter(argv) is None for argv in argvs[1:])
     )
-    if not (read_only or filtered) or not _parser_agrees_on(command, line, argvs):
+    if not (read_only or filtered) or not _parser_agrees_on(command, line, argvs, assigned):
         return None
     if read_only:
         return CommandKey(
@@ -431,8 +473,10 @@ def _command_line_key(
             needs_host=_needs_host(argvs),
         )
     head = _key_command(line.parts[0].words, search_path)
-    if head.compound or head.levels is None or head.argv is None:
-        return None  # the first command names no grant of its own to stand under
+    if head.compound or head.levels is None or head.argv is None or head.assignments:
+        # The first command names no grant of its own to stand under (assignments before it
+        # were set aside by the caller already: a line that still has them is keyed whole).
+        return None
     return CommandKey(
         command=command,
         compound=False,
@@ -444,7 +488,7 @@ def _command_line_key(
         covers=head.covers,
         views=compound_views(command),
         workspace=head.workspace,
-        filters=_filters(line, argvs),
+        filters=_filters(line, argvs, assigned),
         needs_host=head.needs_host,
     )
 
@@ -454,22 +498,29 @@ def _as_many(argv: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(w for word in argv for w in ((word, word) if is_glob(word) else (word,)))
 
 
-def _parser_agrees_on(command: str, line: CommandLine, argvs: list[tuple[str, ...]]) -> bool:
-    """bashlex reads every part as our lexer did, and the whole line as the same parts."""
+def _parser_agrees_on(
+    command: str, line: CommandLine, argvs: list[tuple[str, ...]], assigned: list[_Assigned]
+) -> bool:
+    """bashlex reads every part as our lexer did, and the whole line as the same parts, each
+    with the assignments we set aside before its words."""
     try:
-        for part, argv in zip(line.parts, argvs, strict=True):
-            _check_parser_agrees(part.words, argv)
+        for (_, text), argv in zip(assigned, argvs, strict=True):
+            _check_parser_agrees(text, argv)
     except _Compound:
         return False
-    return parser_agrees(command, line, argvs, _BASHLEX_LOCK)
+    firsts = [assignments for assignments, _ in assigned]
+    return parser_agrees(command, line, argvs, _BASHLEX_LOCK, firsts)
 
 
-def _filters(line: CommandLine, argvs: Sequence[tuple[str, ...]]) -> str:
+def _filters(
+    line: CommandLine, argvs: Sequence[tuple[str, ...]], assigned: Sequence[_Assigned]
+) -> str:
     """What bash runs after the first command's argv: its redirections, then each operator and
-    filter, re-quoted from the words read (`2>&1 | tail -20`)."""
+    filter, re-quoted from the words read, after its harmless assignments (`2>&1 | tail -20`)."""
     pieces = list(line.parts[0].redirects)
-    for operator, part, argv in zip(line.operators, line.parts[1:], argvs[1:], strict=True):
-        pieces += [operator, shlex.join(argv), *part.redirects]
+    parts = zip(line.operators, line.parts[1:], argvs[1:], assigned[1:], strict=True)
+    for operator, part, argv, (assignments, _) in parts:
+        pieces += [operator, *assignments, shlex.join(argv), *part.redirects]
     return " ".join(pieces)
 
 
@@ -653,7 +704,7 @@ def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
     parsed = _parsed_commands(command)
     yield from parsed
     for argv in parsed:
-        expanded = _brace_expanded(argv)
+        expanded = brace_expanded(argv)
         if expanded != argv:
             yield expanded  # `{git,push}`, `g{i,}t push`: bash builds the words first
     yield textual_words(command)
@@ -673,80 +724,6 @@ def _commands_in(command: str, depth: int) -> Iterator[tuple[str, ...]]:
 
 # How many letters of a short-option bundle may come before an attached program.
 _BUNDLE = 10
-# Beyond this many words, a brace expansion stands for any word.
-_BRACE_LIMIT = 256
-_SEQUENCE = re.compile(r"(-?[0-9]+|[A-Za-z])\.\.(-?[0-9]+|[A-Za-z])(?:\.\.(-?[0-9]+))?")
-
-
-def _brace_expanded(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """`argv` with bash's brace expansion done on each word (`{a,b}`, `{1..3}`, nested), each
-    expansion becoming several words; a word whose expansion would be huge becomes ANY.
-    Quoted braces were removed with the quotes by then, so this expands a little more than
-    bash does: the safe side, for deny rules."""
-    words: list[str] = []
-    for word in argv:
-        if word == ANY or "{" not in word:
-            words.append(word)
-            continue
-        expanded = _braces(word, [0])
-        words.extend(expanded if expanded is not None else [ANY])
-    return tuple(words)
-
-
-def _braces(word: str, budget: list[int]) -> list[str] | None:
-    for open_at, char in enumerate(word):
-        if char != "{":
-            continue
-        depth, commas, close = 0, [], -1
-        for j in range(open_at + 1, len(word)):
-            if word[j] == "{":
-                depth += 1
-            elif word[j] == "}":
-                if depth == 0:
-                    close = j
-                    break
-                depth -= 1
-            elif word[j] == "," and depth == 0:
-                commas.append(j)
-        if close < 0:
-            return [word]
-        body = word[open_at + 1 : close]
-        cuts = [open_at, *commas, close]
-        choices = [word[a + 1 : b] for a, b in itertools.pairwise(cuts)] if commas else None
-        if choices is None:
-            choices = _sequence(body)
-            if choices is None:
-                continue  # `{}`, `{x}`: not an expansion; look further on
-        prefix, suffix = word[:open_at], word[close + 1 :]
-        result: list[str] = []
-        for choice in choices:
-            rest = _braces(choice + suffix, budget)
-            if rest is None:
-                return None
-            result.extend(prefix + tail for tail in rest)
-            budget[0] += len(rest)
-            if budget[0] > _BRACE_LIMIT:
-                return None
-        return result
-    return [word]
-
-
-def _sequence(body: str) -> list[str] | None:
-    match = _SEQUENCE.fullmatch(body)
-    if match is None:
-        return None
-    start, end, step_text = match.groups()
-    step = abs(int(step_text or 1)) or 1
-    if start.isalpha() != end.isalpha():
-        return None
-    if start.isalpha():
-        first, last = ord(start), ord(end)
-    else:
-        first, last = int(start), int(end)
-    if abs(last - first) // step > _BRACE_LIMIT:
-        return None
-    values = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
-    return [chr(v) if start.isalpha() else str(v) for v in values]
 
 
 def _parsed_commands(command: str) -> list[tuple[str, ...]]:

@@ -152,10 +152,15 @@ _LOCK = threading.Lock()
 
 
 def parser_agrees(
-    command: str, line: CommandLine, argvs: Sequence[Sequence[str]], lock: Any = _LOCK
+    command: str,
+    line: CommandLine,
+    argvs: Sequence[Sequence[str]],
+    lock: Any = _LOCK,
+    assignments: Sequence[Sequence[str]] | None = None,
 ) -> bool:
-    """Whether bashlex reads `command` as the same parts (words `argvs`), redirections and
-    operators as `line`. Anything bashlex raises, or any other node, is a no."""
+    """Whether bashlex reads `command` as the same parts (words `argvs`, after the
+    `assignments` of each part, none by default), redirections and operators as `line`.
+    Anything bashlex raises, or any other node, is a no."""
     import bashlex
 
     try:
@@ -165,17 +170,23 @@ def parser_agrees(
         return False
     if len(trees) != 1:
         return False
-    seen: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    seen: list[_Seen] = []
     ops: list[str] = []
     if not _flatten(trees[0], seen, ops):
         return False
-    expected = [(tuple(argv), part.redirects) for argv, part in zip(argvs, line.parts, strict=True)]
+    firsts = assignments if assignments is not None else [()] * len(line.parts)
+    expected = [
+        (tuple(first), tuple(argv), part.redirects)
+        for first, argv, part in zip(firsts, argvs, line.parts, strict=True)
+    ]
     return seen == expected and ops == list(line.operators)
 
 
-def _flatten(
-    node: Any, seen: list[tuple[tuple[str, ...], tuple[str, ...]]], ops: list[str]
-) -> bool:
+# What bashlex read of one part: its assignments, its words, its redirections.
+_Seen = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def _flatten(node: Any, seen: list[_Seen], ops: list[str]) -> bool:
     kind = getattr(node, "kind", None)
     if kind in ("list", "pipeline"):
         return all(_flatten(part, seen, ops) for part in node.parts)
@@ -187,10 +198,15 @@ def _flatten(
         return True
     if kind != "command":
         return False
+    assigned: list[str] = []
     words: list[str] = []
     redirects: list[str] = []
     for part in node.parts:
-        if part.kind == "word":
+        if part.kind == "assignment" and not words and not redirects:
+            if getattr(part, "parts", None) or not isinstance(part.word, str):
+                return False  # an expansion in its value
+            assigned.append(part.word)
+        elif part.kind == "word":
             if getattr(part, "parts", None) or not isinstance(part.word, str):
                 return False
             words.append(part.word)
@@ -201,7 +217,7 @@ def _flatten(
             redirects.append(shown)
         else:
             return False
-    seen.append((tuple(words), tuple(redirects)))
+    seen.append((tuple(assigned), tuple(words), tuple(redirects)))
     return True
 
 

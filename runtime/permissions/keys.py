@@ -130,7 +130,9 @@ class PermissionKey:
     (`runtime.permissions.commandkey`): `read_only` names the programs of a read-only command
     or command line (it may then run with no question where it runs confined read-only),
     `filters` is what follows the argv of an output-filter pipeline (bash runs the argv, then
-    this), `needs_host` why it would fail contained (its question offers the host).
+    this), `needs_host` why it would fail contained (its question offers the host),
+    `assignments` the harmless assignments the command line starts with, set aside from the
+    key (`TZ=UTC`, `runtime.permissions.assignments`): bash sets them for the argv it runs.
     """
 
     tool: str
@@ -155,6 +157,7 @@ class PermissionKey:
     read_only: str = ""
     filters: str = ""
     needs_host: str = ""
+    assignments: tuple[str, ...] = ()
     # What the call would change, computed only when a question is shown (it reads files).
     preview: Callable[[], Preview] | None = field(default=None, compare=False, repr=False)
 

@@ -14,7 +14,9 @@ In @bwrap, a command in a read-only form (`runtime.permissions.programs.readonly
 fail contained (`git push`) carries its key on the host (`Permission.host`), which the question
 offers as an explicit escalation; the dispatcher then runs that one call on @shell. An
 output-filter pipeline (`npm test 2>&1 | tail -20`) is keyed as its first command and run by
-bash as that argv followed by its filters (`PermissionKey.filters`).
+bash as that argv followed by its filters (`PermissionKey.filters`). A command after harmless
+assignments (`TZ=UTC pytest`, `runtime.permissions.assignments`) is keyed as the command alone and
+run by bash as those assignments followed by its argv.
 """
 
 from __future__ import annotations
@@ -202,6 +204,7 @@ class RunCommand(Tool[RunCommandParameters]):
                 subject=key.subject,
                 notes=(*key.notes, f"{name} is {program.where()}"),
                 filters=key.filters,
+                assignments=key.assignments,
                 views=key.views if key.filters else by_path.views,
             )
         )
@@ -212,14 +215,20 @@ class RunCommand(Tool[RunCommandParameters]):
         timeout = min(args.timeout or ctx.limits.timeout, 86_400.0)
         # What runs is exactly what was keyed: the argv decided (its program as found at key
         # time) without a shell; for an output-filter pipeline that argv, re-quoted, followed
-        # by the filters as read; for a compound command approved as a whole (or read-only),
-        # that very string given to bash.
+        # by the filters as read; after the harmless assignments set aside from its key, which
+        # bash sets for it; for a compound command approved as a whole (or read-only), that
+        # very string given to bash.
         argv: tuple[str, ...] | None = key.argv
         script: str | None = None
         if key.argv is None:
             script = args.command
-        elif key.filters:
-            argv, script = None, f"{shlex.join(key.argv)} {key.filters}"
+        elif key.filters or key.assignments:
+            words = (
+                *key.assignments,
+                shlex.join(key.argv),
+                *([key.filters] if key.filters else []),
+            )
+            argv, script = None, " ".join(words)
         env = None
         if script is not None and ctx.environment_tag in _HOST:
             env = {**os.environ, "PATH": host_path(ctx.workspace)}

@@ -238,3 +238,18 @@ def test_confined_quarantines_a_protected_path_a_call_creates(project: Path) -> 
     with pytest.raises(ExecutionFailed, match="sandboxed tools may never create"):
         env.run(CommandRequest(cwd=project, script="mkdir -p sub/.git", writable=True))
     assert not (project / "sub" / ".git").exists()
+
+
+def test_confined_says_how_to_make_a_new_repository_when_it_quarantines_one(
+    project: Path,
+) -> None:
+    need_landlock()
+    env = LandlockCommandEnvironment(project)
+    with pytest.raises(ExecutionFailed) as failed:
+        env.run(CommandRequest(cwd=project, argv=("git", "init", "-q", "app"), writable=True))
+    assert str(failed.value).endswith(
+        'choose an "on the host" answer when its question offers one, or bind run_command to '
+        '@shell in codecoder.json ("environments": {"run_command": "@shell"})'
+    )
+    assert "A new git repository (`git init`, `git clone`) cannot be made" in str(failed.value)
+    assert not (project / "app" / ".git").exists()

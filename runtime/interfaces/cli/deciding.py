@@ -28,6 +28,7 @@ def key(args: argparse.Namespace) -> int:
             "compound": keyed.compound,
             "argv": list(keyed.argv) if keyed.argv is not None else None,
             "reason": keyed.reason,
+            "assignments": list(keyed.assignments),
             "protected": keyed.protected,
             "grants": [
                 {"entry": level.entry, "covers": level.covers} for level in command_key.levels
@@ -45,6 +46,7 @@ def key(args: argparse.Namespace) -> int:
             "key": key.raw if key else None,
             "compound": key.compound if key else False,
             "argv": list(key.argv) if key and key.argv is not None else None,
+            "assignments": list(key.assignments) if key else [],
             "protected": key.protected if key else False,
             "environment": runtime.environment_of(tool.name).value,
             "grants": [

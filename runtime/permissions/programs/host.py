@@ -4,6 +4,8 @@ A contained command (@bwrap) has no network and does not see the user's credenti
 `~/.git-credentials`, `~/.npmrc`, `~/.config/gh` …). Some forms exist only to use them: `git
 push`, `git fetch` and `git pull` talk to a remote, `npm publish` and `cargo publish` to a
 registry with the user's token, `gh` to GitHub, `ssh` to another machine. Contained, they fail.
+So do `git init` and `git clone` (even of a local repository): the `.git` they create holds a
+config and hooks, protected paths that no sandbox may create (the environment quarantines them).
 
 Such a command is never retried on the host behind the human's back. Its question says that it
 would run contained and would likely fail, and offers running it on the host, unconfined, as an
@@ -30,6 +32,8 @@ __all__ = ["needs_host"]
 _REMOTE = "talks to a remote repository, with your network and credentials"
 _REGISTRY = "talks to a package registry, with your network and token"
 _NETWORK = "fetches packages from the network"
+# A new repository's .git/config and hooks are protected paths: no sandbox may create them.
+_NEW_REPOSITORY = "creates a repository, whose .git/config and hooks only the host may write"
 
 _GIT = {
     "push": _REMOTE,
@@ -144,10 +148,14 @@ def _git(args: Sequence[str]) -> str | None:
         return None
     if sub == "submodule":
         return f"git submodule {_REMOTE}" if "update" in rest or "sync" in rest else None
+    if sub == "init" or (sub == "clone" and _clones_locally(rest)):
+        if "--bare" in rest or "--mirror" in rest:
+            return None  # no `.git` of its own: nothing protected is made
+        return f"git {sub} {_NEW_REPOSITORY}"
     why = _GIT.get(sub)
-    if why is None:
-        return None
+    return f"git {sub} {why}" if why is not None else None
+
+
+def _clones_locally(rest: Sequence[str]) -> bool:
     _, operands = _options_and_operands(rest)
-    if sub == "clone" and operands and _local_repository(operands[0]):
-        return None  # a clone of a repository on this machine works contained
-    return f"git {sub} {why}"
+    return bool(operands) and _local_repository(operands[0])

@@ -94,6 +94,29 @@ def test_key_of_a_simple_and_of_a_compound_command(project: Path) -> None:
     }
 
 
+def test_key_of_a_command_after_harmless_assignments_names_them(project: Path) -> None:
+    keyed = as_json(codecoder("key", "--json", "--", "TZ=UTC git log -3", project=project))
+    assert {k: keyed[k] for k in ("key", "compound", "argv", "assignments")} == {
+        "key": "run_command:git:log",
+        "compound": False,
+        "argv": ["git", "log", "-3"],
+        "assignments": ["TZ=UTC"],
+    }
+    kept = as_json(codecoder("key", "--json", "--", "GIT_DIR=x git log", project=project))
+    assert {k: kept[k] for k in ("key", "compound", "assignments", "reason")} == {
+        "key": 'run_command:"GIT_DIR=x git log"',
+        "compound": True,
+        "assignments": [],
+        "reason": "assignment",
+    }
+    by_tool = as_json(
+        codecoder(
+            "key", "--json", "--tool", "run_command", '{"command": "LANG=C ls"}', project=project
+        )
+    )
+    assert (by_tool["key"], by_tool["assignments"]) == ("run_command:ls", ["LANG=C"])
+
+
 def test_key_for_any_tool_takes_its_arguments_as_json(project: Path) -> None:
     proc = codecoder("key", "--json", "--tool", "commit", '{"message": "m"}', project=project)
     assert (as_json(proc)["key"], as_json(proc)["permission"]) == ("commit", "ask")

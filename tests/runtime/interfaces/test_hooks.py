@@ -400,6 +400,30 @@ def test_sandbox_bwrap_allows_a_read_only_command_and_rewrites_it_to_run_contain
         }
 
 
+def test_hook_input_after_harmless_assignments_is_keyed_as_the_command_alone(
+    project: Path, state: Path
+) -> None:
+    write_config(project, {"allowlist": {"run_command:npm:test": "AlwaysThisProject"}})
+    for command, why in (
+        ("LANG=C ls -la", "a read-only command"),
+        ("TZ=UTC npm test", "run_command:npm:test"),
+    ):
+        out = answer(
+            "claude-code", claude("Bash", {"command": command}), project, "--sandbox", "bwrap"
+        )
+        verdict, reason = decision(out)
+        assert verdict == "allow" and why in reason, reason
+    asked = answer(
+        "gemini",
+        gemini("run_shell_command", {"command": "NODE_OPTIONS=--require=./x.js npm test"}),
+        project,
+        "--sandbox",
+        "bwrap",
+    )
+    assert asked["decision"] == "ask"
+    assert 'run_command:"NODE_OPTIONS=--require=./x.js npm test"' in asked["reason"]
+
+
 def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_holds(
     project: Path, state: Path
 ) -> None:

@@ -65,7 +65,9 @@ TAMPERED_ARGUMENTS = {
     "syntax": ["(prog2)", "{ prog2; }", "!", "((1))", "[[ x ]]"],
 }
 TAMPERED_PROGRAMS = {
-    "assignment": ["FOO=1 ", "X=a ", "a=b=c ", "PATH=/x "],
+    "assignment": ["FOO=1 ", "X=a ", "a=b=c ", "PATH=/x ", "TZ=$X ", "LANG=~ ", "TZ='a b' "],
+    # Harmless assignments (runtime.permissions.assignments): simple, bash runs the same argv.
+    "harmless assignment": ["TZ=UTC ", "LANG=C.UTF-8 LC_ALL=C ", "NO_COLOR= ", "TZ=Europe/Paris "],
     "builtin": ["cd ", "export ", "set ", "read ", "type ", "hash ", "alias ", "source ", ". "],
     "launcher builtin": ["eval ", "exec ", "command ", "builtin ", "local ", "declare "],
     "reserved word": ["time ", "! ", "if ", "{ ", "while ", "function ", "coproc "],
@@ -196,6 +198,7 @@ def test_bash_runs_exactly_what_a_simple_key_says(bash: Bash) -> None:
     @example(family=["prog1 --opt=x@y %s a:b,c +1", "prog1 '$X' '\\n' '`x`'"])
     @example(family=["prog1 a;prog2 b", "prog1 *", "prog1 {a,b}", "prog1 ~", 'prog1 "$X"'])
     @example(family=["exec prog1 a", "%prog1", "FOO=1 prog1", "'prog1' x", "nothere 'x y'"])
+    @example(family=["TZ=UTC prog1 a", "LANG=C\tprog1 'b c'", "TZ=UTC;prog1", "'TZ'=UTC prog1"])
     def check(family: list[str]) -> None:
         for command in family:
             key = key_command(command)
