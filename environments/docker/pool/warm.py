@@ -66,6 +66,7 @@ class Ready:
     name: str
     stream: socket.socket
     greeted: Greeted
+    image: str  # the id of the image it was made from
     created: float = field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
@@ -144,6 +145,9 @@ class WarmPool:
         key = template.key
         dead: list[Ready] = []
         found: Ready | None = None
+        # A tag names another image once it is rebuilt: only a sandbox of the image the tag
+        # names now is handed out, and none when the engine cannot say which that is.
+        current = self.engine.image_id(template.image)
         with self._lock:
             if self._closed:
                 return None
@@ -152,12 +156,20 @@ class WarmPool:
                 entry = self._templates[key] = _Template(template, 0, time.monotonic())
             entry.want = max(0, min(size, MAX_SIZE))
             entry.last_claim = time.monotonic()
-            while entry.ready:
+            while entry.ready and current is not None:
                 candidate = entry.ready.popleft()
-                if candidate.alive():
+                if candidate.image != current:
+                    log.warning(
+                        "%s is of an image %s no longer names; removed",
+                        candidate.name,
+                        template.image,
+                    )
+                elif candidate.alive():
                     found = candidate
                     self._claimed[found.id] = time.monotonic()
                     break
+                else:
+                    log.warning("%s died while warm; removed", candidate.name)
                 dead.append(candidate)
             if found is None:
                 self.missed += 1
@@ -165,7 +177,6 @@ class WarmPool:
                 self.served += 1
             self._wake.notify_all()
         for sandbox in dead:
-            log.warning("%s died while warm; removed", sandbox.name)
             sandbox.drop()
             self._removals.put(sandbox.id)
         return found
@@ -323,7 +334,13 @@ class WarmPool:
             channel.close()
             self.engine.remove(sandbox.id)
             raise SandboxUnavailable(f"the agent of {sandbox.name} wrote after its hello")
-        return Ready(sandbox.id, sandbox.name, stream, channel.greeted())
+        try:
+            image = self.engine.inspect(sandbox.id).image
+        except BaseException:
+            stream.close()
+            self.engine.remove(sandbox.id)
+            raise
+        return Ready(sandbox.id, sandbox.name, stream, channel.greeted(), image)
 
     def _expire(self, now: float) -> list[Ready]:
         """Templates nobody claimed for `key_idle` seconds, dropped; their warm sandboxes."""
