@@ -17,11 +17,12 @@ What is decided when a sandbox is made, and what when it is claimed:
 
 A claimed sandbox belongs to the claiming session alone: it leaves the pool when it is handed
 out and never comes back; `release` removes it. The pool refills in the background, one
-sandbox at a time (a 2-core machine gains nothing from more), within `max_total` sandboxes
-and within the engine's memory: the memory limits of the warm sandboxes never add up to more
-than half of what the engine has. A template whose sandboxes fail to start is retried later
-and later (up to a minute apart); a template nobody claimed for `key_idle` seconds is dropped
-with its sandboxes.
+sandbox at a time (a 2-core machine gains nothing from more; after a claim that left one warm,
+`REFILL_QUIET` later, so that the claimer's first calls do not share the engine with it),
+within `max_total` sandboxes and within the engine's memory: the memory limits of the warm
+sandboxes never add up to more than half of what the engine has. A template whose sandboxes
+fail to start is retried later and later (up to a minute apart); a template nobody claimed for
+`key_idle` seconds is dropped with its sandboxes.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
 from codecoder.environments.engine import Greeted, Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.runtime.kernel.errors import SandboxUnavailable
 
-__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "Ready", "WarmPool"]
+__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "REFILL_QUIET", "Ready", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
 MAX_SIZE: Final = MAX_POOL  # warm sandboxes of one template at most, whatever a claim asks
 MAX_TOTAL: Final = 16  # warm sandboxes of all templates at most
 KEY_IDLE: Final = 600.0  # seconds without a claim after which a template is dropped
+# After a claim that left another sandbox warm, the refill waits this long: making one keeps the
+# engine busy for a few hundred ms, which the claimer's first calls would otherwise share.
+REFILL_QUIET: Final = 0.3
 _BACKOFF_MAX: Final = 60.0
 _TICK: Final = 5.0
 
@@ -175,6 +179,8 @@ class WarmPool:
                 self.missed += 1
             else:
                 self.served += 1
+                if entry.ready:
+                    entry.retry_at = max(entry.retry_at, time.monotonic() + REFILL_QUIET)
             self._wake.notify_all()
         for sandbox in dead:
             sandbox.drop()

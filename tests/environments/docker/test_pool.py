@@ -327,13 +327,13 @@ def rebuild(docker_engine: Any, tag: str, marker: str, *, retag: bool) -> str:
 def test_a_warm_sandbox_of_an_image_its_tag_no_longer_names_is_never_handed_out(
     workspace: Path, pool: PoolClient, docker_engine: Any, own_tag: str, retag: bool
 ) -> None:
-    first_call(workspace, image=own_tag)
+    first_call(workspace, image=own_tag, pool=1)
     status = warm(pool)
     (old,) = [r for t in status["templates"] for r in t["ready"]]
     old_image = docker_engine.api.inspect_container(old)["Image"]
     new_image = rebuild(docker_engine, own_tag, "a-fix", retag=retag)
 
-    with DockerEnvironment(workspace, DockerSettings(image=own_tag)) as env:
+    with DockerEnvironment(workspace, DockerSettings(image=own_tag, pool=1)) as env:
         result = run(env, "echo ran")
         ran_in = {docker_engine.api.inspect_container(c)["Image"] for c in env.containers()}
 
@@ -344,18 +344,18 @@ def test_a_warm_sandbox_of_an_image_its_tag_no_longer_names_is_never_handed_out(
     status = warm(pool)
     (fresh,) = [r for t in status["templates"] for r in t["ready"]]
     assert docker_engine.api.inspect_container(fresh)["Image"] == new_image
-    assert served_from_pool(first_call(workspace, image=own_tag))
+    assert served_from_pool(first_call(workspace, image=own_tag, pool=1))
 
 
 def test_no_warm_sandbox_is_handed_out_when_the_engine_cannot_say_what_the_tag_names(
     workspace: Path, pool: PoolClient, docker_engine: Any, own_tag: str
 ) -> None:
-    first_call(workspace, image=own_tag)
+    first_call(workspace, image=own_tag, pool=1)
     warm(pool)
     docker_engine.images.remove(own_tag)  # the tag is gone: the image it named stays in use
 
     with (
-        DockerEnvironment(workspace, DockerSettings(image=own_tag)) as env,
+        DockerEnvironment(workspace, DockerSettings(image=own_tag, pool=1)) as env,
         pytest.raises(SandboxUnavailable, match="sandbox image"),
     ):
         run(env, "echo ran")
@@ -441,7 +441,7 @@ def test_the_pool_server_makes_no_looser_sandbox_whoever_asks(
     workspace: Path, pool: PoolClient, docker_engine: Any, loose: str
 ) -> None:
     template = loose_templates(workspace)[loose]
-    first_call(workspace)  # starts the server
+    first_call(workspace, pool=1)  # starts the server, which keeps one warm
     server = warm(pool)["pid"]
     directory = wire.socket_directory()
     # Asked directly, past the client's own check: what a hostile process of the user would do.
