@@ -20,6 +20,7 @@ import ctypes
 import errno
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -80,9 +81,14 @@ class ChangeWatch:
         self._watch_tree("")
 
     def close(self) -> None:
+        """Stop watching. Closing an instance that holds watches waits for the kernel to retire
+        them (an RCU grace period, 10–20 ms measured here), which a session's end need not wait
+        for: the descriptor is closed by a thread of its own."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            closing = threading.Thread(target=os.close, args=(fd,), name="codecoder-unwatch")
+            closing.daemon = True
+            closing.start()
 
     def _watch_tree(self, relative: str) -> set[str]:
         """Watch the directory `relative` and every one beneath it; the regular files in them."""

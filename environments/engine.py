@@ -197,6 +197,7 @@ class SandboxState:
     oom_killed: bool
     runtime: str
     pid: int = 0
+    image: str = ""  # the id of the image it was made from ("" when the engine does not say)
 
 
 class SandboxEngine(abc.ABC):
@@ -227,6 +228,12 @@ class SandboxEngine(abc.ABC):
     @abc.abstractmethod
     def inspect(self, sandbox_id: str) -> SandboxState:
         """Whether the sandbox runs, whether its memory limit killed something, its runtime."""
+
+    def image_id(self, image: str) -> str | None:
+        """The id of the image `image` names now (a tag is moved by a rebuild); None when the
+        engine cannot say, and a warm pool then hands nothing out (it could be of an older
+        image)."""
+        return None
 
     @abc.abstractmethod
     def remove(self, sandbox_id: str) -> None:

@@ -18,7 +18,15 @@ def main() -> int:
 
     code = answer(argv)
     if code is not None:
-        return code
+        # Served: this process holds nothing to finalise (only the standard library and the
+        # client were imported), and the interpreter's teardown costs ~7 ms a command.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                pass  # nothing could be written there: nothing is lost by not writing it
+        os._exit(code & 0xFF)
     from codecoder.runtime.interfaces.cli import main as run
 
     return run(argv)

@@ -397,7 +397,15 @@ class DockerEngine(SandboxEngine):
             oom_killed=bool(state.get("OOMKilled")),
             runtime=(attrs.get("HostConfig") or {}).get("Runtime") or "runc",
             pid=int(state.get("Pid") or 0),
+            image=str(attrs.get("Image") or ""),
         )
+
+    def image_id(self, image: str) -> str | None:
+        try:
+            found = self.client.api.inspect_image(image)
+        except Exception:  # gone, unreachable: either way nothing is vouched for
+            return None
+        return str(found.get("Id") or "") or None
 
     def remove(self, sandbox_id: str) -> None:
         with self._lock:

@@ -78,7 +78,7 @@ class DockerSettings:
     disk_budget: str = "1g"
     runtime: str | None = None
     workspace: WorkspaceMode = "auto"
-    pool: int = 1
+    pool: int = 2
 
     def __post_init__(self) -> None:
         egress = Egress.of(self.network)

@@ -112,6 +112,15 @@ def _exit(conn: socket.socket, code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
+    # The client's streams are let go now, not when this copy of the server is torn down (its
+    # memory unmapped, a descriptor whose close waits on the kernel): whoever reads the
+    # command's output sees its end with the exit code. /dev/null takes their place, for
+    # whatever a daemon thread still writes.
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.close(null)
     decisiond.reply(conn, {"exit": code})
     os._exit(code & 0xFF)
 

@@ -285,13 +285,19 @@ def _warm_up() -> None:
 
     import codecoder.environments.docker.environment
     import codecoder.environments.docker.image
+    import codecoder.environments.docker.pool.client
     import codecoder.environments.landlock
+    import codecoder.runtime.config.discovery
     import codecoder.runtime.evaluation
     import codecoder.runtime.interfaces.hooks
+    import codecoder.runtime.interfaces.livegrants
+    import codecoder.runtime.interfaces.liveview  # compiles its patterns on import: ~5 ms
     import codecoder.runtime.session  # noqa: F401
     from codecoder.runtime.interfaces import cli
+    from codecoder.runtime.kernel.display import renders_blank
 
     cli._parser()  # the grammar only: it reads no configuration
+    renders_blank("\u00e9")  # maps the Unicode database a child would fault in: ~2 ms
     # What contains commands here (bubblewrap tried once): a fact of the machine, not an answer.
     from codecoder.environments.bwrap.probe import command_sandbox
 

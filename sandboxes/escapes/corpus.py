@@ -298,11 +298,13 @@ class PoolEntry(_Entry):
         "state-across-sessions",
         "loose-template",
         "foreign-uid",
+        "rebuilt-image",
     ]
     path: str | None = None
     directory: bool = False
     write: str | None = None
     template: dict[str, Any] = Field(default_factory=dict)
+    rebuild: Literal["build", "tag"] | None = None
 
 
 AnyEntry: TypeAlias = (

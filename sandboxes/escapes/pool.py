@@ -13,12 +13,16 @@ workspace of its own, writable by anyone so that only the sandbox's mounts prote
   sandbox looser than the default; escaped if it hands one out or makes one.
 * `foreign-uid`: another user connects to the pool's socket, opened to everyone; escaped if it
   gets anything (as root only: it takes switching users).
+* `rebuilt-image`: a sandbox is made warm of an image tag of the attempt's own, then the tag
+  names another image (built again under it, or moved); escaped if a new session's sandbox is of
+  the image the tag no longer names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -81,6 +85,7 @@ class _PoolLayer(_LayerRunner):
                 "state-across-sessions": self._state_across_sessions,
                 "loose-template": self._loose_template,
                 "foreign-uid": self._foreign_uid,
+                "rebuilt-image": self._rebuilt_image,
             }
             return procedures[entry.kind](entry, workspace, client)
 
@@ -218,6 +223,49 @@ class _PoolLayer(_LayerRunner):
         if data.startswith("{"):
             _escaped(f"uid {STRANGER} was answered: {data[:120]}")
         return f"uid {STRANGER} got no answer ({data or 'the server hung up'})"
+
+    def _rebuilt_image(self, entry: PoolEntry, workspace: Path, client: PoolClient) -> str:
+        engine = DockerEngine()
+        images = engine.client.images
+        tag = f"codecoder-audit-pool-{os.getpid()}-{self._attempts}:rebuilt"
+        base, settings = self.settings.image, self.settings
+        made: list[str] = []
+        try:
+            images.get(base).tag(tag)
+            self.settings = dataclasses.replace(settings, image=tag)
+            self._warm(workspace, client)
+            old = engine.image_id(tag)
+            recipe = f"FROM {base}\nLABEL codecoder.audit-rebuilt={self.audit.token}\n"
+            target = tag if entry.rebuild == "build" else f"{tag}-other"
+            rebuilt, _ = images.build(fileobj=io.BytesIO(recipe.encode()), tag=target, rm=True)
+            made.append(rebuilt.id)
+            if entry.rebuild == "tag":
+                rebuilt.tag(tag)
+                images.remove(target)
+            if engine.image_id(tag) in (None, old):
+                raise _NotRun("the attack could not be staged: the tag still names the image")
+            served = _served(client)
+            env = self._session(workspace, client)
+            try:
+                result = env.run(CommandRequest(cwd=workspace, script="true", timeout=30.0))
+                ran_in = [engine.inspect(c).image for c in env.containers()]
+            except SandboxUnavailable as exc:
+                return self._how(client, served, None, exc)
+            finally:
+                env.close()
+                env.engine.close()
+            if old in ran_in:
+                _escaped(f"a new session was handed a sandbox of the image {tag} named before")
+            return self._how(client, served, result, None)
+        finally:
+            self.settings = settings
+            client.stop()  # its sandboxes go before the image they are of
+            with contextlib.suppress(Exception):
+                images.remove(tag, force=True)
+            for image in made:
+                with contextlib.suppress(Exception):
+                    images.remove(image, force=True)
+            engine.close()
 
     # -- what they share -----------------------------------------------------------------------
 

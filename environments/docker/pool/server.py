@@ -161,7 +161,9 @@ def _serve_connection(
             return
         if fd is not None:
             os.close(fd)
-        if _code_changed(snapshot):
+        # Claims (and status) wait for an upgraded server; a release or a stop is served by any
+        # (removing a sandbox needs no new code, and the session's end then needs no engine).
+        if request.get("op") in ("claim", "status") and _code_changed(snapshot):
             _reply(conn, {"refused": "the installed code changed; start a new server"})
             stopping.set()
             return

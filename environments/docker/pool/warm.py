@@ -17,11 +17,12 @@ What is decided when a sandbox is made, and what when it is claimed:
 
 A claimed sandbox belongs to the claiming session alone: it leaves the pool when it is handed
 out and never comes back; `release` removes it. The pool refills in the background, one
-sandbox at a time (a 2-core machine gains nothing from more), within `max_total` sandboxes
-and within the engine's memory: the memory limits of the warm sandboxes never add up to more
-than half of what the engine has. A template whose sandboxes fail to start is retried later
-and later (up to a minute apart); a template nobody claimed for `key_idle` seconds is dropped
-with its sandboxes.
+sandbox at a time (a 2-core machine gains nothing from more; after a claim that left one warm,
+`REFILL_QUIET` later, so that the claimer's first calls do not share the engine with it),
+within `max_total` sandboxes and within the engine's memory: the memory limits of the warm
+sandboxes never add up to more than half of what the engine has. A template whose sandboxes
+fail to start is retried later and later (up to a minute apart); a template nobody claimed for
+`key_idle` seconds is dropped with its sandboxes.
 """
 
 from __future__ import annotations
@@ -47,13 +48,16 @@ from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
 from codecoder.environments.engine import Greeted, Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.runtime.kernel.errors import SandboxUnavailable
 
-__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "Ready", "WarmPool"]
+__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "REFILL_QUIET", "Ready", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
 MAX_SIZE: Final = MAX_POOL  # warm sandboxes of one template at most, whatever a claim asks
 MAX_TOTAL: Final = 16  # warm sandboxes of all templates at most
 KEY_IDLE: Final = 600.0  # seconds without a claim after which a template is dropped
+# After a claim that left another sandbox warm, the refill waits this long: making one keeps the
+# engine busy for a few hundred ms, which the claimer's first calls would otherwise share.
+REFILL_QUIET: Final = 0.3
 _BACKOFF_MAX: Final = 60.0
 _TICK: Final = 5.0
 
@@ -66,6 +70,7 @@ class Ready:
     name: str
     stream: socket.socket
     greeted: Greeted
+    image: str  # the id of the image it was made from
     created: float = field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
@@ -144,6 +149,9 @@ class WarmPool:
         key = template.key
         dead: list[Ready] = []
         found: Ready | None = None
+        # A tag names another image once it is rebuilt: only a sandbox of the image the tag
+        # names now is handed out, and none when the engine cannot say which that is.
+        current = self.engine.image_id(template.image)
         with self._lock:
             if self._closed:
                 return None
@@ -152,20 +160,29 @@ class WarmPool:
                 entry = self._templates[key] = _Template(template, 0, time.monotonic())
             entry.want = max(0, min(size, MAX_SIZE))
             entry.last_claim = time.monotonic()
-            while entry.ready:
+            while entry.ready and current is not None:
                 candidate = entry.ready.popleft()
-                if candidate.alive():
+                if candidate.image != current:
+                    log.warning(
+                        "%s is of an image %s no longer names; removed",
+                        candidate.name,
+                        template.image,
+                    )
+                elif candidate.alive():
                     found = candidate
                     self._claimed[found.id] = time.monotonic()
                     break
+                else:
+                    log.warning("%s died while warm; removed", candidate.name)
                 dead.append(candidate)
             if found is None:
                 self.missed += 1
             else:
                 self.served += 1
+                if entry.ready:
+                    entry.retry_at = max(entry.retry_at, time.monotonic() + REFILL_QUIET)
             self._wake.notify_all()
         for sandbox in dead:
-            log.warning("%s died while warm; removed", sandbox.name)
             sandbox.drop()
             self._removals.put(sandbox.id)
         return found
@@ -323,7 +340,13 @@ class WarmPool:
             channel.close()
             self.engine.remove(sandbox.id)
             raise SandboxUnavailable(f"the agent of {sandbox.name} wrote after its hello")
-        return Ready(sandbox.id, sandbox.name, stream, channel.greeted())
+        try:
+            image = self.engine.inspect(sandbox.id).image
+        except BaseException:
+            stream.close()
+            self.engine.remove(sandbox.id)
+            raise
+        return Ready(sandbox.id, sandbox.name, stream, channel.greeted(), image)
 
     def _expire(self, now: float) -> list[Ready]:
         """Templates nobody claimed for `key_idle` seconds, dropped; their warm sandboxes."""

@@ -7,6 +7,8 @@ made warm for it, then claims: what no longer matches must not be handed out.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -33,6 +35,7 @@ from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.pool.warm import WarmPool
 from codecoder.environments.engine import SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
+from codecoder.runtime.kernel.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.docker
 
@@ -298,6 +301,69 @@ def test_a_workspace_replaced_after_warming_is_never_shown_to_a_new_session(
     assert seen.stdout == "the new one\n"
 
 
+@pytest.fixture
+def own_tag(docker_engine: Any) -> Iterator[str]:
+    """A tag of the sandbox image of this test's own; it and what was built under it go after."""
+    tag = f"codecoder-test-pool-{os.getpid()}:rebuilt"
+    docker_engine.images.get("codecoder-sandbox").tag(tag)
+    yield tag
+    for name in (tag, f"{tag}-other"):
+        with contextlib.suppress(Exception):
+            docker_engine.images.remove(name, force=True)
+
+
+def rebuild(docker_engine: Any, tag: str, marker: str, *, retag: bool) -> str:
+    """Build another image from the sandbox image (one label more) and make `tag` name it:
+    built under the tag itself, or built elsewhere and the tag moved to it. Its id."""
+    recipe = f"FROM codecoder-sandbox\nLABEL codecoder.test-rebuilt={marker}\n".encode()
+    target = f"{tag}-other" if retag else tag
+    image, _ = docker_engine.images.build(fileobj=io.BytesIO(recipe), tag=target, rm=True)
+    if retag:
+        image.tag(tag)
+    return str(image.id)
+
+
+@pytest.mark.parametrize("retag", [False, True], ids=["rebuilt", "tag-moved"])
+def test_a_warm_sandbox_of_an_image_its_tag_no_longer_names_is_never_handed_out(
+    workspace: Path, pool: PoolClient, docker_engine: Any, own_tag: str, retag: bool
+) -> None:
+    first_call(workspace, image=own_tag, pool=1)
+    status = warm(pool)
+    (old,) = [r for t in status["templates"] for r in t["ready"]]
+    old_image = docker_engine.api.inspect_container(old)["Image"]
+    new_image = rebuild(docker_engine, own_tag, "a-fix", retag=retag)
+
+    with DockerEnvironment(workspace, DockerSettings(image=own_tag, pool=1)) as env:
+        result = run(env, "echo ran")
+        ran_in = {docker_engine.api.inspect_container(c)["Image"] for c in env.containers()}
+
+    assert (result.exit_code, served_from_pool(result), ran_in) == (0, False, {new_image})
+    assert old_image != new_image
+    wait_until(lambda: not docker_engine.api.containers(all=True, filters={"id": old}))
+    # The pool refills from what the tag names now, and that one is handed out.
+    status = warm(pool)
+    (fresh,) = [r for t in status["templates"] for r in t["ready"]]
+    assert docker_engine.api.inspect_container(fresh)["Image"] == new_image
+    assert served_from_pool(first_call(workspace, image=own_tag, pool=1))
+
+
+def test_no_warm_sandbox_is_handed_out_when_the_engine_cannot_say_what_the_tag_names(
+    workspace: Path, pool: PoolClient, docker_engine: Any, own_tag: str
+) -> None:
+    first_call(workspace, image=own_tag, pool=1)
+    warm(pool)
+    docker_engine.images.remove(own_tag)  # the tag is gone: the image it named stays in use
+
+    with (
+        DockerEnvironment(workspace, DockerSettings(image=own_tag, pool=1)) as env,
+        pytest.raises(SandboxUnavailable, match="sandbox image"),
+    ):
+        run(env, "echo ran")
+
+    status = pool.status()
+    assert status is not None and status["served"] == 0
+
+
 def test_a_workspace_with_another_owner_gets_a_sandbox_of_that_owner(
     workspace: Path, pool: PoolClient
 ) -> None:
@@ -375,7 +441,7 @@ def test_the_pool_server_makes_no_looser_sandbox_whoever_asks(
     workspace: Path, pool: PoolClient, docker_engine: Any, loose: str
 ) -> None:
     template = loose_templates(workspace)[loose]
-    first_call(workspace)  # starts the server
+    first_call(workspace, pool=1)  # starts the server, which keeps one warm
     server = warm(pool)["pid"]
     directory = wire.socket_directory()
     # Asked directly, past the client's own check: what a hostile process of the user would do.

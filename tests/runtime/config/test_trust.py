@@ -213,7 +213,7 @@ def test_an_untrusted_file_may_shrink_the_warm_pool_but_not_grow_it(project: Pat
     write_config(project, {"docker": {"pool": 4}}, trusted=False)
     grown = runtime(project).config
 
-    assert (shrunk.docker.pool, grown.docker.pool) == (0, 1)
+    assert (shrunk.docker.pool, grown.docker.pool) == (0, 2)
     assert [d.key for d in shrunk.diagnostics] == []
     assert [(d.code, d.key) for d in grown.diagnostics] == [("untrusted", "docker.pool")]
 
