@@ -219,10 +219,7 @@ class _AgentChannel:
     def close(self) -> None:
         if self._released:
             return  # the stream is the claimer's now
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self._hang_up()
         self._fail("the sandbox was closed")
         if self.proxy is not None:
             self.proxy.close()
@@ -253,8 +250,25 @@ class _AgentChannel:
     def _violation(self, reason: str) -> None:
         log.warning("%s: %s; the container is discarded", self.name, reason)
         self._fail(f"the sandbox broke the protocol: {reason}")
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        """End the stream for both sides: shut it down, then close every reference to its
+        descriptor. Closing the socket alone is not enough: the SDK's HTTP response (and, on a
+        Unix socket, its file wrapper) holds the descriptor open, and a TCP connection shut down
+        but still open goes on taking the engine's writes until its window is full, after which
+        the engine's copy of the container's output blocks, and so does removing the container
+        (a remote engine then timed out a minute). Once the descriptor is closed, the kernel
+        answers the engine's next write with a reset."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
+        response = getattr(self._sock, "_response", None) or getattr(
+            self._attached, "_response", None
+        )
+        for holder in (self._sock, self._attached, response):
+            if holder is not None:
+                with contextlib.suppress(Exception):
+                    holder.close()
 
     def _read_frames(self) -> None:
         # Without a TTY the engine multiplexes the streams: each frame is an 8-byte header

@@ -13,6 +13,7 @@ promises instead: whatever a call does to a protected path stays in the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -27,11 +28,12 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.docker.channel import _AgentChannel
 from codecoder.environments.docker.engine import _client_from_env, engine_is_local, transport
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
 from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from tests.environments.conftest import RemoteEngine
+from tests.environments.conftest import SANDBOX_IMAGE, RemoteEngine
 from tests.environments.docker.test_attacks import *  # noqa: F403
 from tests.environments.docker.test_environment import *  # noqa: F403
 from tests.environments.docker.test_sync import *  # noqa: F403
@@ -198,6 +200,42 @@ def test_a_remote_engine_has_no_warm_pool(
     assert ran.stdout == "ran\n"
     assert not any("codecoder.pool" in found for found in labels)
     assert not wire.socket_directory().exists()
+
+
+def test_a_stream_hung_up_on_while_the_container_still_writes_lets_it_go_at_once(
+    docker_engine: Any,
+) -> None:
+    """A channel that ends a stream (a protocol violation, an interrupted call, close) closes
+    its descriptor, not only the socket object: the SDK's response holds it too, and over TCP a
+    connection shut down but still open keeps taking the engine's writes until its window is
+    full, after which the engine's copy blocks and so does removing the container (a minute
+    here, until the client's read timeout)."""
+    container = docker_engine.api.create_container(
+        SANDBOX_IMAGE,
+        ["sh", "-c", "head -c 20000000 /dev/zero; sleep 300"],
+        stdin_open=True,
+        labels={"codecoder.runtime": "1"},
+    )["Id"]
+    try:
+        attached = docker_engine.api.attach_socket(
+            container, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        channel = _AgentChannel(container, "hung-up", "ro", attached)
+        docker_engine.api.start(container)
+        deadline = time.monotonic() + 30
+        while channel.gone is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.gone is not None and "a line longer than" in channel.gone
+        time.sleep(2)  # the engine has more to write than any buffer holds
+        channel.close()
+
+        assert channel._sock.fileno() == -1  # the descriptor itself, not only the object
+        started = time.monotonic()
+        docker_engine.api.remove_container(container, force=True)
+        assert time.monotonic() - started < 10
+    finally:
+        with contextlib.suppress(Exception):
+            docker_engine.api.remove_container(container, force=True)
 
 
 def check(project: Path, env: dict[str, str]) -> dict[str, Any]:
