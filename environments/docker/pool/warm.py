@@ -241,6 +241,21 @@ class WarmPool:
             self._remover.join(timeout=120)
         else:  # never started: remove here
             self._remove_queued()
+        self._remove_unclaimed()
+
+    def _remove_unclaimed(self) -> None:
+        """The last sweep of a closing pool: every container it made that no session claimed
+        goes, whatever path lost track of it (what is claimed is its session's)."""
+        try:
+            found = self.engine.list({LABEL_POOL: "1", LABEL_PID: str(os.getpid())})
+        except SandboxUnavailable as exc:
+            log.warning("listing the pool's containers: %s", exc)
+            return
+        with self._lock:
+            claimed = set(self._claimed)
+        for summary in found:
+            if summary.id not in claimed:
+                self._remove_id(summary.id)
 
     # -- keeping it warm ---------------------------------------------------------------------
 
@@ -296,8 +311,10 @@ class WarmPool:
         name = f"codecoder-pool-{os.getpid()}-{next(self._names)}"
         ready: Ready | None = None
         problem: str | None = None
+        moved = False
         try:
             if not self._identity_ok(template):
+                moved = True
                 problem = "its workspace or a protected path is no longer the directory it was"
             else:
                 labels = {**self.labels, LABEL_MODE: mode}
@@ -311,6 +328,7 @@ class WarmPool:
         except Exception as exc:  # the filler must outlive whatever one sandbox does
             problem = f"{type(exc).__name__}: {exc}"
             log.exception("making a warm sandbox")
+        stale: list[Ready] = []
         with self._lock:
             entry.creating -= 1
             current = self._templates.get(template.key)
@@ -322,10 +340,18 @@ class WarmPool:
                 entry.failures += 1
                 entry.problem = problem
                 entry.retry_at = time.monotonic() + min(_BACKOFF_MAX, 2.0**entry.failures)
-                if "no longer the directory" in problem:
-                    self._templates.pop(template.key, None)
+                if moved and current is entry:
+                    # The template is dropped, and with it what it kept warm: a sandbox of a
+                    # directory that is no longer there is never handed out, and must not be
+                    # left running either (its stream would keep it alive until the server
+                    # ends, and nothing would remove it then).
+                    del self._templates[template.key]
+                    stale.extend(entry.ready)
+                    entry.ready.clear()
         if ready is not None:  # its template was dropped (or the pool closed) meanwhile
             self._remove(ready)
+        for sandbox in stale:
+            self._remove(sandbox)
         if problem is not None:
             log.warning("a warm sandbox of %s could not be made: %s", template.image, problem)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -639,3 +640,27 @@ def test_a_template_that_cannot_start_is_retried_later_and_leaves_nothing(
         )
         == []
     )
+
+
+def test_a_template_dropped_because_its_directory_moved_takes_its_warm_sandboxes_with_it(
+    workspace: Path, docker_engine: Any
+) -> None:
+    """The first sandbox is made while the workspace is what it was; before the second, it is
+    no longer: the template goes, and the warm one with it, at once (not when the server ends,
+    whose exit would only stop it)."""
+    checks = itertools.count()
+    pool = WarmPool(DockerEngine(), _pool_labels(), identity_ok=lambda template: next(checks) < 2)
+    pool.start()
+    mine = {"label": [f"codecoder.session=pool-test-{os.getpid()}"]}
+    try:
+        assert pool.claim(_template(workspace), 2) is None
+        wait_until(lambda: pool.status()["templates"] == [])
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not docker_engine.api.containers(all=True, filters=mine), 20)
+        left = docker_engine.api.containers(all=True, filters=mine)
+    finally:
+        pool.close()
+
+    assert next(checks) >= 3  # one made (checked before and after), one refused
+    assert left == []
+    assert docker_engine.api.containers(all=True, filters=mine) == []
