@@ -49,6 +49,7 @@ import ipaddress
 import logging
 import shutil
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
+from codecoder.environments.broker import CredentialBroker, CredentialRoute
 from codecoder.runtime.kernel.errors import ExecutionFailed
 from codecoder.runtime.kernel.hosts import (
     Resolver,
@@ -142,6 +144,8 @@ class _Asked:
     reason: str = ""
     tunnelled: bool = False
     counts: list[int] = field(default_factory=lambda: [0, 0])
+    # Requests the credential broker refused on a routed connection (each audited apart).
+    refusals: list[str] = field(default_factory=list)
 
     def refused(self, why: str) -> Connection:
         return Connection(self.host, self.port, False, why, None, 0, 0, _since(self.started))
@@ -170,8 +174,10 @@ class EgressProxy:
         *,
         resolver: Resolver = system_resolver,
         max_connections: int = MAX_CONNECTIONS,
+        broker: CredentialBroker | None = None,
     ) -> None:
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
+        self._broker = broker
         self._resolver = resolver
         self.max_connections = max_connections
         # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
@@ -322,9 +328,10 @@ class EgressProxy:
                 del self._open[call]
             writer.transport.abort()
         if gate is not None:
-            if connection is not None:
+            refusals = [asked.refused(why) for why in asked.refusals]
+            for record in [connection, *refusals] if connection is not None else refusals:
                 with contextlib.suppress(Exception):  # a gate's failure is not the proxy's
-                    await self._loop.run_in_executor(self._deciders, gate.record, connection)
+                    await self._loop.run_in_executor(self._deciders, gate.record, record)
             with self._recorded:
                 self._unrecorded[call] = self._unrecorded.get(call, 1) - 1
                 self._recorded.notify_all()
@@ -345,6 +352,9 @@ class EgressProxy:
             asked.address, asked.reason = await self._loop.run_in_executor(
                 self._deciders, self._decide, gate, asked.host, asked.port
             )
+            route = self._broker.route_for(asked.host, asked.port) if self._broker else None
+            if route is not None:
+                return await self._brokered(reader, writer, gate, call, asked, route)
             up_reader, up_writer = await asyncio.wait_for(
                 asyncio.open_connection(asked.address, asked.port, limit=CHUNK), CONNECT_SECONDS
             )
@@ -371,6 +381,32 @@ class EgressProxy:
             return asked.ended()
         finally:
             up_writer.transport.abort()
+
+    async def _brokered(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        gate: NetworkGate,
+        call: int,
+        asked: _Asked,
+        route: CredentialRoute,
+    ) -> Connection:
+        """A connection to a host with a credential route: the broker terminates its TLS and
+        forwards git smart-HTTP requests only (`environments.broker`)."""
+        assert self._broker is not None and asked.address is not None
+        with self._lock:
+            live = self._gate is gate and self._call == call and not self._closed
+        if not live:
+            return asked.refused("the call ended while the connection was being decided")
+        asked.tunnelled = True
+        asked.reason += " (through the credential broker)"
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError):
+            await writer.drain()
+            await self._broker.serve(
+                reader, writer, route, asked.address, asked.counts, asked.refusals.append
+            )
+        return asked.ended()
 
     def _decide(self, gate: NetworkGate, host: str, port: int) -> tuple[str, str]:
         """The address to connect to and what admitted it; `_Refused` saying why not."""

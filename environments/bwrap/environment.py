@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
+from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, CredentialRoute
 from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
 from codecoder.environments.bwrap.home import (
@@ -73,6 +74,13 @@ log = logging.getLogger(__name__)
 BASH: Final = "/bin/bash"
 BUILD_ATTEMPTS: Final = 3
 _PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+# Where the clients in the sandbox take their CA bundle from (the system's CAs and the broker's).
+_BUNDLE_VARIABLES: Final = (
+    "GIT_SSL_CAINFO",
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+)
 
 
 class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
@@ -98,6 +106,9 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         resolver: Resolver | None = None,
         tmp_size: int = 1024**3,
         warm: bool = True,
+        credentials: tuple[CredentialRoute, ...] = (),
+        upstream_ca: Path | None = None,
+        upstream_address: tuple[str, int] | None = None,
     ) -> None:
         from codecoder.environments.bwrap.probe import bwrap_binary
 
@@ -123,6 +134,17 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self._closed = False
         self.warm = warm
         self.warm_sandboxes = WarmSandboxes(self._build_warm)
+        # Credential routes work through the egress proxy only: without an allowlist, none.
+        self.broker = (
+            CredentialBroker(
+                credentials,
+                environ=self._environ,
+                upstream_ca=upstream_ca,
+                upstream_address=upstream_address,
+            )
+            if credentials and egress is not None
+            else None
+        )
 
     # -- public API -------------------------------------------------------------------------
 
@@ -153,6 +175,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     def close(self) -> None:
         self._closed = True
         self.warm_sandboxes.close()
+        if self.broker is not None:
+            self.broker.close()
 
     def end_session(self, session: str) -> None:
         self.warm_sandboxes.end_session(session)
@@ -203,6 +227,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             url = f"http://127.0.0.1:{PROXY_PORT}"
             extra = dict.fromkeys(_PROXY_VARIABLES, url)
             extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
+        if self.broker is not None:
+            plan.ca_bundle = self.broker.bundle
+            extra.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
+            extra["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
         home = str(plan.homes[0]) if plan.homes else "/tmp"
         env = contained_environ(environ, home=home, passed=self.settings.env, extra=extra)
         command = (
@@ -247,7 +275,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             if self.egress is not None:
                 # A proxy of the call's own: the connections it admits are decided through
                 # this call's gate, whatever runs beside it.
-                proxy = EgressProxy(self.egress, resolver=self._resolver)
+                proxy = EgressProxy(self.egress, resolver=self._resolver, broker=self.broker)
                 stack.callback(proxy.close)
                 host_end, child_end = socket.socketpair()
                 stack.callback(child_end.close)

@@ -16,6 +16,8 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
                                    outside it that a linked worktree writes
     --tmpfs HIDDEN-INSIDE          what lies in the workspace but must stay hidden, again
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
+    --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
+                                   key stays in the runtime's memory: `environments.broker`)
     --chdir CWD
 
 Namespaces: user (the caller's uid and gid mapped to themselves; no capability, and no further
@@ -68,6 +70,7 @@ class SandboxPlan:
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
     snapshot: Path | None = None
     tmp_size: int = 1024**3
+    ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
 
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -113,6 +116,10 @@ class SandboxPlan:
                 args += ["--ro-bind", str(path), str(path)]
         if self.snapshot is not None:
             args += ["--ro-bind", str(self.snapshot), str(self.snapshot)]
+        if self.ca_bundle is not None:
+            from codecoder.environments.broker import BUNDLE_PATH
+
+            args += ["--ro-bind", str(self.ca_bundle), BUNDLE_PATH]
         args += ["--chdir", str(self.cwd)]
         return args
 
