@@ -395,6 +395,12 @@ class CredentialBroker:
                 return
             if not isinstance(event, h11.Request):
                 return  # the sandbox closed (ConnectionClosed), or what cannot start a request
+            if _head_size(event) > HEAD_LIMIT:
+                # h11 bounds a head still arriving; one that arrived whole is bounded here.
+                why = f"request headers over {HEAD_LIMIT} bytes"
+                await _refuse(sandbox, writer, 431, why)
+                refused(why)
+                return
             why = git_request_refusal(event.method, event.target)
             if why is not None:
                 await _refuse(sandbox, writer, 403, why)
@@ -466,6 +472,8 @@ class CredentialBroker:
                 if isinstance(answer, h11.InformationalResponse):
                     continue
                 if isinstance(answer, h11.Response):
+                    if _head_size(answer) > HEAD_LIMIT:
+                        return False
                     status = answer.status_code
                     kept = [(n, v) for n, v in answer.headers if n.lower() not in _DROPPED]
                     await _send(
@@ -488,6 +496,11 @@ class CredentialBroker:
         if credential is not None:
             await loop.run_in_executor(None, self.judged, route, path, credential, status)
         return True
+
+
+def _head_size(event: h11.Request | h11.Response) -> int:
+    start = len(event.target) if isinstance(event, h11.Request) else len(event.reason)
+    return start + sum(len(name) + len(value) + 4 for name, value in event.headers)
 
 
 async def _next_event(connection: h11.Connection, reader: asyncio.StreamReader) -> object:

@@ -45,7 +45,11 @@ class Routed:
     def run(self, script: str, *, writable: bool = True, gate: Gate | None = None) -> CommandResult:
         return self.env.run(
             CommandRequest(
-                cwd=self.workspace, script=script, writable=writable, network=gate or Gate()
+                cwd=self.workspace,
+                script=script,
+                writable=writable,
+                network=gate or Gate(),
+                timeout=60,
             )
         )
 
@@ -86,3 +90,190 @@ def test_a_contained_git_push_to_a_routed_host_succeeds_with_the_users_credentia
     assert pushed == head
     assert ("POST", "/project.git/git-receive-pack", EXPECTED) in routed.server.seen
     assert gate.admitted and all(c.allowed for c in gate.recorded)
+
+
+def _token_spellings() -> list[str]:
+    return [TOKEN, base64.b64encode(f"{USER}:{TOKEN}".encode()).decode(), TOKEN[4:20]]
+
+
+def test_inside_the_sandbox_the_token_is_nowhere_not_even_in_the_pushs_own_trace(
+    routed: Routed,
+) -> None:
+    script = """
+GIT_TRACE_CURL=1 GIT_TRACE_CURL_NO_DATA=1 git push -q origin main 2>&1
+echo '--- env'; env
+echo '--- files'; grep -rla . "$HOME" /tmp /var/tmp /run 2>/dev/null
+for f in $(grep -rl . "$HOME" /tmp /var/tmp /run 2>/dev/null); do cat "$f"; done
+echo '--- keys'; grep -rl 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys \
+  --exclude-dir=usr --exclude-dir=dev 2>/dev/null | grep -v "^$PWD" ; true
+ls -la /run/codecoder
+"""
+    result = routed.run(script)
+    output = result.stdout + result.stderr
+    assert "Authorization" not in output  # git in the sandbox never had one to send
+    for spelling in _token_spellings():
+        assert spelling not in output
+    assert "=> Send header" in output  # the trace ran: git's own headers were shown
+    assert "ca-bundle.pem" in output
+    assert ("POST", "/project.git/git-receive-pack", EXPECTED) in routed.server.seen
+    assert "GIT_SSL_CAINFO=/run/codecoder/ca-bundle.pem" in output
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        "/user",
+        "/anything",
+        "/",
+        "/project.git/info/refs",
+        "/project.git/info/refs?service=git-upload-pack&x=1",
+        "/project.git/info/refs?service=other",
+        "/project.git/../user/info/refs?service=git-upload-pack",
+        "/%2e%2e/user/info/refs?service=git-upload-pack",
+        "/user%2finfo/refs?service=git-upload-pack",
+        "//evil/x/info/refs?service=git-upload-pack",
+        "/api;x/info/refs?service=git-upload-pack",
+        "-X POST /graphql",
+        "-X PUT /project.git/git-receive-pack",
+        "-X DELETE /project.git/git-receive-pack",
+        "/project.git/git-receive-pack",
+        "-X POST /project.git/git-receive-pack?x=1",
+    ],
+)
+def test_a_request_to_the_routed_host_that_is_not_git_smart_http_gets_403_and_no_credential(
+    routed: Routed, request_line: str
+) -> None:
+    method, _, path = request_line.rpartition(" ")
+    gate = Gate()
+    result = routed.run(
+        f"curl -s --path-as-is {method} -o /dev/stderr -w '%{{http_code}}' 'https://{HOST}{path}'",
+        gate=gate,
+    )
+    assert result.stdout == "403", result.stdout + result.stderr
+    assert "is not a git smart-HTTP request" in result.stderr
+    assert routed.server.seen == []  # never forwarded
+    refused = [c for c in gate.recorded if not c.allowed]
+    assert len(refused) == 1 and "not a git smart-HTTP request" in refused[0].reason
+
+
+def test_a_request_the_broker_cannot_parse_ends_the_connection_and_reaches_nobody(
+    routed: Routed,
+) -> None:
+    script = f"""
+import socket, ssl
+for head in [b"GET /x/info/refs?service=git-upload-pack HTTP/1.1\\r\\nHost: a\\r\\nX: " + b"y" * 20000 + b"\\r\\n\\r\\n",
+             b"NOT HTTP AT ALL\\r\\n\\r\\n",
+             b"GET /x/info/refs?service=git-upload-pack HTTP/1.1\\r\\nTransfer-Encoding: gzip, chunked\\r\\n\\r\\n"]:
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT {HOST}:443 HTTP/1.1\\r\\n\\r\\n")
+    s.recv(100)
+    t = ssl.create_default_context(cafile="/run/codecoder/ca-bundle.pem").wrap_socket(s, server_hostname="{HOST}")
+    t.sendall(head)
+    answer = b""
+    while chunk := t.recv(4096):
+        answer += chunk
+    print(answer.split(b"\\r\\n")[0].decode(), flush=True)
+"""
+    (routed.workspace / "client.py").write_text(script)
+    result = routed.run("timeout 10 python3 client.py")
+    assert result.stdout.splitlines() == [
+        "HTTP/1.1 431 Refused",
+        "HTTP/1.1 400 Refused",
+        "HTTP/1.1 501 Refused",
+    ], result.stdout + result.stderr
+    assert routed.server.seen == []
+
+
+def test_an_unrouted_host_is_tunnelled_as_before_and_gets_no_credential(
+    repo: Path,
+    git_server: GitServer,
+    tmp_path: Path,
+) -> None:
+    need_bwrap()
+    home = user_home(tmp_path, git_server)
+    git_server.bare("project.git")
+    (repo / "server.pem").write_bytes(git_server.ca.read_bytes())
+    direct = f"127.0.0.1:{git_server.port}"
+    env = BwrapEnvironment(
+        repo,
+        egress=Egress((HOST, direct)),
+        environ={"HOME": str(home), "PATH": os.environ["PATH"]},
+        resolver=git_server.resolver,
+        credentials=(CredentialRoute.parse(HOST),),
+        upstream_ca=git_server.ca,
+        upstream_address=("127.0.0.1", git_server.port),
+    )
+    client = f"""
+import socket, ssl
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT {direct} HTTP/1.1\\r\\n\\r\\n")
+print(s.recv(100).split(b"\\r\\n")[0].decode())
+t = ssl.create_default_context(cafile="server.pem").wrap_socket(s, server_hostname="127.0.0.1")
+t.sendall(b"GET /project.git/info/refs?service=git-upload-pack HTTP/1.1\\r\\nHost: {HOST}\\r\\n\\r\\n")
+print(t.recv(100).split(b"\\r\\n")[0].decode())
+"""
+    try:
+        result = env.run(CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate()))
+    finally:
+        env.close()
+    assert result.stdout.splitlines() == [
+        "HTTP/1.1 200 Connection established",
+        "HTTP/1.0 401 Unauthorized",
+    ], result.stdout + result.stderr
+    assert git_server.seen == [("GET", "/project.git/info/refs?service=git-upload-pack", None)]
+
+
+def test_the_repositorys_own_credential_helper_and_insteadof_change_nothing(
+    routed: Routed, tmp_path: Path
+) -> None:
+    marker = tmp_path / "helper-ran"
+    evil = f"!f() {{ touch {marker}; echo username=evil; echo password=stolen; }}; f"
+    config = routed.workspace / ".git" / "config"
+    with config.open("a") as out:
+        out.write(
+            f'[credential]\n\thelper = "{evil}"\n'
+            f'[credential "https://{HOST}"]\n\thelper = "{evil}"\n\tusername = evil\n'
+            f'[url "https://{HOST}/elsewhere"]\n\tinsteadOf = https://{HOST}/project\n'
+            "[include]\n\tpath = /nonexistent\n"
+        )
+    # The sandbox's git follows insteadOf (its own business: the path is still a git path on
+    # the routed host); the credential is the user's, and the repository's helper never ran.
+    routed.server.bare("elsewhere.git")
+    result = routed.run("git push -q origin main 2>&1")
+    assert result.exit_code == 0, result.stdout
+    assert ("POST", "/elsewhere.git/git-receive-pack", EXPECTED) in routed.server.seen
+    assert not marker.exists()
+    assert all(auth in (EXPECTED, None) for _, _, auth in routed.server.seen)
+
+
+def test_a_rejected_credential_is_reported_to_the_users_helper(routed: Routed) -> None:
+    (routed.home / ".git-credentials").write_text(f"https://{USER}:wrong@{HOST}\n")
+    result = routed.run("GIT_TERMINAL_PROMPT=0 git push -q origin main 2>&1")
+    assert result.exit_code != 0
+    assert (routed.home / ".git-credentials").read_text() == ""  # git credential reject
+    assert all(auth != EXPECTED for _, _, auth in routed.server.seen)
+
+
+def test_without_a_route_nothing_changes_no_bundle_and_no_credential(
+    repo: Path,
+    git_server: GitServer,
+    tmp_path: Path,
+) -> None:
+    need_bwrap()
+    home = user_home(tmp_path, git_server)
+    env = BwrapEnvironment(
+        repo,
+        egress=Egress((HOST,)),
+        environ={"HOME": str(home), "PATH": os.environ["PATH"]},
+        resolver=git_server.resolver,
+    )
+    try:
+        assert env.broker is None
+        result = env.run(
+            CommandRequest(
+                cwd=repo, script="ls /run/codecoder; env | grep -c CAINFO", network=Gate()
+            )
+        )
+    finally:
+        env.close()
+    assert result.stdout.strip() == "0"
