@@ -1,3 +1,4 @@
+# ruff: noqa: E501
 """The credential broker (`environments.broker`) with real bubblewrap and a real HTTPS git server
 on loopback: a contained `git push` gets the user's credential, the sandbox never does."""
 
@@ -185,8 +186,8 @@ for head in [b"GET /x/info/refs?service=git-upload-pack HTTP/1.1\\r\\nHost: a\\r
 
 
 def test_an_unrouted_host_is_tunnelled_as_before_and_gets_no_credential(
-    repo: Path,
-    git_server: GitServer,
+    repo: Path,  # noqa: F811
+    git_server: GitServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     need_bwrap()
@@ -255,8 +256,8 @@ def test_a_rejected_credential_is_reported_to_the_users_helper(routed: Routed) -
 
 
 def test_without_a_route_nothing_changes_no_bundle_and_no_credential(
-    repo: Path,
-    git_server: GitServer,
+    repo: Path,  # noqa: F811
+    git_server: GitServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     need_bwrap()
