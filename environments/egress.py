@@ -286,7 +286,9 @@ class EgressProxy:
     def _stop(self) -> None:
         self._server.close()
         for listener in self._listeners:
-            listener.close()
+            # @bwrap may have closed the listening socket already (the call ended first).
+            with contextlib.suppress(OSError, ValueError):
+                listener.close()
         for tasks in self._open.values():
             for task in tasks:
                 task.cancel()

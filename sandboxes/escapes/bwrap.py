@@ -25,9 +25,11 @@ from pathlib import Path
 from codecoder.environments.base import CommandRequest, CommandResult, Environment
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.probe import command_sandbox
+from codecoder.environments.egress import Egress
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.errors import CodecoderError
 from codecoder.runtime.kernel.state import state_directory
+from codecoder.sandboxes.escapes.brokerbait import ROUTED_HOST, AdmittingGate, BrokerBait
 from codecoder.sandboxes.escapes.calls import _last_line
 from codecoder.sandboxes.escapes.canary import _Canary
 from codecoder.sandboxes.escapes.corpus import _ERRORS, Attempt, BwrapEntry
@@ -139,12 +141,35 @@ class _BwrapLayer(_LayerRunner):
         self.env_base = {**os.environ, "HOME": str(self.bait.home)}
         self._factory = factory
         self.canary = audit.canary
+        self._bait_broker: BrokerBait | None = None
 
-    def _environment(self, extra: dict[str, str]) -> Environment[CommandRequest, CommandResult]:
+    def _broker_bait(self) -> BrokerBait:
+        """The credential broker's bait (made for the first attempt that needs it)."""
+        if self._bait_broker is None:
+            self._bait_broker = BrokerBait(self.audit.token, self.bait.home)
+            self.audit.on_close(self._bait_broker.close)
+            self.bait.home_state = self.bait._home_files()
+        return self._bait_broker
+
+    def _environment(
+        self, extra: dict[str, str], entry: BwrapEntry
+    ) -> Environment[CommandRequest, CommandResult]:
         environ = {**self.env_base, **extra}
         if self._factory is not None:
             return self._factory(self.audit.workspace.path, environ)
         config = self.audit.config
+        if "credential-route" in entry.stage:
+            bait = self._broker_bait()
+            return BwrapEnvironment(
+                self.audit.workspace.path,
+                config.bwrap,
+                egress=Egress((ROUTED_HOST,)),
+                environ=environ,
+                resolver=bait.resolver,
+                credentials=(bait.route,),
+                upstream_ca=bait.ca,
+                upstream_address=("127.0.0.1", bait.port),
+            )
         return BwrapEnvironment(
             self.audit.workspace.path, config.bwrap, egress=config.docker.egress, environ=environ
         )
@@ -165,6 +190,7 @@ class _BwrapLayer(_LayerRunner):
             "@CANARY_HOSTS@": " ".join(_Canary.hosts()),
             "@OUTSIDE@": str(workspace.outside),
             "@MARKER@": marker,
+            "@ROUTED@": ROUTED_HOST,
         }
         scripts = [entry.script] if entry.then is None else [entry.script, entry.then]
         texts = [s if isinstance(s, str) else "\n".join(s) for s in scripts]
@@ -218,7 +244,8 @@ class _BwrapLayer(_LayerRunner):
     ) -> tuple[CommandResult | None, CodecoderError | None]:
         """Run the scripts one after the other in one environment (a pause between them, for
         the warm sandbox to be built); what the last one gave."""
-        env = self._environment(extra)
+        env = self._environment(extra, entry)
+        gate = AdmittingGate() if "credential-route" in entry.stage else None
         try:
             outcome: tuple[CommandResult | None, CodecoderError | None] = (None, None)
             for n, script in enumerate(scripts):
@@ -230,6 +257,7 @@ class _BwrapLayer(_LayerRunner):
                     timeout=entry.timeout,
                     max_output=self.audit.limits.max_output,
                     writable=entry.writable,
+                    network=gate,
                 )
                 try:
                     outcome = env.run(request), None

@@ -262,7 +262,7 @@ class BwrapEntry(_Entry):
     blocked_by: tuple[ErrorName, ...] = ()
     watch: tuple[str, ...] = ()
     expect_output: str | None = None
-    stage: tuple[Literal["setuid-binary"], ...] = ()
+    stage: tuple[Literal["setuid-binary", "credential-route"], ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # A second script, run in the same environment after a pause: the warm sandbox built after
     # the first call serves it (the checks look at what it printed and what both left).
