@@ -397,9 +397,9 @@ class CredentialBroker:
                 return  # the sandbox closed (ConnectionClosed), or what cannot start a request
             if _head_size(event) > HEAD_LIMIT:
                 # h11 bounds a head still arriving; one that arrived whole is bounded here.
-                why = f"request headers over {HEAD_LIMIT} bytes"
-                await _refuse(sandbox, writer, 431, why)
-                refused(why)
+                too_large = f"request headers over {HEAD_LIMIT} bytes"
+                await _refuse(sandbox, writer, 431, too_large)
+                refused(too_large)
                 return
             why = git_request_refusal(event.method, event.target)
             if why is not None:
