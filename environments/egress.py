@@ -125,6 +125,10 @@ class Egress:
     def to_json(self) -> dict[str, list[str]]:
         return {"allow": list(self.allow)}
 
+    def admits(self, host: str, port: int) -> bool:
+        """Whether an entry of the allowlist names `host:port` (the proxy's first check)."""
+        return _rule_for([parse_host_entry(entry) for entry in self.allow], host, port) is not None
+
 
 class _Refused(Exception):
     def __init__(self, status: int, reason: str) -> None:
@@ -440,16 +444,20 @@ class EgressProxy:
         return addresses[0], f"allowed by docker.network.allow entry {_shown(*rule)}"
 
     def _rule_for(self, host: str, port: int) -> tuple[str, int | None] | None:
-        for rule_host, rule_port in self.rules:
-            if rule_port is not None and rule_port != port:
-                continue
-            if rule_host == host or (
-                rule_host.startswith("*.")
-                and host.endswith(rule_host[1:])
-                and host != rule_host[2:]
-            ):
-                return rule_host, rule_port
-        return None
+        return _rule_for(self.rules, host, port)
+
+
+def _rule_for(
+    rules: Sequence[tuple[str, int | None]], host: str, port: int
+) -> tuple[str, int | None] | None:
+    for rule_host, rule_port in rules:
+        if rule_port is not None and rule_port != port:
+            continue
+        if rule_host == host or (
+            rule_host.startswith("*.") and host.endswith(rule_host[1:]) and host != rule_host[2:]
+        ):
+            return rule_host, rule_port
+    return None
 
 
 async def _read_connect(reader: asyncio.StreamReader) -> tuple[str, int]:

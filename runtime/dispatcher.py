@@ -175,7 +175,8 @@ class Dispatcher:
             params = validate_arguments(tool, args)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            permission = tool.permission_in(params, CallSite(runtime.project_dir, tag))
+            site = CallSite(runtime.project_dir, tag, runtime.config.credential_hosts)
+            permission = tool.permission_in(params, site)
             asking = time.monotonic()
             try:
                 decision = self._engine.decide(name, tag, permission)

@@ -83,7 +83,10 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
     environment = session.runtime.environment_of(tool)
     # The key the dispatcher would compute where the call would run (a program found where a
     # sandbox writes, a word leading to a protected path through a symlink), not the bare one.
-    permission = found.permission_in(params, CallSite(session.runtime.project_dir, environment))
+    site = CallSite(
+        session.runtime.project_dir, environment, session.runtime.config.credential_hosts
+    )
+    permission = found.permission_in(params, site)
     protected = permission.key.protected if permission.key is not None else False
     try:
         verdict = session.engine.evaluate(tool, environment, permission)

@@ -304,7 +304,10 @@ class Runtime:
             from codecoder.environments.bwrap.environment import BwrapEnvironment
 
             return BwrapEnvironment(
-                self.project_dir, self.config.bwrap, egress=self.config.docker.egress
+                self.project_dir,
+                self.config.bwrap,
+                egress=self.config.docker.egress,
+                credentials=self.config.credentials,
             )
         if tag is EnvironmentTag.CONFINED:
             from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment

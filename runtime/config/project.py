@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codecoder.environments.broker import CredentialRoute
 from codecoder.environments.bwrap.settings import BwrapSettings, home_entry_problem
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.runtime.config import trust
@@ -102,6 +103,21 @@ class ProjectConfig:
     rules: tuple[Rule, ...] = ()
     # The errors that leave the rules unknown (see the module docstring): it fails closed.
     unreadable: tuple[Diagnostic, ...] = ()
+    # The user's file's credential routes (environments.broker); a project's are an error.
+    credentials: tuple[CredentialRoute, ...] = ()
+
+    @property
+    def credential_hosts(self) -> tuple[tuple[str, int], ...]:
+        """The routed hosts the egress allowlist admits: where a contained `git push` can go
+        through the credential broker (`runtime.tools.containedpush`)."""
+        egress = self.docker.egress
+        if egress is None:
+            return ()
+        return tuple(
+            (route.host, route.port)
+            for route in self.credentials
+            if egress.admits(route.host, route.port)
+        )
 
     @property
     def ok(self) -> bool:
@@ -174,6 +190,7 @@ def load_project(
         pf_in_effect = pf
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
     config.file = pf
+    config.credentials, config.diagnostics = _credentials(user, pf, config.diagnostics)
     config.user_file = user if user.exists else None
     if state is TrustState.UNTRUSTED:
         # What the file would do if trusted: a widening that could never take effect (a
@@ -187,6 +204,28 @@ def load_project(
         state, pf.digest, tuple(sorted(found, key=lambda w: (w.line or 0, w.column or 0)))
     )
     return config
+
+
+def _credentials(
+    user: ProjectFile, pf: ProjectFile, diagnostics: tuple[Diagnostic, ...]
+) -> tuple[tuple[CredentialRoute, ...], tuple[Diagnostic, ...]]:
+    """The credential routes (the user's file's only) and the diagnostics, with an error for a
+    project file that declares any: a cloned repository never routes the user's credentials,
+    trusted or not."""
+    routes = tuple(CredentialRoute.parse(host, source) for host, source in user.credentials)
+    if not pf.credentials:
+        return routes, diagnostics
+    line, column = pf.position_of("/credentials")
+    refused = Diagnostic(
+        "error",
+        "credentials_in_project",
+        "credentials are declared only in your own file (~/.config/codecoder/config.json): a "
+        "project's codecoder.json never routes your credentials, trusted or not; ignored",
+        "credentials",
+        line,
+        column,
+    )
+    return routes, (*diagnostics, refused)
 
 
 def _trusted(record: trust.TrustRecord, pf: ProjectFile, found: list[Widening]) -> bool:

@@ -160,6 +160,7 @@ class ProjectFile:
     read_roots: tuple[tuple[str, str], ...] = ()  # (name, directory as written)
     docker: tuple[tuple[str, Any], ...] = ()  # the @docker settings the file sets
     bwrap: BwrapSection = BwrapSection()
+    credentials: tuple[tuple[str, str], ...] = ()  # (host entry, source): the user's file's only
     diagnostics: tuple[Diagnostic, ...] = ()
     digest: str | None = field(default=None, compare=False)  # SHA-256 of the bytes read
     data: bytes | None = field(default=None, repr=False, compare=False)  # those bytes

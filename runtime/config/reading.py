@@ -127,6 +127,7 @@ def load_user_file(path: Path) -> ProjectFile:
             read_roots=(),
             docker=(),
             bwrap=BwrapSection(),
+            credentials=(),
             web=WebSection(),
             agent=AgentSection(),
             timeout=None,
@@ -226,6 +227,7 @@ class ParsedText:
                 for name, value in model.docker.model_dump(exclude_none=True).items()
             ),
             bwrap=BwrapSection(tuple(model.bwrap.home), tuple(model.bwrap.env)),
+            credentials=tuple((host, route.from_) for host, route in model.credentials.items()),
             diagnostics=diagnostics,
             _index=self.index,
         )

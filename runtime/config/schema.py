@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from codecoder.environments.broker import CredentialRoute
 from codecoder.environments.docker.settings import MAX_POOL
 from codecoder.runtime.kernel.ceiling import EnvironmentTag
 from codecoder.runtime.kernel.display import quoted as _quote
@@ -161,6 +162,19 @@ COMMENT_PREFIX = "//"
 """A top-level key that starts with it is a comment (JSON has none): `"// limits": "..."`."""
 
 
+def _check_credential_host(value: str) -> str:
+    CredentialRoute.parse(value)
+    return value
+
+
+class _CredentialRoute(BaseModel):
+    """`{"from": "git"}`: the credential comes from the user's git credential helpers."""
+
+    model_config = _STRICT
+
+    from_: Literal["git"] = Field(alias="from")
+
+
 class _Bwrap(BaseModel):
     """What a trusted file adds to the @bwrap sandbox (environments.bwrap.settings)."""
 
@@ -191,6 +205,11 @@ class ProjectFileModel(BaseModel):
     read_roots: dict[_RootName, Annotated[str, Field(min_length=1)]] = Field(default_factory=dict)
     docker: _Docker = Field(default_factory=_Docker)
     bwrap: _Bwrap = Field(default_factory=_Bwrap)
+    # Hosts whose git smart-HTTP requests from a sandbox get the user's credential through the
+    # credential broker (environments.broker). Read from the user's own file only.
+    credentials: dict[Annotated[str, AfterValidator(_check_credential_host)], _CredentialRoute] = (
+        Field(default_factory=dict)
+    )
 
     @model_validator(mode="before")
     @classmethod

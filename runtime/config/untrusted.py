@@ -398,6 +398,7 @@ def untrusted_view(
         read_roots=tuple(read_roots),
         docker=tuple(docker),
         bwrap=BwrapSection(),
+        credentials=(),  # never a project's: see runtime.config.project
     )
     return view, found
 

@@ -178,6 +178,10 @@ class CallSite:
 
     workspace: Path
     environment: EnvironmentTag
+    # Hosts (host, port) whose git smart-HTTP requests the credential broker serves in this
+    # project's sandboxes: routed in the user's configuration and admitted by the egress
+    # allowlist (`runtime.config.project.ProjectConfig.credential_hosts`).
+    credential_hosts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

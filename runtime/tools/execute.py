@@ -38,6 +38,7 @@ from codecoder.runtime.permissions.commandkey import key_command, textual_words
 from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
 from codecoder.runtime.permissions.programs import canonical_name
 from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.runtime.tools.containedpush import contained_push
 
 # Where a command is a process on the host's own file system, as the human's shell would run it:
 # what PATH finds there (and whether a sandbox could have put it there) is what runs.
@@ -143,6 +144,17 @@ class RunCommand(Tool[RunCommandParameters]):
             # In a sandbox: its own PATH, its own file system.
             if key.read_only and site.environment.confines_read_only:
                 return Permission.read_only(key)
+            pushed = (
+                contained_push(key.argv, site.workspace, site.credential_hosts)
+                if key.needs_host and key.argv and site.environment is EnvironmentTag.BWRAP
+                else None
+            )
+            if pushed is not None:
+                # Contained after all: the credential broker pushes with the user's token,
+                # which the sandbox never sees (environments.broker).
+                note = f"runs contained: pushes to {pushed} through the credential broker"
+                key = dataclasses.replace(key, needs_host="", notes=(*key.notes, note))
+                return Permission.ask(key)
             if (
                 key.needs_host
                 and site.environment is EnvironmentTag.BWRAP

@@ -38,7 +38,11 @@ def key(args: argparse.Namespace) -> int:
         runtime = project_runtime(args)
         tool = runtime.tools.get(args.tool) or usage(f"unknown tool {args.tool!r}")
         params = validate_arguments(tool, parse_json(args.input))
-        site = CallSite(runtime.project_dir, runtime.environment_of(tool.name))
+        site = CallSite(
+            runtime.project_dir,
+            runtime.environment_of(tool.name),
+            runtime.config.credential_hosts,
+        )
         key = tool.permission_in(params, site).key
         data = {
             "tool": tool.name,
