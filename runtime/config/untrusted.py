@@ -118,6 +118,9 @@ SECTIONS: Final[dict[str, Literal["inert", "narrows", "compared", "widens"]]] = 
     "read_roots": "compared",
     "docker": "compared",
     "bwrap": "widens",
+    # Never obeyed from a project file, trusted or not: an error there
+    # (`runtime.config.project._credentials`); only the user's own file routes credentials.
+    "credentials": "inert",
 }
 # Where a docker limit's value is read as a number, to compare it with a trusted one.
 _DOCKER_NUMBERS: Final = {"memory": "memory_bytes", "tmpfs_size": "tmpfs_bytes"}

@@ -205,7 +205,7 @@ def test_a_syntax_error_is_reported_where_json_found_it_and_grants_nothing(
                 "schema",
                 'unknown key "allow" at the top level '
                 "(known: $schema, allowlist, deny, environments, limits, session_ttl, web, agent, "
-                "read_roots, docker, bwrap)",
+                "read_roots, docker, bwrap, credentials)",
                 None,
                 3,
                 3,
