@@ -12,6 +12,16 @@ that contained it would fail, so the human takes the broadest *host* choice (the
 host for the session), the one answer under which it works. No host grant outlives its session,
 so such a command is asked again in every session.
 
+Except `git push` to a routed remote: each project is a git repository whose origin is
+`https://github.com/<team>/<name>.git`, the simulated user's own file routes github.com's
+credential through the credential broker (`"credentials": {"github.com": {"from": "git"}}`,
+`environments.broker`) and the project's codecoder.json admits github.com
+(`"docker": {"network": {"allow": ["github.com"]}}`). Such a push runs contained
+(`runtime.tools.containedpush`): its question offers AlwaysThisProject. When it runs, the
+recorder stands in for the egress proxy too: it asks the call's network gate for
+`network:github.com`, as the proxy would on the push's connection, through the real permission
+chain (a question the first time, counted like every other).
+
 Each session runs twice on a project of its own: a first session, and a later session of the
 same project (a new Runtime, the same codecoder.json, the workspace's files as they were), once
 with run_command on @shell (the baseline: no grant for it outlives the session, and read-only
@@ -25,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import json
+import os
 import shutil
+import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +57,8 @@ __all__ = ["AREA", "SESSIONS", "broadest_lasting", "replay"]
 
 SESSIONS = ("python-bugfix", "node-feature", "ci-investigation", "rust-cleanup")
 SHELL_BASELINE = "run_command on @shell"
+# The code host the projects push to, whose credential the simulated user routes.
+ROUTED_HOST = "github.com"
 
 SPECS = (
     FigureSpec(
@@ -145,6 +159,29 @@ def load_session(name: str) -> dict[str, Any]:
 
 def replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...] = SESSIONS) -> Replay:
     """Replay every session, a first time and a later time, with run_command in `binding`."""
+    with _user_routes(scratch / "user-config"):
+        return _replay(binding, scratch, names)
+
+
+@contextlib.contextmanager
+def _user_routes(directory: Path) -> Iterator[None]:
+    """The simulated user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`), routing
+    github.com's credential, in effect while the block runs."""
+    path = directory / "codecoder" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"credentials": {ROUTED_HOST: {"from": "git"}}}) + "\n")
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(directory)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["XDG_CONFIG_HOME"]
+        else:
+            os.environ["XDG_CONFIG_HOME"] = before
+
+
+def _replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...]) -> Replay:
     tools = require_tools("run_command", "write_file", "edit_file", "read_file")
     questions: list[Question] = []
     calls = 0
@@ -153,6 +190,7 @@ def replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...] = SESS
         project = scratch / f"{binding.name.lower()}-{name}"
         shutil.rmtree(project, ignore_errors=True)
         calls += len(recorded["calls"])
+        _repository(project, name)
         for phase in ("first", "later"):
             _lay_out(project, recorded["files"])
             human = _TiredHuman()
@@ -171,10 +209,8 @@ def replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...] = SESS
             ):
                 for index, call in enumerate(recorded["calls"], start=1):
                     before = len(asked)
-                    outcome = session.call(call["tool"], call["args"])
-                    if len(asked) > before:
-                        request = asked[-1]
-                        answer = outcome.decision.answer if outcome.decision else None
+                    session.call(call["tool"], call["args"])
+                    for request, answer in zip(asked[before:], human.answers[before:], strict=True):
                         questions.append(
                             Question(
                                 name,
@@ -182,7 +218,7 @@ def replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...] = SESS
                                 index,
                                 request.tool,
                                 request.key,
-                                answer.value if answer else "?",
+                                answer.value,
                                 _why(request, binding, phase, call["args"]),
                             )
                         )
@@ -194,10 +230,12 @@ class _TiredHuman:
 
     def __init__(self) -> None:
         self.asked: list[AskRequest] = []
+        self.answers: list[Answer] = []
 
     def __call__(self, request: AskRequest) -> Answer:
         self.asked.append(request)
-        return broadest_lasting(request)
+        self.answers.append(broadest_lasting(request))
+        return self.answers[-1]
 
 
 def _lay_out(project: Path, files: Mapping[str, str]) -> None:
@@ -208,8 +246,28 @@ def _lay_out(project: Path, files: Mapping[str, str]) -> None:
         path.write_text(content, encoding="utf-8")
 
 
+def _repository(project: Path, name: str) -> None:
+    """The project as a git repository whose origin is on the routed host, with the egress
+    allowlist that admits it in codecoder.json."""
+    project.mkdir(parents=True, exist_ok=True)
+    for args in (
+        ("init", "-q", "-b", "main"),
+        ("remote", "add", "origin", f"https://{ROUTED_HOST}/codecoder-bench/{name}.git"),
+    ):
+        subprocess.run(["git", *args], cwd=project, check=True, capture_output=True)
+    allow = {"docker": {"network": {"allow": [ROUTED_HOST]}}}
+    (project / "codecoder.json").write_text(json.dumps(allow, indent=2) + "\n")
+
+
 def _commands_answered_at_once() -> dict[EnvironmentTag, MockEnvironment]:
     def done(request: Any) -> CommandResult:
+        words = request.argv or (request.script or "").split()
+        if request.network is not None and list(words[:2]) == ["git", "push"]:
+            # What the egress proxy does when the contained push connects: the call's gate
+            # decides network:github.com through the permission chain.
+            why_not = request.network.admit(ROUTED_HOST, 443)
+            if why_not is not None:
+                return CommandResult(exit_code=128, stdout="", stderr=why_not, duration=0.0)
         return CommandResult(exit_code=0, stdout="", stderr="", duration=0.0)
 
     return {
@@ -225,6 +283,10 @@ def _why(request: AskRequest, binding: EnvironmentTag, phase: str, args: Mapping
         if phase == "later":
             return "it needs the host (network, credentials): no host grant outlives its session"
         return "it needs the host (network, credentials): asked so that the host can be chosen"
+    if request.tool == "network":
+        return "the first connection to the routed host: its network key, granted for the project"
+    if binding is EnvironmentTag.BWRAP and command.startswith("git push"):
+        return "git push, contained through the credential broker: asked once for the project"
     if request.tool in _WRITES:
         return "a path no earlier answer named: a write grant names one file"
     if request.key.startswith(f'{request.tool}:"'):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from codecoder.benchmarks.questions import SESSIONS, broadest_lasting, load_session, replay
@@ -80,3 +81,24 @@ def test_in_bwrap_no_read_only_command_is_asked_and_a_later_session_asks_only_fo
     assert contained.count("first") < shell.count("first")
     assert shell.count("later") > 0  # @shell grants end with the session
     assert all(q.why for q in contained.questions)
+
+
+def test_with_the_route_git_push_runs_contained_and_a_later_session_never_asks_for_it(
+    tmp_path: Path,
+) -> None:
+    contained = replay(EnvironmentTag.BWRAP, tmp_path)
+    later = [q for q in contained.questions if q.phase == "later"]
+    assert [(q.session, q.key) for q in later] == [("ci-investigation", "run_command:gh:run:list")]
+    # The push's connection asks network:github.com once per project, granted for the project.
+    network = [q for q in contained.questions if q.tool == "network"]
+    assert [(q.phase, q.key, q.answer) for q in network] == [
+        ("first", "network:github.com", "project")
+    ] * len(SESSIONS)
+    assert not any(q.key == "run_command:git:push" for q in contained.questions)
+    assert contained.per100("first") <= 15 and contained.per100("later") <= 3
+    # The project files hold the grants the human gave: the push's among them (here the
+    # broadest one, any simple command in the sandbox), and no host grant.
+    for name in SESSIONS:
+        allowlist = json.loads((tmp_path / f"bwrap-{name}" / "codecoder.json").read_text())
+        assert allowlist["allowlist"]["network:github.com"] == "AlwaysThisProject"
+        assert allowlist["docker"] == {"network": {"allow": ["github.com"]}}
