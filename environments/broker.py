@@ -355,7 +355,6 @@ class CredentialBroker:
                     text=True,
                     cwd=neutral,
                     env=env,
-                    stdin=None,
                     timeout=HELPER_SECONDS,
                     check=False,
                     start_new_session=True,
