@@ -105,12 +105,15 @@ class Runtime:
         clock: Callable[[], float] | None = None,
         trusted: bool | None = None,
         bindings: Mapping[str, EnvironmentTag] | None = None,
+        ahead: bool = True,
     ) -> None:
         """`trusted` overrides the trust record of the project file (`runtime.config.trust`): None
         (the default) reads it; True is for a caller that has established trust otherwise
         (`codecoder audit` runs attempts on scratch copies of a trusted file). `bindings`
         override where tools run, over codecoder.json's (`codecoder audit` runs the read tools
-        in their @wasm fallback too); each must be one the tool can be bound to."""
+        in their @wasm fallback too); each must be one the tool can be bound to. `ahead` False
+        is for a process that makes one call and ends (`codecoder call`, `exec`): nothing is
+        built ahead for calls that will never come (a warm @bwrap sandbox)."""
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
@@ -126,6 +129,7 @@ class Runtime:
         self.asker: Asker = asker or default_asker()
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._bindings = dict(bindings or {})
+        self._ahead = ahead
         self._owned: set[EnvironmentTag] = set()
         self._starting = threading.Lock()
         self._per_session: dict[str, Environment[Any, Any]] = {}
@@ -308,6 +312,7 @@ class Runtime:
                 self.config.bwrap,
                 egress=self.config.docker.egress,
                 credentials=self.config.credentials,
+                warm=self._ahead,
             )
         if tag is EnvironmentTag.CONFINED:
             from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment

@@ -265,7 +265,10 @@ class _AgentChannel:
         response = getattr(self._sock, "_response", None) or getattr(
             self._attached, "_response", None
         )
-        for holder in (self._sock, self._attached, response):
+        # The response's raw stream, not the response: closing a `requests` response hands its
+        # connection back to the client's pool, where the next API call would find it closed.
+        raw = getattr(response, "raw", None)
+        for holder in (self._sock, self._attached, raw):
             if holder is not None:
                 with contextlib.suppress(Exception):
                     holder.close()

@@ -398,3 +398,27 @@ def test_the_helper_runs_nothing_on_a_request_it_does_not_fully_understand(
     finally:
         for fd in streams:
             os.close(fd)
+
+
+def test_a_process_that_makes_one_call_builds_nothing_ahead(repo: Path) -> None:
+    """`codecoder call` and `exec` make one call and end: a sandbox built for the next call
+    would only be started and killed (the runtime's `ahead=False`); a long-lived runtime
+    builds it."""
+    from codecoder.runtime.kernel.ceiling import EnvironmentTag
+    from codecoder.runtime.session import Runtime
+
+    need_bwrap()
+    held: dict[bool, int] = {}
+    for ahead in (True, False):
+        with Runtime(repo, audit_log=None, ahead=ahead) as runtime:
+            outcome = runtime.session().call("run_command", {"command": "ls"})
+            assert outcome.result is not None and "README.md" in outcome.result.output
+            env = runtime.environment(EnvironmentTag.BWRAP)
+            assert isinstance(env, BwrapEnvironment)
+            deadline = time.monotonic() + (10 if ahead else 1)
+            while not env.warm_sandboxes.held() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held[ahead] = len(env.warm_sandboxes.held())
+
+    assert held[True] >= 1
+    assert held[False] == 0

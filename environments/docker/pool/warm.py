@@ -350,8 +350,8 @@ class WarmPool:
                     entry.ready.clear()
         if ready is not None:  # its template was dropped (or the pool closed) meanwhile
             self._remove(ready)
-        for sandbox in stale:
-            self._remove(sandbox)
+        for gone in stale:
+            self._remove(gone)
         if problem is not None:
             log.warning("a warm sandbox of %s could not be made: %s", template.image, problem)
 

@@ -47,7 +47,7 @@ def call(args: argparse.Namespace) -> int:
     from codecoder.runtime.session import Runtime
     from codecoder.runtime.tools.liveoutput import LiveOutput
 
-    runtime = Runtime(args.project, asker=_asker_for(args))
+    runtime = Runtime(args.project, asker=_asker_for(args), ahead=False)
     live: TerminalView | None = None
     progress: ProgressLine | None = None
     try:
@@ -182,7 +182,7 @@ def exec_(args: argparse.Namespace) -> int:
     asker = approved if host_session is not None else default_asker()
     contained = args.sandbox == "bwrap"
     bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
-    with Runtime(args.project, asker=asker, bindings=bindings) as runtime:
+    with Runtime(args.project, asker=asker, bindings=bindings, ahead=False) as runtime:
         session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])

@@ -233,6 +233,9 @@ def test_a_stream_hung_up_on_while_the_container_still_writes_lets_it_go_at_once
         started = time.monotonic()
         docker_engine.api.remove_container(container, force=True)
         assert time.monotonic() - started < 10
+        # and the client's pool of connections was not handed the closed one
+        for _ in range(12):
+            docker_engine.api.ping()
     finally:
         with contextlib.suppress(Exception):
             docker_engine.api.remove_container(container, force=True)
