@@ -209,7 +209,12 @@ class Dispatcher:
                 progress=progress,
                 output=live,
                 cancel=cancel,
-                network=SessionNetwork(self._engine, self._audit, self._session.id)
+                network=SessionNetwork(
+                    self._engine,
+                    self._audit,
+                    self._session.id,
+                    runtime.config.credential_hosts if tag is EnvironmentTag.BWRAP else (),
+                )
                 if tag in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP)
                 else None,
             )

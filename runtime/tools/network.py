@@ -45,13 +45,25 @@ class NetworkParameters(Parameters):
     port: int = Field(default=443, ge=1, le=65535)
 
 
-def network_key(host: str, port: int) -> PermissionKey:
+def network_key(host: str, port: int, *, credential: bool = False) -> PermissionKey:
+    """`credential`: the user's own file routes the host's git credential through the broker
+    (`environments.broker`), so what the grant lets through carries it: the question says so.
+    The key is the same either way (`network:<host>`)."""
+    subject = f"connect to {host}:{port} from the sandbox, through its egress proxy"
+    covers = f"connections to {host} only"
+    if credential:
+        subject += (
+            f"; git's pushes and fetches there carry YOUR git credential for {host} (added "
+            "outside the sandbox, never visible in it): any contained command you allow may "
+            "push with it"
+        )
+        covers += ", git's with your credential"
     return PermissionKey(
         tool="network",
         action=host,
         raw=f"network:{host}",
-        subject=f"connect to {host}:{port} from the sandbox, through its egress proxy",
-        levels=(GrantLevel(f"network:{escape_literal(host)}", f"connections to {host} only"),),
+        subject=subject,
+        levels=(GrantLevel(f"network:{escape_literal(host)}", covers),),
     )
 
 
@@ -76,10 +88,19 @@ NETWORK: Final = NetworkAccess()
 class SessionNetwork:
     """The `NetworkGate` of one call: the session's permission chain and the audit log."""
 
-    def __init__(self, engine: PermissionEngine, audit: AuditLog, session: str) -> None:
+    def __init__(
+        self,
+        engine: PermissionEngine,
+        audit: AuditLog,
+        session: str,
+        credential_hosts: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        """`credential_hosts`: where the call's sandbox sends git's requests with the user's
+        credential (the broker's routes the allowlist admits), named in their question."""
         self._engine = engine
         self._audit = audit
         self._session = session
+        self._credential_hosts = frozenset(credential_hosts)
         self._decisions: dict[str, Decision] = {}
         self._lock = threading.Lock()
 
@@ -87,8 +108,9 @@ class SessionNetwork:
         # One question at a time: a client opening several connections at once asks once.
         with self._lock:
             try:
+                key = network_key(host, port, credential=(host, port) in self._credential_hosts)
                 decision = self._engine.decide(
-                    NETWORK.name, EnvironmentTag.DOCKER, Permission.ask(network_key(host, port))
+                    NETWORK.name, EnvironmentTag.DOCKER, Permission.ask(key)
                 )
             except PermissionDenied as refused:
                 if refused.decision is not None:

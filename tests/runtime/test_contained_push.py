@@ -235,3 +235,36 @@ def test_a_legacy_remotes_file_or_a_branch_push_remote_elsewhere_stays_needs_hos
 def test_no_routes_means_nothing_is_contained(routed: Path) -> None:
     assert contained_push(["git", "push", "origin"], routed, ()) is None
     assert contained_push(["git", "push", "origin"], routed, (("github.com", 443),)) is None
+
+
+def test_the_network_question_for_a_routed_host_says_pushes_carry_the_users_credential(
+    routed: Path,
+) -> None:
+    """The grant of network:<host> is what lets the credential out of the broker: its question
+    names it, for a routed host only (an unrouted host's question is unchanged)."""
+    from codecoder.environments.base import CommandRequest, CommandResult
+    from codecoder.runtime.permissions.prompt import render
+
+    write_config(routed, {"docker": {"network": {"allow": [HOST, "pypi.org"]}}})
+    refused: list[str | None] = []
+
+    def connects(request: CommandRequest) -> CommandResult:
+        assert request.network is not None
+        refused.extend(request.network.admit(host, 443) for host in (HOST, "pypi.org"))
+        return echo_handler(request)
+
+    asker = RecordingAsker(Answer.PROJECT, Answer.SESSION, Answer.SESSION)
+    environments = {
+        BWRAP: MockEnvironment(connects, BWRAP),
+        SHELL: MockEnvironment(echo_handler, SHELL),
+    }
+    with Runtime(
+        routed, asker=asker, environments=environments, bindings={"run_command": BWRAP}
+    ) as runtime:
+        outcome = runtime.session().call("run_command", {"command": "git push origin main"})
+
+    assert outcome.error is None, outcome.to_json()
+    assert refused == [None, None]
+    routed_question, plain_question = (render(r) for r in asker.requests[1:])
+    assert f"network:{HOST}" in routed_question and "YOUR git credential" in routed_question
+    assert "network:pypi.org" in plain_question and "credential" not in plain_question
