@@ -143,16 +143,20 @@ def test_a_contained_command_keeps_its_clients_confinement_whoever_serves_it(
     bubblewrap's own, neither the client's nor the plain context's."""
     prefix, shell = CONFINEMENTS[confinement]
     plain_client = _own(shell, ())
-    _, plain, _ = contained(machine, confinement, daemon=True, confined=False)
+    contained(machine, confinement, daemon=True, confined=False)  # a server of the plain context
     with own_cgroup(machine) if confinement == "cgroup" else contextlib.nullcontext() as group:
         client = _own(shell, prefix, group)
         if confinement not in ("no_new_privs", "capability bounding set"):
             assert client != plain_client  # the confinement bites
         for daemon in (False, True):
-            served, ran, ancestors = contained(machine, confinement, daemon=daemon, group=group)
+            served, ran, alive, ancestors = contained(
+                machine, confinement, daemon=daemon, group=group
+            )
             assert served == daemon, ancestors
             if confinement in BWRAP_OWN:
-                assert ran not in (client, plain_client, plain)
+                # Compared only with namespaces alive at the time: the kernel reuses the
+                # number of a namespace that has ended.
+                assert ran not in (plain_client, *alive), alive
             else:
                 assert ran == client
         assert len(machine.server_pids()) == 2
@@ -179,10 +183,11 @@ def contained(
     daemon: bool,
     group: Path | None = None,
     confined: bool = True,
-) -> tuple[bool, str, list[int]]:
+) -> tuple[bool, str, list[str], list[int]]:
     """For a client confined by `confinement`, a command contained in @bwrap that sleeps: whether
     a server ran it (its process descends from a server, not the client), what the probe
-    run on the host shows of its process, and that process's ancestors."""
+    run on the host shows of its process, what it shows of the client and of every server
+    while that process lives, and that process's ancestors."""
     prefix, shell = CONFINEMENTS[confinement]
     seconds = f"{60 + random.random():.6f}"
     command = json.dumps({"command": f"sleep {seconds}"})
@@ -203,9 +208,12 @@ def contained(
         found: list[int] = []
         wait_until(lambda: found.extend(_sleeping(seconds)) or found, timeout=60)
         (pid,) = found
-        seen = subprocess.run(
-            ["sh", "-c", shell], capture_output=True, text=True, check=True, env={"P": str(pid)}
-        ).stdout.strip()
+        seen, *alive = (
+            subprocess.run(
+                ["sh", "-c", shell], capture_output=True, text=True, check=True, env={"P": str(p)}
+            ).stdout.strip()
+            for p in (pid, proc.pid, *machine.server_pids())
+        )
         ancestors = _ancestors(pid)
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=60)
@@ -215,7 +223,7 @@ def contained(
     # The nearest of the client and the servers (a server the client started is its child).
     servers = machine.server_pids()
     nearest = next(pid for pid in ancestors if pid == proc.pid or pid in servers)
-    return nearest in servers, seen, ancestors
+    return nearest in servers, seen, alive, ancestors
 
 
 def _sleeping(seconds: str) -> list[int]:
