@@ -514,9 +514,11 @@ def test_another_user_gets_nothing_even_where_the_socket_is_open_to_everyone(
         ["BrokenPipeError", 0],
         ["ConnectionResetError", 0],
     )
+    # Nothing was handed out: every sandbox ready before is still ready (the background
+    # refill may have made one more meanwhile).
     assert after is not None and after["served"] == status["served"]
-    assert {r for t in after["templates"] for r in t["ready"]} == {
-        r for t in status["templates"] for r in t["ready"]
+    assert {r for t in status["templates"] for r in t["ready"]} <= {
+        r for t in after["templates"] for r in t["ready"]
     }
 
 
