@@ -5,7 +5,7 @@ so its start-up is its cost: `codecoder decide`, `codecoder hook claude-code` (a
 evaluated through the whole chain), `codecoder call read_file` (a tool run, its output
 printed, its audit record written), `key`, `tools` and `replay` are timed as the processes a
 host starts (the `codecoder` command) against `python -c pass` in the same run. They are run
-by the warm decision server (`runtime.interfaces.decisiond`), which the first command starts;
+by the warm decision server (`interfaces.forkserver.protocol`), which the first command starts;
 the same commands in their own process (`CODECODER_DAEMON=0`) are reported beside them.
 
 The MCP result's figure is what the model receives: the text of the result's `content`, or the
@@ -120,7 +120,7 @@ def codecoder_command() -> list[str]:
     script = Path(sys.executable).with_name("codecoder")
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
-    return [sys.executable, "-m", "codecoder.runtime"]
+    return [sys.executable, "-m", "codecoder"]
 
 
 def model_sees(result: dict[str, object]) -> int:
@@ -139,9 +139,9 @@ def model_sees(result: dict[str, object]) -> int:
 def result_size(project: Path) -> tuple[int, int, int]:
     """(what the model receives of the MCP result, the tool's text, the result's whole JSON),
     in characters."""
-    from codecoder.runtime.interfaces.mcp_server import tool_result
-    from codecoder.runtime.permissions.prompt import non_interactive
-    from codecoder.runtime.session import Runtime
+    from codecoder.interfaces.mcp_server import tool_result
+    from codecoder.permissions.prompt import non_interactive
+    from codecoder.session import Runtime
 
     with Runtime(project, asker=non_interactive, audit_log=None) as runtime:
         session = runtime.session()

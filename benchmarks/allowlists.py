@@ -3,7 +3,7 @@
 Loading is timed for the file alone (`load_project_file`: JSON, schema, positions) and for the
 whole configuration (`load_project`, what `Runtime.reload()` runs: the file, then every entry
 checked against its tool and indexed), both against `json.loads` of the same text. Deciding is
-timed with `PermissionEngine.decide()` for the same keys in both projects.
+timed with `PermissionChain.decide()` for the same keys in both projects.
 
 The 10,000 entries are spread like a real project's that has grown: many programs, several
 subcommands each, exact compound commands, and path grants; a fifth of them share the path
@@ -21,15 +21,15 @@ from typing import Any
 from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
-from codecoder.runtime.config.project import load_project
-from codecoder.runtime.config.reading import load_project_file
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.engine import PermissionEngine
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternIndex
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Tool
+from codecoder.config.project import load_project
+from codecoder.config.reading import load_project_file
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.permissions.chain import PermissionChain
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import Permission
+from codecoder.permissions.patterns import KeyPattern, PatternIndex
+from codecoder.session import Runtime
+from codecoder.tools.base import Tool
 
 __all__ = ["AREA", "generate_config"]
 
@@ -201,7 +201,7 @@ def _candidates(entries: int, tools: Mapping[str, Tool[Any]], permission: Permis
 
 
 def _decider(
-    engine: PermissionEngine, tool: str, environment: EnvironmentTag, permission: Permission
+    engine: PermissionChain, tool: str, environment: EnvironmentTag, permission: Permission
 ) -> Callable[[], object]:
     return lambda: engine.decide(tool, environment, permission)
 

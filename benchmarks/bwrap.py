@@ -26,8 +26,8 @@ from codecoder.benchmarks.workspace import make_project, make_runtime, require_t
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.probe import command_sandbox
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.permissions.commandkey import key_command
 
 __all__ = ["AREA"]
 

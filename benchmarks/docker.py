@@ -22,8 +22,8 @@ from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.environments.base import CommandRequest
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["AREA", "hardened_run_argv"]
 

@@ -30,9 +30,9 @@ from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped,
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import SandboxUnavailable
-from codecoder.runtime.session import Session
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.session import Session
 
 __all__ = ["AREA"]
 

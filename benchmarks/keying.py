@@ -15,7 +15,7 @@ import bashlex
 
 from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
-from codecoder.runtime.permissions.commandkey import clear_cache, key_command
+from codecoder.permissions.commandkey import clear_cache, key_command
 
 __all__ = ["AREA"]
 

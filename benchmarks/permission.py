@@ -1,4 +1,4 @@
-"""Permission decisions: `PermissionEngine.decide()` for a granted key and for a None tool, and
+"""Permission decisions: `PermissionChain.decide()` for a granted key and for a None tool, and
 the whole dispatcher path on a mock environment, against a bare dict lookup.
 
 The projects are realistic rather than empty: a handful of allowlist entries and deny rules,
@@ -16,11 +16,11 @@ from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision, Source
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.session import Runtime, Session
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Decision, Source
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import Permission
+from codecoder.session import Runtime, Session
 
 __all__ = ["AREA", "project_config"]
 

@@ -9,7 +9,7 @@ The project binds run_command to @docker and grants it, as the docker area does.
 * the same without the pool (`"docker": {"pool": 0}`): the session makes its own container;
 * the claimed first call against a warm call in a session that already has its sandbox;
 * a new process, `codecoder call run_command '{"command": "true"}'`, with and without the pool,
-  as an agent runs it: answered by the decision server (`runtime.interfaces.decisiond`, started
+  as an agent runs it: answered by the decision server (`interfaces.forkserver.protocol`, started
   before the samples), so the client's start-up and the server's fork are part of it;
 * the same command line in its own process (`CODECODER_DAEMON=0`), the pool warm: the runtime
   imported and the project read before the call.
@@ -34,9 +34,9 @@ from codecoder.benchmarks.docker import hardened_run_argv
 from codecoder.benchmarks.measure import Measured, SelfTimed, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
-from codecoder.runtime.config.trust import record_trust
-from codecoder.runtime.kernel.errors import SandboxUnavailable
-from codecoder.runtime.session import Runtime
+from codecoder.config.trust import record_trust
+from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.session import Runtime
 
 __all__ = ["AREA"]
 

@@ -48,10 +48,10 @@ from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
 from codecoder.benchmarks.workspace import require_tools
 from codecoder.environments.base import CommandResult
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.permissions.prompt import AskRequest
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.permissions.prompt import AskRequest
+from codecoder.session import Runtime
 
 __all__ = ["AREA", "SESSIONS", "broadest_lasting", "replay"]
 
@@ -294,7 +294,7 @@ def _why(request: AskRequest, binding: EnvironmentTag, phase: str, args: Mapping
     if binding is EnvironmentTag.SHELL:
         if phase == "later":
             return "@shell grants end with the session that gave them"
-        from codecoder.runtime.permissions.commandkey import key_command
+        from codecoder.permissions.commandkey import key_command
 
         if command and key_command(command).read_only:
             return "read-only, but @shell does not confine it: asked like any command"

@@ -23,7 +23,7 @@ from typing import Any
 from codecoder.benchmarks.measure import Measured, Subject, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 __all__ = ["AREA", "generate_tree"]
 

@@ -31,10 +31,10 @@ from codecoder.benchmarks.workspace import (
     require_tools,
 )
 from codecoder.environments.base import CommandRequest, CommandResult, Environment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import SandboxUnavailable
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.session import Session
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.permissions.commandkey import key_command
+from codecoder.session import Session
 
 __all__ = ["AREA", "calls_per_second"]
 
@@ -138,7 +138,7 @@ def _set_up(
     if env == "wasm":
         require_tools("read_file")
         from codecoder.environments.wasm.environment import WasmEnvironment
-        from codecoder.runtime.tools.files import ConfinedFiles
+        from codecoder.tools.files import ConfinedFiles
 
         # read_file runs in @landlock by default; this figure is about @wasm (the fallback).
         project = make_project(directory, {"environments": {"read_file": "@wasm"}})

@@ -29,7 +29,7 @@ from codecoder.benchmarks.workspace import (
     require_tools,
     run_python,
 )
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 __all__ = ["AREA"]
 
@@ -85,10 +85,10 @@ _CHILD = """
 import json, sys, time
 from pathlib import Path
 from codecoder.environments.wasm.environment import WasmEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.permissions.prompt import non_interactive
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.permissions.prompt import non_interactive
+from codecoder.session import Runtime
+from codecoder.tools.catalogue import builtin_tools
 
 project, cache, path = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 tools = builtin_tools()
@@ -129,7 +129,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     tools = require_tools("read_file")
     try:
         from codecoder.environments.wasm.environment import WasmEnvironment
-        from codecoder.runtime.tools.files import ConfinedFiles
+        from codecoder.tools.files import ConfinedFiles
     except ImportError as exc:
         raise Skipped(f"@wasm is unavailable: {exc}") from exc
     module = _fileops_module()

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from codecoder.environments.base import Environment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.permissions.prompt import non_interactive
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Tool
-from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.permissions.prompt import non_interactive
+from codecoder.session import Runtime
+from codecoder.tools.base import Tool
+from codecoder.tools.catalogue import builtin_tools
 
 __all__ = [
     "SMALL_FILE",

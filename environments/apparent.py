@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from codecoder.runtime.kernel.confined import open_beneath
+from codecoder.foundation.openbeneath import open_beneath
 
 __all__ = ["Hidden", "call_start", "hidden_bytes", "hidden_in"]
 

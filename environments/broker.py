@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from codecoder.runtime.kernel.hosts import parse_host_entry
+from codecoder.foundation.hosts import parse_host_entry
 
 __all__ = [
     "BUNDLE_PATH",

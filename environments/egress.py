@@ -60,8 +60,8 @@ from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
 from codecoder.environments.broker import CredentialBroker, CredentialRoute
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.hosts import (
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.hosts import (
     Resolver,
     address_refusal,
     parse_host_entry,
@@ -88,7 +88,7 @@ DECIDERS: Final = 4
 @dataclass(frozen=True, slots=True)
 class Egress:
     """`"network": {"allow": [...]}`: the sandbox's only way out is the runtime's egress proxy,
-    which admits these hosts (`host`, `host:port`, `*.suffix`; `runtime.kernel.hosts.
+    which admits these hosts (`host`, `host:port`, `*.suffix`; `foundation.hosts.
     parse_host_entry` spellings), each also a permission key `network:<host>` asked like any
     other."""
 

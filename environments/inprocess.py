@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codecoder.environments.base import Environment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 
 class InProcessEnvironment(Environment[Callable[[], Any], Any]):

@@ -10,7 +10,7 @@ Two halves, both enforced by the kernel rather than by path checks in Python:
   or outside them can be written. `run(RipgrepRequest)` starts one ripgrep there and returns
   its output, which the worker hands over as a pipe (no copy through the worker).
 * **Single-file reads and listings** (read_file, list_dir, diff) are done by the runtime itself
-  through openat2(RESOLVE_BENEATH) from a descriptor of the root (`runtime.kernel.confined`):
+  through openat2(RESOLVE_BENEATH) from a descriptor of the root (`foundation.openbeneath`):
   microseconds, where any round trip to another process costs tens of them.
 
 Workers are started on first use, one per set of roots (a reload that changes the read roots
@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from codecoder.environments.base import Environment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.confined import openat2_available
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import (
     ExecutionFailed,
     ExecutionTimeout,
     SandboxUnavailable,
 )
+from codecoder.foundation.openbeneath import openat2_available
 from codecoder.sandboxes.landlock import worker as worker_protocol
 
 __all__ = [

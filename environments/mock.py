@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codecoder.environments.base import Environment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 
 class MockEnvironment(Environment[Any, Any]):

@@ -1,5 +1,5 @@
 """@shell: commands as host processes. Nothing contains them, which is why its ceiling is the
-session (runtime.kernel.ceiling).
+session (foundation.ceiling).
 
 Each command runs in a new session (process group) with the workspace as its cwd and no stdin,
 and with git's discovery of bare repositories off (`environments.host.git.guarded_environ`): a
@@ -30,8 +30,8 @@ from pathlib import Path
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from codecoder.environments.host.git import guarded_environ
 from codecoder.environments.host.output import CappedBuffer
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import Cancelled, ExecutionFailed, ExecutionTimeout
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import Cancelled, ExecutionFailed, ExecutionTimeout
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 

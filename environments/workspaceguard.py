@@ -2,7 +2,7 @@
 
 A sandbox that writes the workspace could plant what the host obeys later: a `.git` (directory,
 `gitdir:` file or symlink) whose hooks and config the host's git runs, a `.gitmodules`, or, at
-the top, `codecoder.json` and `.codecoder/` (`runtime.kernel.protected.is_protected_entry`). Mounts
+the top, `codecoder.json` and `.codecoder/` (`foundation.protected.is_protected_entry`). Mounts
 and preopens keep the existing ones read-only; this module finds the ones a call created or moved
 (`ProtectedScan`) and takes them out of the workspace (`quarantine`).
 
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from codecoder.runtime.kernel.atomicfile import replace_atomically
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import is_protected_entry
-from codecoder.runtime.kernel.state import project_state_directory, state_directory
+from codecoder.foundation.atomicfile import replace_atomically
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.protected import is_protected_entry
+from codecoder.foundation.state import project_state_directory, state_directory
 
 __all__ = [
     "QUARANTINE_MARKER",

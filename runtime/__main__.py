@@ -1,5 +1,5 @@
 """The `codecoder` command: the commands the warm decision server runs (decide, hook, call,
-exec, replay, key, tools, check: `runtime.interfaces.decisiond.SERVED`) are run there when it
+exec, replay, key, tools, check: `interfaces.forkserver.protocol.SERVED`) are run there when it
 can; everything else (and every fallback) by `runtime.interfaces.cli` in this process. Only the
 standard library is imported before that choice. A shell completing a command line (argcomplete
 sets `_ARGCOMPLETE`) is answered from the grammar alone (`cli.grammar.complete`)."""
@@ -10,11 +10,11 @@ import sys
 
 def main() -> int:
     if "_ARGCOMPLETE" in os.environ:
-        from codecoder.runtime.interfaces.cli.grammar import complete
+        from codecoder.interfaces.cli.grammar import complete
 
         return complete()
     argv = sys.argv[1:]
-    from codecoder.runtime.interfaces.decisiond import answer
+    from codecoder.interfaces.forkserver.protocol import answer
 
     code = answer(argv)
     if code is not None:
@@ -27,7 +27,7 @@ def main() -> int:
             except (OSError, ValueError):
                 pass  # nothing could be written there: nothing is lost by not writing it
         os._exit(code & 0xFF)
-    from codecoder.runtime.interfaces.cli import main as run
+    from codecoder.interfaces.cli import main as run
 
     return run(argv)
 

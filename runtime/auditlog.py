@@ -1,6 +1,6 @@
 """The append-only audit log: one JSON line per call, with its decision and how it ended.
 
-It lives in the runtime's state directory (`runtime.kernel.state.project_state_directory`, by
+It lives in the runtime's state directory (`foundation.state.project_state_directory`, by
 default `~/.local/state/codecoder/projects/<id>/audit.jsonl`), out of reach of the tools it records:
 a host command (`git clean -fdx`) or a sandbox cannot delete or rewrite it.
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.kernel.decision import Decision
+from codecoder.foundation.decision import Decision
 
 
 class AuditLog:

@@ -23,14 +23,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from codecoder.auditlog import AuditLog
+from codecoder.config.project import ProjectConfig
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard, refusal
 from codecoder.environments.workspaceguard import quarantine, unresolved_quarantine
-from codecoder.runtime.auditlog import AuditLog
-from codecoder.runtime.config.project import ProjectConfig
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision, Source
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Decision, Source
+from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     ExecutionFailed,
@@ -39,11 +39,11 @@ from codecoder.runtime.kernel.errors import (
     ToolError,
     UnknownTool,
 )
-from codecoder.runtime.permissions.engine import PermissionEngine
-from codecoder.runtime.permissions.keys import CallSite
-from codecoder.runtime.tools.base import CallingSession, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.liveoutput import LiveOutput
-from codecoder.runtime.tools.network import SessionNetwork
+from codecoder.permissions.chain import PermissionChain
+from codecoder.permissions.keys import CallSite
+from codecoder.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.tools.liveoutput import LiveOutput
+from codecoder.tools.network import SessionNetwork
 
 # How much of an unfinished command's output its audit record keeps (its last characters).
 AUDITED_OUTPUT = 2000
@@ -145,7 +145,7 @@ class Dispatcher:
         self,
         runtime: DispatchingRuntime,
         session: DispatchingSession,
-        engine: PermissionEngine,
+        engine: PermissionChain,
         audit: AuditLog,
     ) -> None:
         self._runtime = runtime

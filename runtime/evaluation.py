@@ -3,7 +3,7 @@
     evaluation = evaluate(session, "run_command", {"command": "git push"})
     evaluation.decision        # "allow" | "deny" | "ask"
 
-The call goes through the same engine as every call (`PermissionEngine.evaluate`): the same
+The call goes through the same engine as every call (`PermissionChain.evaluate`): the same
 validation, the same key, the same deny rules, project and session grants and ceiling checks.
 Where the chain would ask the human, it stops at the question instead: nobody is asked, nothing
 runs, no grant is recorded and no audit record is written. `codecoder decide` prints it; the
@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from codecoder.runtime.dispatcher import validate_arguments
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import DeniedByRule, UnknownTool
-from codecoder.runtime.permissions.keys import CallSite
-from codecoder.runtime.permissions.prompt import AskRequest
+from codecoder.dispatcher import validate_arguments
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import DeniedByRule, UnknownTool
+from codecoder.permissions.keys import CallSite
+from codecoder.permissions.prompt import AskRequest
 
 if TYPE_CHECKING:
-    from codecoder.runtime.session import Session
+    from codecoder.session import Session
 
 __all__ = ["Evaluation", "evaluate"]
 

@@ -41,50 +41,50 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from codecoder.environments.base import Environment, OutputListener
-from codecoder.environments.host.gitseen import GitGuard
-from codecoder.runtime.auditlog import AuditLog
-from codecoder.runtime.config.capabilities import (
+from codecoder.auditlog import AuditLog
+from codecoder.config.capabilities import (
     RUN_CAPABILITY,
     Capability,
     CapabilitySet,
     load_capabilities,
     record_approval,
 )
-from codecoder.runtime.config.project import PROJECT_FILE, ProjectConfig, load_project
-from codecoder.runtime.config.projectfile import Diagnostic
-from codecoder.runtime.config.writing import add_allow_entry
-from codecoder.runtime.dispatcher import CallOutcome, Dispatcher
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import (
+from codecoder.config.project import PROJECT_FILE, ProjectConfig, load_project
+from codecoder.config.projectfile import Diagnostic
+from codecoder.config.writing import add_allow_entry
+from codecoder.dispatcher import CallOutcome, Dispatcher
+from codecoder.environments.base import Environment, OutputListener
+from codecoder.environments.host.gitseen import GitGuard
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import (
     CeilingViolation,
     ConfigError,
     RulesUnreadable,
     SandboxUnavailable,
     UsageError,
 )
-from codecoder.runtime.kernel.protected import is_protected_path
-from codecoder.runtime.kernel.state import overlapping_directory, project_state_directory
-from codecoder.runtime.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
-from codecoder.runtime.permissions.engine import PROTECTED_NOTE, PermissionEngine
-from codecoder.runtime.permissions.keys import (
+from codecoder.foundation.protected import is_protected_path
+from codecoder.foundation.state import overlapping_directory, project_state_directory
+from codecoder.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
+from codecoder.permissions.chain import PROTECTED_NOTE, PermissionChain
+from codecoder.permissions.keys import (
     KeyStyle,
     PermissionKey,
     escape_literal,
     literal_of,
 )
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
-from codecoder.runtime.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
-from codecoder.runtime.permissions.spellings import did_you_mean, foreign_key
-from codecoder.runtime.tools.base import Tool, ToolDefinition
-from codecoder.runtime.tools.capability import (
+from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
+from codecoder.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
+from codecoder.permissions.spellings import did_you_mean, foreign_key
+from codecoder.tools.base import Tool, ToolDefinition
+from codecoder.tools.capability import (
     CapabilityTool,
     capability_tool,
     capability_tools,
 )
-from codecoder.runtime.tools.catalogue import builtin_tools
-from codecoder.runtime.tools.network import NETWORK
+from codecoder.tools.catalogue import builtin_tools
+from codecoder.tools.network import NETWORK
 
 log = logging.getLogger(__name__)
 
@@ -315,9 +315,9 @@ class Runtime:
                 warm=self._ahead,
             )
         if tag is EnvironmentTag.CONFINED:
-            from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment
+            from codecoder.environments.bwrap.confined import ConfinedEnvironment
 
-            return LandlockCommandEnvironment(self.project_dir, self.config.bwrap)
+            return ConfinedEnvironment(self.project_dir, self.config.bwrap)
         if tag is EnvironmentTag.DOCKER:
             from codecoder.environments.docker.environment import DockerEnvironment
 
@@ -379,7 +379,7 @@ class Session:
         toolset: frozenset[str] | None = None,
         depth: int = 0,
         agent_id: str | None = None,
-        engine: PermissionEngine | None = None,
+        engine: PermissionChain | None = None,
         lifetime: Lifetime | None = None,
     ) -> None:
         self.runtime = runtime
@@ -388,7 +388,7 @@ class Session:
         self.depth = depth
         self.agent_id = agent_id
         if engine is None:
-            engine = PermissionEngine(
+            engine = PermissionChain(
                 project=self._project_allowlist,
                 session=SessionAllowlist(runtime.config.session_ttl, runtime.clock, lifetime),
                 asker=asker,

@@ -1,17 +1,13 @@
 #!/usr/bin/env bash
 # mypy (strict, as configured in pyproject.toml) over the code as it is installed: runtime/ is
-# codecoder.runtime, environments/ codecoder.environments, and so on. mypy cannot follow the
+# the package codecoder, environments/ codecoder.environments, and so on. mypy cannot follow the
 # import hook of an editable install, so it reads a tree of links with that layout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-mkdir "$tree/codecoder"
-for folder in runtime environments sandboxes benchmarks; do
-    ln -s "$PWD/$folder" "$tree/codecoder/$folder"
-done
-MYPYPATH="$tree" python3 -m mypy "$@" --exclude '/sandboxes/image/agent/' \
-    -p codecoder.runtime -p codecoder.environments -p codecoder.sandboxes -p codecoder.benchmarks
+bash scripts/package-tree.sh "$tree"
+MYPYPATH="$tree" python3 -m mypy "$@" --exclude '/sandboxes/image/agent/' -p codecoder
 # The sandbox image's agent is no package of codecoder: the interpreter in the container runs its
 # directory, whose modules import one another by their bare names (sandboxes/image/agent/).
 MYPYPATH=sandboxes/image/agent python3 -m mypy "$@" --explicit-package-bases sandboxes/image/agent

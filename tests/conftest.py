@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.trust import record_trust
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.config.trust import record_trust
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.permissions.prompt import AskRequest
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.permissions.prompt import AskRequest
+from codecoder.session import Runtime
 
 
 class RecordingAsker:
@@ -45,7 +45,7 @@ def private_state_and_config(
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     # Commands run as processes evaluate in-process: a test that wants the decision server
-    # (tests/runtime/interfaces/test_decisiond.py) turns it on and stops the server it started.
+    # (tests/runtime/interfaces/test_forkserver.py) turns it on and stops the server it started.
     monkeypatch.setenv("CODECODER_DAEMON", "0")
     # Nor does a test start a warm pool's server (its own state directory would give it one
     # each): the tests of the pool (tests/environments/docker/test_pool.py) turn it on.

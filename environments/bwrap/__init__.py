@@ -11,5 +11,5 @@
     helper.py       the static confine helper (sandboxes/bwrap/confine.c) that applies Landlock
                     and seccomp just before the command runs
     environment.py  BwrapEnvironment (@bwrap)
-    landlocked.py   LandlockCommandEnvironment (@confined)
+    confined.py     ConfinedEnvironment (@confined)
 """

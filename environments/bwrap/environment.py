@@ -63,9 +63,9 @@ from codecoder.environments.bwrap.warm import (
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import Cancelled, ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.kernel.hosts import Resolver, system_resolver
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import Cancelled, ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.hosts import Resolver, system_resolver
 
 __all__ = ["BwrapEnvironment"]
 

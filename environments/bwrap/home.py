@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
-from codecoder.runtime.kernel.state import config_directory, state_directory
+from codecoder.foundation.state import config_directory, state_directory
 
 __all__ = [
     "CREDENTIALS",

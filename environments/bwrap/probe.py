@@ -7,7 +7,7 @@ alone with Landlock required; where that fails too, commands run on the host (@s
 answer is kept for the life of the process (the decision server asks once, before it forks).
 
     @bwrap      bubblewrap's namespaces, Landlock and seccomp (environments.bwrap.environment)
-    @confined   Landlock and seccomp alone (environments.bwrap.landlocked)
+    @confined   Landlock and seccomp alone (environments.bwrap.confined)
     @shell      nothing (environments.shell)
 """
 
@@ -21,7 +21,7 @@ from typing import Final
 
 from codecoder.environments.bwrap.helper import confine_binary, confine_problem
 from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.sandboxes.landlock.worker import landlock_abi
 
 __all__ = ["CommandSandbox", "bwrap_binary", "command_sandbox", "probe"]

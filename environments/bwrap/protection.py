@@ -1,6 +1,6 @@
 """The protected paths of a workspace, as a writable @bwrap call sees them, and what a call left.
 
-Mounts keep what exists: every protected entry (`runtime.kernel.protected`: `codecoder.json`,
+Mounts keep what exists: every protected entry (`foundation.protected`: `codecoder.json`,
 `.codecoder/`, every `.gitmodules`, every `gitdir:` file) and the agents' settings at the top
 (`AGENT_SETTINGS`) are bound read-only over the writable workspace. A `.git` directory is not
 bound whole, since git's own writes (index, objects, refs, logs, the lock files it renames into
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from codecoder.environments.workspaceguard import ProtectedChanges, ProtectedScan
-from codecoder.runtime.kernel.protected import AGENT_SETTINGS, PROTECTED_NAMES, is_git_name
+from codecoder.foundation.protected import AGENT_SETTINGS, PROTECTED_NAMES, is_git_name
 
 __all__ = ["GIT_SENSITIVE", "GIT_WRITES", "CallProtection", "Protection"]
 

@@ -24,8 +24,8 @@ from codecoder.environments.docker.channel import _AgentChannel
 from codecoder.environments.docker.containers import SNAPSHOT_MOUNT
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings
 from codecoder.environments.docker.sync import WorkspaceVolume
-from codecoder.runtime.kernel.display import visible
-from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory
+from codecoder.foundation.display import visible
+from codecoder.foundation.errors import ExecutionFailed, ExecutionTimeout, OutOfMemory
 
 __all__ = ["call_result", "out_of_memory", "plain_result", "request_message", "translate"]
 

@@ -42,10 +42,10 @@ from typing import Any, Final, Literal
 from codecoder.environments.base import OutputListener
 from codecoder.environments.changewatch import ChangeWatch
 from codecoder.environments.egress import EgressProxy
-from codecoder.environments.engine import Greeted
+from codecoder.environments.engineseam import Greeted
 from codecoder.environments.workspaceguard import ProtectedScan
-from codecoder.runtime.kernel.display import visible
-from codecoder.runtime.kernel.errors import Cancelled
+from codecoder.foundation.display import visible
+from codecoder.foundation.errors import Cancelled
 
 __all__ = ["AGENT_PROTOCOL", "LABEL_AGENT", "Mode"]
 

@@ -18,7 +18,7 @@ warns about anything `DockerSettings.looser_than_default()` reports):
   moved (`workspaceguard`): any are quarantined, the call fails and the container is replaced;
 - a disk budget for writable calls (the growth of the workspace's filesystem, watched during
   the call); the Docker socket is never mounted; docker-init reaps orphans;
-- labels on every container (`codecoder.runtime=1`, the session, the host process:
+- labels on every container (`codecoder=1`, the session, the host process:
   `environments.docker.labels`), so the runtime can remove its own containers and the
   leftovers of runtimes that died.
 """
@@ -57,11 +57,11 @@ from codecoder.environments.docker.labels import (
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings, parse_size
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
 from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
-from codecoder.environments.engine import Sandbox, SandboxTemplate, TemplateMount
+from codecoder.environments.engineseam import Sandbox, SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.kernel.hosts import Resolver, system_resolver
-from codecoder.runtime.kernel.state import workspace_directory
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.hosts import Resolver, system_resolver
+from codecoder.foundation.state import workspace_directory
 
 __all__ = ["AGENT_COMMAND", "AGENT_START_SECONDS", "SandboxContainers"]
 
@@ -202,7 +202,7 @@ class SandboxContainers:
         scan: ProtectedScan | None = None,
         proxy: EgressProxy | None = None,
     ) -> SandboxTemplate:
-        """The hardened sandbox of `mode`, as every engine makes it (`environments.engine`)."""
+        """The hardened sandbox of `mode`, as every engine makes it (`environments.engineseam`)."""
         settings = self.settings
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
         mounts: list[TemplateMount]

@@ -9,7 +9,7 @@ possibly by an attacker) is first *planned*, writing nothing:
   once, never beneath something the change set sends as a file or a symlink;
 * the files' apparent sizes together must fit the disk budget (a sparse file counts at its
   size: it is what a copy of it costs);
-* protected paths (`runtime.kernel.protected`, every depth and spelling) never come back: they
+* protected paths (`foundation.protected`, every depth and spelling) never come back: they
   stay in the sandbox and the report says so (`kept`);
 * a change that would take away, rename or turn into something else a directory of the
   workspace that holds a protected path at any depth (a nested repository's `.git`) refuses the
@@ -38,8 +38,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 from codecoder.environments.docker.swap import STAGE_PREFIX, StagedSwap
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import is_protected_entry, is_protected_path
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.protected import is_protected_entry, is_protected_path
 
 __all__ = ["SyncReport", "apply_changes", "check_name", "resolves_outside"]
 

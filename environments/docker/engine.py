@@ -1,6 +1,6 @@
 """The Docker engine: where it is, whether it runs on this machine, how it is reached (a Unix
 socket, SSH, or TCP with or without TLS), its client, and `DockerEngine`, the engine seam
-(`environments.engine`) over the Docker SDK.
+(`environments.engineseam`) over the Docker SDK.
 
 The client is the docker SDK's, configured as the docker CLI is (DOCKER_HOST, DOCKER_TLS_VERIFY,
 DOCKER_CERT_PATH), with one difference: an engine reached with TLS is verified with the CA in
@@ -36,14 +36,14 @@ import docker.utils
 import requests.exceptions
 from docker.types import LogConfig, Mount
 
-from codecoder.environments.engine import (
+from codecoder.environments.engineseam import (
     Sandbox,
     SandboxEngine,
     SandboxState,
     SandboxSummary,
     SandboxTemplate,
 )
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = [
     "ENGINE_TIMEOUT_SECONDS",

@@ -13,7 +13,7 @@ with it read-write (created on the first writable call). A single container with
 would let a read-only call reach the writable one, and a fresh container per writable call would
 cost a cold start each time.
 
-Containers come from an engine (`environments.engine`: `DockerEngine` here): a session's
+Containers come from an engine (`environments.engineseam`: `DockerEngine` here): a session's
 container is claimed from the warm pool when one is warm for the same template
 (`environments.docker.pool`), and created otherwise. An environment may share its engine with
 others (one per runtime, for all its sessions) or own one.
@@ -54,13 +54,13 @@ from codecoder.environments.docker.pool.client import pool_for
 from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
 from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.environments.workspaceguard import quarantine
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import (
     ExecutionFailed,
     ExecutionTimeout,
     SandboxUnavailable,
 )
-from codecoder.runtime.kernel.hosts import Resolver
+from codecoder.foundation.hosts import Resolver
 
 __all__ = [
     "DockerEnvironment",

@@ -14,8 +14,8 @@ from typing import Any, Final
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, Mode, _AgentChannel
 from codecoder.environments.docker.engine import SETUP_HINT, _engine_address, engine_is_local
-from codecoder.environments.engine import Sandbox, SandboxEngine, SandboxTemplate
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.environments.engineseam import Sandbox, SandboxEngine, SandboxTemplate
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["AGENT_START_SECONDS", "greet", "limit_problems"]
 

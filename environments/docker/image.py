@@ -47,7 +47,7 @@ from codecoder.environments.docker.engine import (
     transport,
 )
 from codecoder.environments.docker.settings import DEFAULT_IMAGE, DockerSettings
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["BuiltImage", "SandboxStatus", "build_sandbox_image", "dockerfile", "sandbox_status"]
 

@@ -1,6 +1,6 @@
 """The labels on every container and volume of the runtime, and whose they say it is.
 
-Every container and volume is labelled `codecoder.runtime=1`, with its session, its mode and the
+Every container and volume is labelled `codecoder=1`, with its session, its mode and the
 host process that made it (the machine, its boot, the pid and the pid's start time), so the
 runtime can remove its own and the leftovers of runtimes that died without touching another
 runtime's live containers. A warm pool's containers (`environments.docker.pool`) also carry
@@ -26,7 +26,7 @@ __all__ = [
     "LABEL_SESSION",
 ]
 
-LABEL_RUNTIME: Final = "codecoder.runtime"
+LABEL_RUNTIME: Final = "codecoder"
 LABEL_SESSION: Final = "codecoder.session"
 LABEL_MODE: Final = "codecoder.mode"
 LABEL_HOST: Final = "codecoder.host"

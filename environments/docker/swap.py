@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.foundation.errors import ExecutionFailed
 
 __all__ = ["OPEN_DIRECTORIES", "STAGE_PREFIX", "Directories", "StagedSwap", "remove_tree"]
 

@@ -47,8 +47,8 @@ from docker.types import Mount
 from codecoder.environments.docker.copyback import SyncReport, apply_changes
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
 from codecoder.environments.docker.swap import STAGE_PREFIX
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import is_protected_entry, is_protected_path
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.protected import is_protected_entry, is_protected_path
 
 __all__ = ["OUTBOX", "SyncReport", "WorkspaceVolume"]
 
@@ -338,7 +338,7 @@ def _moved_protected(path: str, deleted: set[str], tar: tarfile.TarFile) -> str:
 
 def _in_protected_entry(path: str) -> bool:
     """Whether `path` is, or lies in, what no sandbox may create or move
-    (`runtime.kernel.protected.is_protected_entry`)."""
+    (`foundation.protected.is_protected_entry`)."""
     parts = path.split("/")
     return any(is_protected_entry("/".join(parts[: k + 1])) for k in range(len(parts)))
 

@@ -4,7 +4,7 @@ program the human did not approve.
 Real git runs programs named by configuration: `core.fsmonitor` at every status refresh, clean
 filters at every `git add`, hooks, external diff and textconv drivers, a signing program,
 `git gc --auto`, and all of those again inside every nested repository it looks into. A
-sandbox may write anywhere in the workspace except the protected paths (`runtime.kernel.protected`),
+sandbox may write anywhere in the workspace except the protected paths (`foundation.protected`),
 so a nested `sub/.git` or a config file included from the workspace could name any of them.
 `HostGit` runs git with this, the one list of what it overrides:
 
@@ -64,7 +64,7 @@ from pathlib import Path
 
 from codecoder.environments.base import CommandRequest, CommandResult, OutputListener
 from codecoder.environments.host.path import host_path, locate
-from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.foundation.errors import ExecutionFailed
 
 __all__ = ["COMMIT_HOOKS", "GUARDED_CONFIG", "HostGit", "guarded_environ", "workspace_hooks"]
 

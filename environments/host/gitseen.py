@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.workspaceguard import ProtectedScan
-from codecoder.runtime.kernel.atomicfile import replace_atomically
-from codecoder.runtime.kernel.errors import ConfigError, ExecutionFailed
-from codecoder.runtime.kernel.protected import is_git_name
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.atomicfile import replace_atomically
+from codecoder.foundation.errors import ConfigError, ExecutionFailed
+from codecoder.foundation.protected import is_git_name
+from codecoder.foundation.state import project_state_directory
 
 __all__ = [
     "ACCEPT_COMMAND",

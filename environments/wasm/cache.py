@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codecoder.environments.wasm.compile import ENGINE_SETTINGS
-from codecoder.runtime.kernel.atomicfile import replace_atomically
+from codecoder.foundation.atomicfile import replace_atomically
 
 __all__ = [
     "WASMTIME_VERSION",

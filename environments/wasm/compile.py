@@ -26,7 +26,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.errors import (
     ExecutionFailed,
     ExecutionTimeout,
     SandboxUnavailable,

@@ -79,14 +79,14 @@ from codecoder.environments.wasm.output import CappedOutput, OutputPump, Pipe
 from codecoder.environments.wasm.request import WasmRequest, WasmResult
 from codecoder.environments.wasm.traps import map_failure, wasmtime_cause
 from codecoder.environments.workspaceguard import ProtectedScan, quarantine
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.confined import NotBeneath, check_pinned
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import (
     Cancelled,
     ExecutionFailed,
     ExecutionTimeout,
     SandboxUnavailable,
 )
+from codecoder.foundation.openbeneath import NotBeneath, check_pinned
 
 __all__ = ["WasmEnvironment"]
 

@@ -23,7 +23,7 @@ from wasmtime import _bindings as wasmtime_ffi
 
 from codecoder.environments.wasm.fifos import blocked_fifos, release
 from codecoder.environments.wasm.limits import DiskBudget
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["CALL", "CallState", "EpochTicker", "watch_epochs"]
 

@@ -15,7 +15,7 @@ import selectors
 import threading
 from pathlib import Path
 
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["CappedOutput", "OutputPump", "Pipe"]
 

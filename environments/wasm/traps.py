@@ -14,7 +14,7 @@ import wasmtime
 from codecoder.environments.wasm.compile import error_cause
 from codecoder.environments.wasm.limits import MAX_TABLES, WASM_PAGE, table_elements
 from codecoder.environments.wasm.request import WasmRequest
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.errors import (
     ExecutionFailed,
     ExecutionTimeout,
     OutOfFuel,

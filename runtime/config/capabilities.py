@@ -70,11 +70,11 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from codecoder.environments.docker.settings import parse_size
-from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ConfigError
-from codecoder.runtime.kernel.state import workspace_directory
-from codecoder.runtime.permissions.keys import KeyStyle, PermissionKey
+from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ConfigError
+from codecoder.foundation.state import workspace_directory
+from codecoder.permissions.keys import KeyStyle, PermissionKey
 
 __all__ = [
     "APPROVALS_DIR",

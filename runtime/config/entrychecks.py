@@ -29,17 +29,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from codecoder.runtime.config.capabilities import (
+from codecoder.config.capabilities import (
     APPROVALS_DIR,
     CAPABILITIES_DIR,
     CapabilitySet,
     is_approved,
 )
-from codecoder.runtime.config.projectfile import AllowEntry, Diagnostic, Severity
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.protected import AGENT_SETTINGS, PROTECTED_NAMES
-from codecoder.runtime.permissions.keys import KeyStyle
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternError, never_matches
+from codecoder.config.projectfile import AllowEntry, Diagnostic, Severity
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.protected import AGENT_SETTINGS, PROTECTED_NAMES
+from codecoder.permissions.keys import KeyStyle
+from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
 
 __all__ = ["ToolInfo", "capability_entry_holds", "checked_pattern", "only_protected"]
 

@@ -45,26 +45,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codecoder.environments.broker import CredentialRoute
-from codecoder.environments.bwrap.settings import BwrapSettings, home_entry_problem
-from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.config import trust
-from codecoder.runtime.config.capabilities import RUN_CAPABILITY, CapabilitySet, load_capabilities
-from codecoder.runtime.config.entrychecks import (
+from codecoder.config import trust
+from codecoder.config.capabilities import RUN_CAPABILITY, CapabilitySet, load_capabilities
+from codecoder.config.entrychecks import (
     ToolInfo,
     capability_entry_holds,
     checked_pattern,
     only_protected,
 )
-from codecoder.runtime.config.projectfile import Diagnostic, ProjectFile, format_diagnostic
-from codecoder.runtime.config.reading import load_project_file, load_user_file, user_file_path
-from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
-from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.config.untrusted import LayerBelow, Trust, Widening, untrusted_view
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
-from codecoder.runtime.kernel.state import state_directory
-from codecoder.runtime.permissions.allowlist import NEVER, Grant, ProjectAllowlist
-from codecoder.runtime.permissions.keys import KeyStyle
+from codecoder.config.projectfile import Diagnostic, ProjectFile, format_diagnostic
+from codecoder.config.reading import load_project_file, load_user_file, user_file_path
+from codecoder.config.settings import AgentSettings, ShellSettings, WebSettings
+from codecoder.config.trust import TrustState
+from codecoder.config.untrusted import LayerBelow, Trust, Widening, untrusted_view
+from codecoder.environments.broker import CredentialRoute
+from codecoder.environments.bwrap.settings import BwrapSettings, home_entry_problem
+from codecoder.environments.docker.settings import DockerSettings
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.state import state_directory
+from codecoder.permissions.allowlist import NEVER, Grant, ProjectAllowlist
+from codecoder.permissions.keys import KeyStyle
 
 __all__ = ["PROJECT_FILE", "ProjectConfig", "Rule", "load_project", "unreadable_reason"]
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from codecoder.runtime.config.jsonsource import SourceIndex
-from codecoder.runtime.kernel.ceiling import Scope
-from codecoder.runtime.kernel.display import visible
+from codecoder.config.jsonsource import SourceIndex
+from codecoder.foundation.ceiling import Scope
+from codecoder.foundation.display import visible
 
 __all__ = [
     "PROJECT_SCOPE",

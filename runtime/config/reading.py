@@ -45,8 +45,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from codecoder.runtime.config.jsonsource import Parts, SourceIndex, json_pointer, value_after_key
-from codecoder.runtime.config.projectfile import (
+from codecoder.config.jsonsource import Parts, SourceIndex, json_pointer, value_after_key
+from codecoder.config.projectfile import (
     PROJECT_SCOPE,
     AgentSection,
     AllowEntry,
@@ -58,10 +58,10 @@ from codecoder.runtime.config.projectfile import (
     Severity,
     WebSection,
 )
-from codecoder.runtime.config.schema import COMMENT_PREFIX, ProjectFileModel, pattern_problem
-from codecoder.runtime.kernel.ceiling import Scope
-from codecoder.runtime.kernel.display import quoted as _quote
-from codecoder.runtime.kernel.state import config_directory
+from codecoder.config.schema import COMMENT_PREFIX, ProjectFileModel, pattern_problem
+from codecoder.foundation.ceiling import Scope
+from codecoder.foundation.display import quoted as _quote
+from codecoder.foundation.state import config_directory
 
 __all__ = [
     "ParsedText",

@@ -23,9 +23,9 @@ from pydantic import (
 
 from codecoder.environments.broker import CredentialRoute
 from codecoder.environments.docker.settings import MAX_POOL
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.display import quoted as _quote
-from codecoder.runtime.kernel.hosts import parse_host_entry
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.display import quoted as _quote
+from codecoder.foundation.hosts import parse_host_entry
 
 __all__ = ["ProjectFileModel", "pattern_problem"]
 

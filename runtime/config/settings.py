@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from codecoder.runtime.config.projectfile import AgentSection, WebSection
-from codecoder.runtime.kernel.hosts import parse_host_entry
+from codecoder.config.projectfile import AgentSection, WebSection
+from codecoder.foundation.hosts import parse_host_entry
 
 __all__ = ["AgentSettings", "HostRule", "ShellSettings", "WebSettings"]
 

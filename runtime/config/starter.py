@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
 
 __all__ = ["Placement", "Project", "detect", "starter_text"]
 

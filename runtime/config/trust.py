@@ -4,7 +4,7 @@ A repository can be cloned with a codecoder.json in it, and a sandbox can write 
 one. So the runtime obeys a project file only for what cannot widen access (deny rules, narrower
 limits; `runtime.config.untrusted` classifies every setting) until the human has looked at what it
 widens and trusted it: `codecoder trust` shows the widenings and records the SHA-256 of the file's
-bytes here, in the runtime's state directory (`runtime.kernel.state`), where no tool of the project
+bytes here, in the runtime's state directory (`foundation.state`), where no tool of the project
 can write, together with what each widening *is* (`settings`: its section, name and value).
 
 Trust follows meaning, not bytes. A file whose bytes changed since is still trusted when every
@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.kernel.atomicfile import replace_atomically
-from codecoder.runtime.kernel.errors import ConfigError
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.atomicfile import replace_atomically
+from codecoder.foundation.errors import ConfigError
+from codecoder.foundation.state import project_state_directory
 
 __all__ = [
     "Setting",

@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from codecoder.config.projectfile import AllowEntry, BwrapSection, ProjectFile
+from codecoder.config.reading import load_user_file, user_file_path
+from codecoder.config.settings import AgentSettings, ShellSettings, WebSettings
+from codecoder.config.trust import Setting, TrustRecord, TrustState
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.config.projectfile import AllowEntry, BwrapSection, ProjectFile
-from codecoder.runtime.config.reading import load_user_file, user_file_path
-from codecoder.runtime.config.settings import AgentSettings, ShellSettings, WebSettings
-from codecoder.runtime.config.trust import Setting, TrustRecord, TrustState
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
-from codecoder.runtime.permissions.allowlist import NEVER
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.permissions.allowlist import NEVER
 
 __all__ = ["SECTIONS", "LayerBelow", "Trust", "Widening", "covered_by_trust", "untrusted_view"]
 

@@ -22,15 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.config import trust
-from codecoder.runtime.config.projectfile import PROJECT_SCOPE
-from codecoder.runtime.config.reading import ParsedText, decode_text, os_reason, parse_text
-from codecoder.runtime.config.schema import pattern_problem
-from codecoder.runtime.config.untrusted import covered_by_trust
-from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
-from codecoder.runtime.kernel.display import quoted as _quote
-from codecoder.runtime.kernel.errors import ConfigError
-from codecoder.runtime.kernel.state import workspace_directory
+from codecoder.config import trust
+from codecoder.config.projectfile import PROJECT_SCOPE
+from codecoder.config.reading import ParsedText, decode_text, os_reason, parse_text
+from codecoder.config.schema import pattern_problem
+from codecoder.config.untrusted import covered_by_trust
+from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
+from codecoder.foundation.display import quoted as _quote
+from codecoder.foundation.errors import ConfigError
+from codecoder.foundation.state import workspace_directory
 
 __all__ = ["add_allow_entry", "exclusive_lock_of", "remove_allow_entry"]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.permissions.commandkey import key_command
 
 __all__ = ["UserGrant", "user_grant"]
 

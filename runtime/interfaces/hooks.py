@@ -35,7 +35,7 @@ Session grants. The host's prompt is the one the human answers. When the hook an
 and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
 approved it, and the question said what approving allows. Claude Code: the key for the rest of
 the host's session, recorded as a session grant for that host session in the runtime's state
-directory (outside the workspace, `runtime.kernel.state.project_state_directory`), dropped at
+directory (outside the workspace, `foundation.state.project_state_directory`), dropped at
 the host's SessionEnd, expired with the project's `session_ttl`, and removed with a session file
 untouched for a day. Gemini CLI: this call only, since its prompt offers "Allow once" beside
 longer choices and tells the hook nothing of which was chosen. A protected path is never
@@ -86,19 +86,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from codecoder.runtime.interfaces.hostcalls import Mapped, Sandbox, map_call
-from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import visible, visible_lines
-from codecoder.runtime.kernel.errors import CodecoderError, UsageError
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.display import visible, visible_lines
+from codecoder.foundation.errors import CodecoderError, UsageError
+from codecoder.foundation.state import project_state_directory
+from codecoder.interfaces.hostcalls import Mapped, Sandbox, map_call
 
 if TYPE_CHECKING:
-    from codecoder.runtime.evaluation import Evaluation
-    from codecoder.runtime.interfaces.agentsettings import UserGrant
-    from codecoder.runtime.permissions.prompt import AskRequest
-    from codecoder.runtime.session import Runtime, Session
+    from codecoder.evaluation import Evaluation
+    from codecoder.interfaces.agentsettings import UserGrant
+    from codecoder.permissions.prompt import AskRequest
+    from codecoder.session import Runtime, Session
 
 __all__ = [
     "HOSTS",
@@ -163,7 +163,7 @@ class HookSessions:
 
     def load_into(self, session: Session, session_id: str) -> None:
         """Give `session` the host session's grants (each for the environment it was made in)."""
-        from codecoder.runtime.permissions.keys import PermissionKey
+        from codecoder.permissions.keys import PermissionKey
 
         for grant in self.grants(session_id):
             tool, key = grant.get("tool"), grant.get("key")
@@ -382,7 +382,7 @@ def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
     """The project a hook event is about: `given` (`--project`), else the one found from the
     `cwd` the host sends (the agent may have `cd`-ed into a subdirectory), else from the
     hook's own working directory."""
-    from codecoder.runtime.config.discovery import find_project
+    from codecoder.config.discovery import find_project
 
     if given is not None:
         return given.resolve()
@@ -444,9 +444,9 @@ def _pre_tool(
     if mapped.tool is None:
         problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
         return HookAnswer("ask" if options.interactive else "deny", problem)
-    from codecoder.runtime.evaluation import evaluate
-    from codecoder.runtime.permissions.prompt import non_interactive
-    from codecoder.runtime.session import Runtime
+    from codecoder.evaluation import evaluate
+    from codecoder.permissions.prompt import non_interactive
+    from codecoder.session import Runtime
 
     # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
     on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
@@ -486,7 +486,7 @@ def _pre_tool(
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
     mine = None
     if verdict.decision == "ask" and not verdict.protected:
-        from codecoder.runtime.interfaces.agentsettings import user_grant
+        from codecoder.interfaces.agentsettings import user_grant
 
         mine = user_grant(host, tool_name, tool_input, project)
     return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
@@ -496,8 +496,8 @@ def _fetch_refusal(runtime: Runtime, mapped: Mapped) -> str | None:
     """Why the web tools would refuse one of the URLs the host's call fetches, or None: the
     web policy, then every address the host resolves to (loopback, private, link-local,
     metadata refused unless the policy names them)."""
-    from codecoder.runtime.kernel.errors import ExecutionFailed
-    from codecoder.runtime.tools.web import GuardedHttp
+    from codecoder.foundation.errors import ExecutionFailed
+    from codecoder.tools.web import GuardedHttp
 
     http = GuardedHttp(runtime.config.web)
     for url in mapped.urls:
@@ -509,7 +509,7 @@ def _fetch_refusal(runtime: Runtime, mapped: Mapped) -> str | None:
 
 
 def _git_refusal(runtime: Runtime) -> str | None:
-    from codecoder.runtime.kernel.errors import ExecutionFailed
+    from codecoder.foundation.errors import ExecutionFailed
 
     try:
         runtime.git_guard.before()

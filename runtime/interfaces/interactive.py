@@ -33,31 +33,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
-from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.dispatcher import CallOutcome
-from codecoder.runtime.interfaces.interruption import Terminated
-from codecoder.runtime.interfaces.livegrants import published
-from codecoder.runtime.interfaces.liveview import TerminalView
-from codecoder.runtime.interfaces.shorthand import arguments_of
-from codecoder.runtime.kernel.display import colours_for, for_terminal, visible, visible_message
-from codecoder.runtime.kernel.errors import (
+from codecoder.config.projectfile import Diagnostic, format_diagnostic
+from codecoder.config.trust import TrustState
+from codecoder.dispatcher import CallOutcome
+from codecoder.foundation.display import colours_for, for_terminal, visible, visible_message
+from codecoder.foundation.errors import (
     PermissionDenied,
     ToolError,
     UnknownTool,
     UsageError,
 )
-from codecoder.runtime.kernel.state import state_directory
-from codecoder.runtime.permissions.allowlist import NEVER, Lifetime
-from codecoder.runtime.permissions.prompt import (
+from codecoder.foundation.state import state_directory
+from codecoder.interfaces.interruption import Terminated
+from codecoder.interfaces.livegrants import published
+from codecoder.interfaces.liveview import TerminalView
+from codecoder.interfaces.shorthand import arguments_of
+from codecoder.permissions.allowlist import NEVER, Lifetime
+from codecoder.permissions.prompt import (
     Asker,
     TerminalPrompt,
     key_for_person,
     non_interactive,
 )
-from codecoder.runtime.session import Runtime, Session, default_asker
-from codecoder.runtime.tools.execute import command_status
-from codecoder.runtime.tools.liveoutput import LiveOutput
+from codecoder.session import Runtime, Session, default_asker
+from codecoder.tools.execute import command_status
+from codecoder.tools.liveoutput import LiveOutput
 
 __all__ = ["InteractiveSession", "run_session"]
 

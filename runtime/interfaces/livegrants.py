@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.kernel.atomicfile import temporary_name
-from codecoder.runtime.kernel.state import project_state_directory
-from codecoder.runtime.permissions.allowlist import SessionAllowlist
+from codecoder.foundation.atomicfile import temporary_name
+from codecoder.foundation.state import project_state_directory
+from codecoder.permissions.allowlist import SessionAllowlist
 
 __all__ = [
     "Published",

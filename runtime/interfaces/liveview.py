@@ -24,7 +24,7 @@ import threading
 from typing import TextIO
 
 from codecoder.environments.base import Stream
-from codecoder.runtime.kernel.display import Colours, colours_for, for_terminal
+from codecoder.foundation.display import Colours, colours_for, for_terminal
 
 # A trailing run of blanks (after a first newline, which is written at once), and what may be
 # the start of a colour code, wait for more.

@@ -88,13 +88,11 @@ from mcp.server.stdio import stdio_server
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
-from codecoder.runtime.config.projectfile import Diagnostic, format_diagnostic
-from codecoder.runtime.dispatcher import CallOutcome, validate_arguments
-from codecoder.runtime.interfaces.livegrants import Publisher, is_alive, start_time
-from codecoder.runtime.interfaces.schemas import mcp_tool
-from codecoder.runtime.kernel.decision import Answer, Decision, Source
-from codecoder.runtime.kernel.display import visible
-from codecoder.runtime.kernel.errors import (
+from codecoder.config.projectfile import Diagnostic, format_diagnostic
+from codecoder.dispatcher import CallOutcome, validate_arguments
+from codecoder.foundation.decision import Answer, Decision, Source
+from codecoder.foundation.display import visible
+from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     DeniedByUser,
@@ -102,9 +100,11 @@ from codecoder.runtime.kernel.errors import (
     ToolError,
     UsageError,
 )
-from codecoder.runtime.kernel.state import workspace_directory
-from codecoder.runtime.permissions.allowlist import Lifetime
-from codecoder.runtime.permissions.prompt import (
+from codecoder.foundation.state import workspace_directory
+from codecoder.interfaces.livegrants import Publisher, is_alive, start_time
+from codecoder.interfaces.schemas import mcp_tool
+from codecoder.permissions.allowlist import Lifetime
+from codecoder.permissions.prompt import (
     GUTTER,
     AskRequest,
     describe,
@@ -112,7 +112,7 @@ from codecoder.runtime.permissions.prompt import (
     non_interactive,
     why_not_project,
 )
-from codecoder.runtime.session import Runtime, Session
+from codecoder.session import Runtime, Session
 
 __all__ = [
     "ANSWER_FIELD",

@@ -33,9 +33,9 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final, Literal
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import UsageError
-from codecoder.runtime.tools.base import Category, ToolDefinition
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import UsageError
+from codecoder.tools.base import Category, ToolDefinition
 
 __all__ = [
     "FORMATS",

@@ -18,10 +18,10 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from codecoder.runtime.kernel.errors import UsageError
+from codecoder.foundation.errors import UsageError
 
 if TYPE_CHECKING:
-    from codecoder.runtime.tools.base import Tool
+    from codecoder.tools.base import Tool
 
 __all__ = ["arguments_of", "looks_like_json", "parse_json", "text_field"]
 

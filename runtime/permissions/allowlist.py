@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.permissions.keys import KeyStyle, PermissionKey
-from codecoder.runtime.permissions.patterns import KeyPattern, PatternIndex
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.permissions.keys import KeyStyle, PermissionKey
+from codecoder.permissions.patterns import KeyPattern, PatternIndex
 
 NEVER = -1.0
 

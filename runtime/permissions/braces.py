@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from codecoder.runtime.permissions.programs import ANY
+from codecoder.permissions.programs import ANY
 
 __all__ = ["brace_expanded"]
 

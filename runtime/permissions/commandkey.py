@@ -68,7 +68,7 @@ else is keyed as before, the whole line included.
 (`codecoder.json`, `.codecoder/`, `.git/`), the runtime's state or the user's configuration
 directory, or runs the runtime's own CLI (`codecoder`): no grant beyond Once may cover it. On
 the host the command's words are also followed through symlinks when it is keyed
-(`runtime.kernel.protected.reaches_protected`, in `run_command`).
+(`foundation.protected.reaches_protected`, in `run_command`).
 """
 
 from __future__ import annotations
@@ -86,27 +86,27 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from codecoder.runtime.kernel.protected import (
+from codecoder.foundation.protected import (
     mentions_protected_path,
     mentions_runtime_directory,
 )
-from codecoder.runtime.permissions.assignments import split_assignments
-from codecoder.runtime.permissions.braces import brace_expanded
-from codecoder.runtime.permissions.commandline import (
+from codecoder.permissions.assignments import split_assignments
+from codecoder.permissions.braces import brace_expanded
+from codecoder.permissions.commandline import (
     CommandLine,
     parser_agrees,
     split_command_line,
 )
-from codecoder.runtime.permissions.keys import (
+from codecoder.permissions.keys import (
     DenyView,
     GrantLevel,
     KeyStyle,
     PermissionKey,
     escape_literal,
 )
-from codecoder.runtime.permissions.programs import ANY, classify, deny_view, is_glob
-from codecoder.runtime.permissions.programs.host import needs_host
-from codecoder.runtime.permissions.programs.readonly import why_not_filter, why_not_read_only
+from codecoder.permissions.programs import ANY, classify, deny_view, is_glob
+from codecoder.permissions.programs.host import needs_host
+from codecoder.permissions.programs.readonly import why_not_filter, why_not_read_only
 
 __all__ = [
     "CommandKey",

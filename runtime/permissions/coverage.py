@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import KeyStyle, literal_of
-from codecoder.runtime.permissions.patterns import (
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import KeyStyle, literal_of
+from codecoder.permissions.patterns import (
     MOVE_SEPARATOR,
     WILDCARD,
     KeyPattern,
@@ -22,7 +22,7 @@ from codecoder.runtime.permissions.patterns import (
 
 __all__ = ["NEVER_PROTECTED", "covers", "path_covers"]
 
-# What no path grant covers, however wide (runtime.kernel.protected): said with every wide one.
+# What no path grant covers, however wide (foundation.protected): said with every wide one.
 NEVER_PROTECTED = (
     "never a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' "
     "settings such as .claude/): those are asked every time"

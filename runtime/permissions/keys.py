@@ -1,7 +1,7 @@
 """The permission model's vocabulary: what a call asks for, and what a grant can record.
 
 `Permission.none()` runs without asking; `Permission.ask(key)` goes through the lookup chain
-(runtime.permissions.engine) with a `PermissionKey`: what a grant is for, the entries an
+(permissions.chain) with a `PermissionKey`: what a grant is for, the entries an
 "always" answer may record (`GrantLevel`), and what deny rules see of a command (`DenyView`).
 `CallSite` is where a call would run, the one thing besides its arguments a key may depend on.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 
 class KeyStyle(enum.StrEnum):

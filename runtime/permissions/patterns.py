@@ -48,9 +48,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from codecoder.runtime.permissions.commandkey import compound_views, never_simple
-from codecoder.runtime.permissions.keys import DenyView, KeyStyle, PermissionKey
-from codecoder.runtime.permissions.programs import ANY, canonical_name, command_depth, is_glob
+from codecoder.permissions.commandkey import compound_views, never_simple
+from codecoder.permissions.keys import DenyView, KeyStyle, PermissionKey
+from codecoder.permissions.programs import ANY, canonical_name, command_depth, is_glob
 
 T = TypeVar("T")
 

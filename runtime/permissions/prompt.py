@@ -2,7 +2,7 @@
 
 An asker is any callable `AskRequest -> Answer`. The terminal prompt is one; `non_interactive`
 (CI: anything not granted is denied) and `fixed(answer)` are others. Everything shown to a human
-goes through `visible()` (runtime.kernel.display), so a command cannot hide part of itself; a
+goes through `visible()` (foundation.display), so a command cannot hide part of itself; a
 text of several lines (a multi-line command, a diff) is shown as that many lines, each made
 visible, behind a gutter (`│ `) that no line of it can remove.
 
@@ -14,9 +14,9 @@ with any arguments"), how long it lasts (this call; this `codecoder call`, this 
 this session until HH:MM with a `session_ttl`; the project until revoked) and where it is kept
 (memory, the state directory, codecoder.json). `AskRequest.options()` builds them.
 
-How a new choice plugs in: give it an `Answer` value (runtime.kernel.decision) whose `scope`
+How a new choice plugs in: give it an `Answer` value (foundation.decision) whose `scope`
 says how long it lasts, a letter in `LETTERS`, and, when it records an entry, the entry in the
-request's `grants` (the engine, runtime.permissions.engine, offers it in `choices`). A choice
+request's `grants` (the engine, permissions.chain, offers it in `choices`). A choice
 that runs the call somewhere else than the request's environment says so in `Choice.runs_in`.
 A command that would fail contained is also offered the host, unconfined, once or for the
 session (`HOST_ONCE`, `HOST_SESSION`: `Choice.runs_in` is @shell, and they name the key they
@@ -33,11 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import for_terminal, lookalikes, visible, visible_lines
-from codecoder.runtime.kernel.terminal import open_terminal
-from codecoder.runtime.permissions.keys import GrantLevel, Preview
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.foundation.terminal import open_terminal
+from codecoder.permissions.keys import GrantLevel, Preview
 
 # What a question shows of a call's preview (a diff, a new file's head): enough to judge it.
 PREVIEW_LINES = 40

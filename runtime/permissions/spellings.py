@@ -14,7 +14,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.permissions.commandkey import key_command
 
 __all__ = ["close_names", "did_you_mean", "foreign_key"]
 

@@ -32,13 +32,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from codecoder.runtime.config.settings import AgentSettings
-from codecoder.runtime.kernel.atomicfile import exclusive_lock, replace_atomically
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.state import project_state_directory, state_directory
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.tools.base import (
+from codecoder.config.settings import AgentSettings
+from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.state import project_state_directory, state_directory
+from codecoder.permissions.keys import Permission
+from codecoder.tools.base import (
     CallingSession,
     Category,
     P,
@@ -47,7 +47,7 @@ from codecoder.runtime.tools.base import (
     ToolContext,
     ToolResult,
 )
-from codecoder.runtime.tools.drivers import (
+from codecoder.tools.drivers import (
     Message,
     ModelDriver,
     OpenAIChatDriver,

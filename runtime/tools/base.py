@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from codecoder.runtime.config.capabilities import Capability, CapabilitySet
-from codecoder.runtime.config.project import ProjectConfig
-from codecoder.runtime.config.settings import ShellSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision
-from codecoder.runtime.kernel.errors import CodecoderError
-from codecoder.runtime.permissions.allowlist import SessionAllowlist
-from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
-from codecoder.runtime.tools.liveoutput import LiveOutput
+from codecoder.config.capabilities import Capability, CapabilitySet
+from codecoder.config.project import ProjectConfig
+from codecoder.config.settings import ShellSettings
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Decision
+from codecoder.foundation.errors import CodecoderError
+from codecoder.permissions.allowlist import SessionAllowlist
+from codecoder.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
+from codecoder.tools.liveoutput import LiveOutput
 
 if TYPE_CHECKING:
     from codecoder.environments.base import Environment, NetworkGate

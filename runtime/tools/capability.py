@@ -34,12 +34,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from codecoder.environments.base import CommandRequest, CommandResult, Snapshot
-from codecoder.environments.docker.settings import WORKSPACE_MOUNT
-from codecoder.environments.wasm.environment import WasmEnvironment
-from codecoder.environments.wasm.limits import DEFAULT_FUEL, DEFAULT_MEMORY_LIMIT
-from codecoder.environments.wasm.request import WasmRequest
-from codecoder.runtime.config.capabilities import (
+from codecoder.config.capabilities import (
     MANIFEST,
     MAX_BYTES,
     MAX_FILES,
@@ -54,15 +49,20 @@ from codecoder.runtime.config.capabilities import (
     normalise_file_path,
     write_capability,
 )
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
-from codecoder.runtime.kernel.errors import (
+from codecoder.environments.base import CommandRequest, CommandResult, Snapshot
+from codecoder.environments.docker.settings import WORKSPACE_MOUNT
+from codecoder.environments.wasm.environment import WasmEnvironment
+from codecoder.environments.wasm.limits import DEFAULT_FUEL, DEFAULT_MEMORY_LIMIT
+from codecoder.environments.wasm.request import WasmRequest
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.errors import (
     ConfigError,
     ExecutionFailed,
     InvalidArguments,
     SandboxUnavailable,
 )
-from codecoder.runtime.permissions.keys import KeyStyle, Permission, PermissionKey
-from codecoder.runtime.tools.base import (
+from codecoder.permissions.keys import KeyStyle, Permission, PermissionKey
+from codecoder.tools.base import (
     CallingSession,
     Category,
     Parameters,
@@ -71,9 +71,9 @@ from codecoder.runtime.tools.base import (
     ToolDefinition,
     ToolResult,
 )
-from codecoder.runtime.tools.execute import result_of
-from codecoder.runtime.tools.files import module_result, run_wasm_preopens
-from codecoder.runtime.tools.names import BUILTIN_TOOL_NAMES
+from codecoder.tools.execute import result_of
+from codecoder.tools.files import module_result, run_wasm_preopens
+from codecoder.tools.names import BUILTIN_TOOL_NAMES
 
 __all__ = [
     "CAPABILITY_TOOLS",

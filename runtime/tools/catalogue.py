@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from codecoder.runtime.tools.agent import AGENT_TOOLS, CHILD_TOOLSET
-from codecoder.runtime.tools.base import Tool
-from codecoder.runtime.tools.capability import CAPABILITY_TOOLS
-from codecoder.runtime.tools.execute import Commit, RunCommand, RunContainer
-from codecoder.runtime.tools.files import FILE_TOOLS
-from codecoder.runtime.tools.git import GIT_TOOLS
-from codecoder.runtime.tools.web import WEB_TOOLS
+from codecoder.tools.agent import AGENT_TOOLS, CHILD_TOOLSET
+from codecoder.tools.base import Tool
+from codecoder.tools.capability import CAPABILITY_TOOLS
+from codecoder.tools.execute import Commit, RunCommand, RunContainer
+from codecoder.tools.files import FILE_TOOLS
+from codecoder.tools.git import GIT_TOOLS
+from codecoder.tools.web import WEB_TOOLS
 
 __all__ = ["CHILD_TOOLSET", "builtin_tools"]
 

@@ -20,7 +20,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from codecoder.environments.host.pushremote import push_urls
-from codecoder.runtime.permissions.programs.table import canonical_name
+from codecoder.permissions.programs.table import canonical_name
 
 __all__ = ["contained_push"]
 

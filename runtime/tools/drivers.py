@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout
+from codecoder.foundation.errors import ExecutionFailed, ExecutionTimeout
 
 __all__ = [
     "Message",

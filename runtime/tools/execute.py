@@ -5,7 +5,7 @@ that program lies where a sandbox can write (`environments.host.path`), and runs
 key time; compound commands get a PATH without those directories. Its question says what code
 from the workspace the program runs (`runtime.permissions.programs.WORKSPACE_CODE`: a grant for `npm
 test` is a grant for whatever package.json's test script is when it runs), and marks protected a
-command whose words reach a protected path through a symlink (`runtime.kernel.protected`). `commit`
+command whose words reach a protected path through a symlink (`foundation.protected`). `commit`
 runs git hardened as `environments.host.git` describes.
 
 In @bwrap, a command in a read-only form (`runtime.permissions.programs.readonly`) is
@@ -31,14 +31,14 @@ from pydantic import Field, field_validator
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.host.git import HostGit, workspace_hooks
 from codecoder.environments.host.path import host_path, locate
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import reaches_protected
-from codecoder.runtime.permissions.commandkey import key_command, textual_words
-from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
-from codecoder.runtime.permissions.programs import canonical_name
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.containedpush import contained_push
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.protected import reaches_protected
+from codecoder.permissions.commandkey import key_command, textual_words
+from codecoder.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
+from codecoder.permissions.programs import canonical_name
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.containedpush import contained_push
 
 # Where a command is a process on the host's own file system, as the human's shell would run it:
 # what PATH finds there (and whether a sandbox could have put it there) is what runs.

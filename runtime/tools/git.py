@@ -31,12 +31,12 @@ from dulwich.patch import gen_diff_header, is_binary, patch_filename, unified_di
 from dulwich.walk import Walker
 from pydantic import Field, ValidationInfo, field_validator
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.display import spelled
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.gitread import ObjectTooLarge, OverBudget, bounded_entries
-from codecoder.runtime.tools.gitrepo import GitRepository, git_errors, text
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.display import spelled
+from codecoder.permissions.keys import Permission
+from codecoder.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.gitread import ObjectTooLarge, OverBudget, bounded_entries
+from codecoder.tools.gitrepo import GitRepository, git_errors, text
 
 __all__ = ["GIT_TOOLS", "GitDiff", "GitLog", "GitStatus"]
 

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from dulwich.objects import ObjectID, RawObjectID, ShaFile, hex_to_sha, sha_to_hex
 
-from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.foundation.errors import ExecutionFailed
 
 __all__ = [
     "MAX_ENTRIES",

@@ -2,7 +2,7 @@
 
 Read with dulwich, a pure-Python git, and never by starting a process (`runtime.tools.git` says
 why). Everything is read as a sandbox may have left it: beneath the workspace without following
-a symlink out (`runtime.kernel.confined.Beneath`), only the repository's own objects, and within
+a symlink out (`foundation.openbeneath.Beneath`), only the repository's own objects, and within
 the bounds of `runtime.tools.gitread` (object sizes checked before they are inflated, work-tree
 files hashed in chunks and only when their stat does not settle it, a budget per call, a cap on
 entries, walks without recursion).
@@ -27,9 +27,9 @@ from dulwich.objectspec import parse_commit, parse_object
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from codecoder.runtime.kernel.confined import Beneath
-from codecoder.runtime.kernel.errors import CodecoderError, ExecutionFailed
-from codecoder.runtime.tools.gitread import (
+from codecoder.foundation.errors import CodecoderError, ExecutionFailed
+from codecoder.foundation.openbeneath import Beneath
+from codecoder.tools.gitread import (
     MAX_HASH_BYTES,
     BoundedStore,
     ReadBudget,
@@ -214,7 +214,7 @@ class GitRepository:
         self.objects = BoundedStore(self.repo.object_store, self.budget)
         self.view = _BoundedRepo(self.repo, self.objects)
         # Every read of the work tree goes through this: nothing behind a symlink, nothing
-        # outside the workspace, whatever a sandbox planted (see runtime.kernel.confined).
+        # outside the workspace, whatever a sandbox planted (see foundation.openbeneath).
         self.tree = Beneath(workspace)
         index_path = self.repo.index_path()
         self.index: Index | None = Index(index_path) if os.path.exists(index_path) else None

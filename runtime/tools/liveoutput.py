@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from codecoder.environments.base import OutputListener, Stream
-from codecoder.runtime.kernel.display import for_terminal
+from codecoder.foundation.display import for_terminal
 
 Progress = Callable[[float, float | None, str | None], None]
 

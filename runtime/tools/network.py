@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING, Final
 
 from pydantic import Field
 
+from codecoder.auditlog import AuditLog
 from codecoder.environments.base import Connection
-from codecoder.runtime.auditlog import AuditLog
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Decision
-from codecoder.runtime.kernel.errors import ExecutionFailed, PermissionDenied
-from codecoder.runtime.permissions.keys import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Decision
+from codecoder.foundation.errors import ExecutionFailed, PermissionDenied
+from codecoder.permissions.keys import (
     GrantLevel,
     Permission,
     PermissionKey,
     escape_literal,
 )
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from codecoder.runtime.permissions.engine import PermissionEngine
+    from codecoder.permissions.chain import PermissionChain
 
 __all__ = ["NETWORK", "NetworkAccess", "SessionNetwork", "network_key"]
 
@@ -90,7 +90,7 @@ class SessionNetwork:
 
     def __init__(
         self,
-        engine: PermissionEngine,
+        engine: PermissionChain,
         audit: AuditLog,
         session: str,
         credential_hosts: tuple[tuple[str, int], ...] = (),

@@ -50,18 +50,18 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from pydantic import Field, field_validator
 
-from codecoder.runtime.config.settings import WebSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout
-from codecoder.runtime.kernel.hosts import (
+from codecoder.config.settings import WebSettings
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed, ExecutionTimeout
+from codecoder.foundation.hosts import (
     HostPort,
     IPAddress,
     Resolver,
     address_refusal,
     system_resolver,
 )
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
+from codecoder.permissions.keys import Permission
+from codecoder.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
 
 __all__ = [
     "WEB_TOOLS",

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from codecoder.benchmarks.questions import SESSIONS, broadest_lasting, load_session, replay
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.prompt import AskRequest
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.prompt import AskRequest
 
 
 def test_the_sessions_are_110_calls_of_agent_work_each_ending_with_a_push() -> None:

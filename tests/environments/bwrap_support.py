@@ -15,7 +15,7 @@ import pytest
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.probe import command_sandbox
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
+from codecoder.foundation.ceiling import EnvironmentTag
 
 
 def need_bwrap() -> None:

@@ -20,8 +20,8 @@ from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.egress import Egress
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import (
     Cancelled,
     ExecutionFailed,
     ExecutionTimeout,
@@ -522,8 +522,8 @@ def test_run_command_reaches_a_granted_host_through_the_egress_proxy_and_it_is_a
 ) -> None:
     import socket
 
-    from codecoder.runtime.kernel.decision import Answer
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.decision import Answer
+    from codecoder.session import Runtime
     from tests.conftest import RecordingAsker, write_config
 
     need_bwrap()
@@ -571,8 +571,8 @@ def test_run_command_reaches_a_granted_host_through_the_egress_proxy_and_it_is_a
 
 
 def test_the_commit_tool_commits_contained_and_its_hook_runs_inside(repo: Path) -> None:
-    from codecoder.runtime.kernel.decision import Answer
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.decision import Answer
+    from codecoder.session import Runtime
     from tests.conftest import RecordingAsker
 
     need_bwrap()

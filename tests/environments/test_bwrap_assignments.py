@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import DeniedByUser, PermissionDenied
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import DeniedByUser, PermissionDenied
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 from tests.environments.bwrap_support import need_bwrap
 

@@ -435,8 +435,8 @@ def test_a_granted_cp_cannot_plant_a_hook(repo: Path, tmp_path: Path) -> None:
     """The issue's case: a fixture holding `.git/hooks/pre-commit`, copied over the workspace by
     a command the human granted."""
     need_bwrap()
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.session import Runtime
     from tests.conftest import RecordingAsker
 
     fixture = repo / "fixture"
@@ -465,8 +465,8 @@ def test_a_granted_command_cannot_read_ssh_or_reach_a_loopback_listener(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need_bwrap()
-    from codecoder.runtime.kernel.decision import Answer
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.decision import Answer
+    from codecoder.session import Runtime
     from tests.conftest import RecordingAsker
 
     home = tmp_path / "home"

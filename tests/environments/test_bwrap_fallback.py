@@ -19,13 +19,13 @@ import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap import probe as probe_module
-from codecoder.environments.bwrap.landlocked import LandlockCommandEnvironment
+from codecoder.environments.bwrap.confined import ConfinedEnvironment
 from codecoder.environments.bwrap.probe import CommandSandbox, probe
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import CeilingViolation, ExecutionFailed
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import CeilingViolation, ExecutionFailed
 from codecoder.sandboxes.landlock.worker import landlock_abi
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker
 from tests.environments.bwrap_support import git, need_bwrap
 
@@ -60,7 +60,7 @@ def test_without_user_namespaces_commands_fall_back_to_landlock_said_in_check(
     need_bwrap()
     need_landlock()
     checked = without_user_namespaces(
-        sys.executable, "-m", "codecoder.runtime", "check", "--json", "--project", str(project),
+        sys.executable, "-m", "codecoder", "check", "--json", "--project", str(project),
         cwd=project,
     )  # fmt: skip
     commands = json.loads(checked.stdout)["commands"]
@@ -76,8 +76,8 @@ def test_without_user_namespaces_a_command_runs_confined_and_says_so_once(projec
     (project / "f.txt").write_text("inside\n")
     program = f"""
 import sys
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.decision import Answer
+from codecoder.session import Runtime
 runtime = Runtime(sys.argv[1], asker=lambda request: Answer.SESSION)
 with runtime, runtime.session() as session:
     for command in ("cat f.txt", "cat f.txt", "touch /etc/{TOKEN}"):
@@ -164,7 +164,7 @@ def test_confined_reads_only_the_system_the_workspace_and_the_toolchains(
     (project / "f.txt").write_text("inside\n")
     outside = tmp_path / "outside.txt"
     outside.write_text(TOKEN)
-    env = LandlockCommandEnvironment(project, environ={"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    env = ConfinedEnvironment(project, environ={"HOME": str(home), "PATH": "/usr/bin:/bin"})
     result = env.run(
         CommandRequest(
             cwd=project,
@@ -180,7 +180,7 @@ def test_confined_writes_only_beneath_the_workspace_and_its_private_directories(
     project: Path, tmp_path: Path
 ) -> None:
     need_landlock()
-    env = LandlockCommandEnvironment(project)
+    env = ConfinedEnvironment(project)
     script = f"""
         echo ok > made.txt && echo wrote-workspace
         echo x > {tmp_path}/outside 2>/dev/null && echo {TOKEN}
@@ -206,7 +206,7 @@ def test_confined_has_no_network_and_no_unix_sockets(project: Path) -> None:
     server.listen(1)
     server.settimeout(0.5)
     port = server.getsockname()[1]
-    env = LandlockCommandEnvironment(project)
+    env = ConfinedEnvironment(project)
     program = f"""
 import socket
 tries = (
@@ -234,7 +234,7 @@ for family, kind, address in tries:
 def test_confined_quarantines_a_protected_path_a_call_creates(project: Path) -> None:
     need_landlock()
     git(project, "init", "-q")
-    env = LandlockCommandEnvironment(project)
+    env = ConfinedEnvironment(project)
     with pytest.raises(ExecutionFailed, match="sandboxed tools may never create"):
         env.run(CommandRequest(cwd=project, script="mkdir -p sub/.git", writable=True))
     assert not (project / "sub" / ".git").exists()
@@ -244,7 +244,7 @@ def test_confined_says_how_to_make_a_new_repository_when_it_quarantines_one(
     project: Path,
 ) -> None:
     need_landlock()
-    env = LandlockCommandEnvironment(project)
+    env = ConfinedEnvironment(project)
     with pytest.raises(ExecutionFailed) as failed:
         env.run(CommandRequest(cwd=project, argv=("git", "init", "-q", "app"), writable=True))
     assert str(failed.value).endswith(

@@ -17,7 +17,7 @@ import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
-from codecoder.runtime.kernel.errors import Cancelled, ExecutionTimeout
+from codecoder.foundation.errors import Cancelled, ExecutionTimeout
 from tests.environments.bwrap_support import git, need_bwrap, prime, repo, run, survivors
 
 __all__ = ["repo"]  # fixtures
@@ -262,8 +262,8 @@ def test_warm_sandboxes_die_with_the_runtime(repo: Path, tmp_path: Path) -> None
 def test_through_the_runtime_a_session_gets_its_own_warm_sandbox_and_its_end_kills_it(
     repo: Path,
 ) -> None:
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.session import Runtime
 
     need_bwrap()
     env = BwrapEnvironment(repo)
@@ -404,8 +404,8 @@ def test_a_process_that_makes_one_call_builds_nothing_ahead(repo: Path) -> None:
     """`codecoder call` and `exec` make one call and end: a sandbox built for the next call
     would only be started and killed (the runtime's `ahead=False`); a long-lived runtime
     builds it."""
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.session import Runtime
 
     need_bwrap()
     held: dict[bool, int] = {}

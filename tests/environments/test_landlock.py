@@ -19,21 +19,21 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.settings import ShellSettings
 from codecoder.environments import landlock as landlock_module
 from codecoder.environments.landlock import (
     LandlockEnvironment,
     RipgrepRequest,
     unavailable_reason,
 )
-from codecoder.runtime.config.settings import ShellSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.permissions.prompt import non_interactive
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import ToolContext, ToolResult
-from codecoder.runtime.tools.files import FILE_TOOLS
-from codecoder.runtime.tools.files.backend import _Progress
+from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.permissions.prompt import non_interactive
 from codecoder.sandboxes.landlock import worker
+from codecoder.session import Runtime
+from codecoder.tools.base import ToolContext, ToolResult
+from codecoder.tools.files import FILE_TOOLS
+from codecoder.tools.files.backend import _Progress
 
 pytestmark = pytest.mark.skipif(
     unavailable_reason() is not None, reason=f"@landlock is unavailable: {unavailable_reason()}"
@@ -280,7 +280,7 @@ def test_a_search_past_its_deadline_is_stopped_and_the_worker_kept(
     env: LandlockEnvironment, workspace: Path, ctx: ToolContext
 ) -> None:
     os.mkfifo(workspace / "stuck")
-    from codecoder.runtime.kernel.errors import ExecutionTimeout
+    from codecoder.foundation.errors import ExecutionTimeout
 
     with pytest.raises(ExecutionTimeout):
         env.run(RipgrepRequest((workspace,), workspace, ("x", "stuck"), timeout=0.5))
@@ -362,7 +362,7 @@ def test_a_long_search_reports_progress(
 def test_without_landlock_the_read_tools_fall_back_to_wasm_and_say_so_once(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import codecoder.runtime.session as session_module
+    import codecoder.session as session_module
 
     monkeypatch.setattr(landlock_module, "unavailable_reason", lambda: "no Landlock (test)")
     session_module._notice_fallback.cache_clear()

@@ -10,7 +10,7 @@ import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.shell import ShellEnvironment
-from codecoder.runtime.kernel.errors import ExecutionTimeout
+from codecoder.foundation.errors import ExecutionTimeout
 
 
 @pytest.fixture

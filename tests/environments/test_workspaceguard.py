@@ -18,10 +18,10 @@ from codecoder.environments.workspaceguard import (
     quarantine_marker,
     unresolved_quarantine,
 )
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
 from tests.integrations.agents import (
     AgentRun,
     base_env,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
 from tests.integrations.agents import AgentRun, base_env, cli, recipe, run_agent, unavailable
 from tests.integrations.standin import Call
 

@@ -18,7 +18,7 @@ const env = { ...process.env };
 delete env.CI;
 const transport = new StdioClientTransport({
   command: python,
-  args: ["-m", "codecoder.runtime", "serve", "--project", project],
+  args: ["-m", "codecoder", "serve", "--project", project],
   env,
   stderr: "ignore",
 });

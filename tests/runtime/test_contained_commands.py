@@ -16,11 +16,11 @@ import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import DeniedByRule, DeniedByUser, InvalidArguments
-from codecoder.runtime.permissions.prompt import non_interactive, render
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import DeniedByRule, DeniedByUser, InvalidArguments
+from codecoder.permissions.prompt import non_interactive, render
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, echo_handler, write_config
 
 BWRAP = EnvironmentTag.BWRAP
@@ -148,7 +148,7 @@ def test_a_form_that_writes_is_asked_in_bwrap_and_runs_writable(project: Path) -
 
 
 def test_the_audit_log_and_decide_say_read_only(project: Path) -> None:
-    from codecoder.runtime.evaluation import evaluate
+    from codecoder.evaluation import evaluate
 
     runtime = contained(project)
     run(runtime, "git status")

@@ -17,10 +17,10 @@ import pytest
 
 from codecoder.environments.broker import CredentialRoute
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.containedpush import contained_push
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.session import Runtime
+from codecoder.tools.containedpush import contained_push
 from tests.conftest import RecordingAsker, echo_handler, write_config
 
 BWRAP = EnvironmentTag.BWRAP
@@ -243,7 +243,7 @@ def test_the_network_question_for_a_routed_host_says_pushes_carry_the_users_cred
     """The grant of network:<host> is what lets the credential out of the broker: its question
     names it, for a routed host only (an unrouted host's question is unchanged)."""
     from codecoder.environments.base import CommandRequest, CommandResult
-    from codecoder.runtime.permissions.prompt import render
+    from codecoder.permissions.prompt import render
 
     write_config(routed, {"docker": {"network": {"allow": [HOST, "pypi.org"]}}})
     refused: list[str | None] = []

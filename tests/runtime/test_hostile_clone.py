@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.trust import TrustState
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.shell import ShellEnvironment
-from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.permissions.prompt import AskRequest
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.permissions.prompt import AskRequest
+from codecoder.session import Runtime
 from tests.runtime.tools.loopback import LoopbackServer, Reply
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")

@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import pytest
 
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import (
     CeilingViolation,
     DeniedByRule,
     DeniedByUser,
@@ -24,11 +24,11 @@ from codecoder.runtime.kernel.errors import (
     RulesUnreadable,
     UnknownTool,
 )
-from codecoder.runtime.kernel.state import project_state_directory
-from codecoder.runtime.permissions.keys import Permission, PermissionKey
-from codecoder.runtime.permissions.prompt import non_interactive
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.foundation.state import project_state_directory
+from codecoder.permissions.keys import Permission, PermissionKey
+from codecoder.permissions.prompt import non_interactive
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.catalogue import builtin_tools
 from tests.conftest import RecordingAsker, write_config
 
 DOCKER_BOUND = {"environments": {"run_command": "@docker"}}
@@ -621,7 +621,7 @@ def test_the_decision_explains_itself_for_every_answer(make_runtime, project, an
 
 
 def test_the_project_directory_must_exist(tmp_path: Path) -> None:
-    from codecoder.runtime.session import Runtime
+    from codecoder.session import Runtime
 
     with pytest.raises(FileNotFoundError):
         Runtime(tmp_path / "missing")
@@ -693,8 +693,8 @@ def test_a_session_grant_for_a_pinned_key_ends_when_the_digest_changes(make_runt
 
 
 def test_a_runtime_can_pin_a_tool_to_another_environment_it_may_run_in(project) -> None:
-    from codecoder.runtime.kernel.errors import UsageError
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.errors import UsageError
+    from codecoder.session import Runtime
 
     with Runtime(project, bindings={"read_file": EnvironmentTag.WASM}) as runtime:
         assert runtime.environment_of("read_file") is EnvironmentTag.WASM

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import CeilingViolation
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import CeilingViolation
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 
@@ -19,7 +19,7 @@ def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     # No Docker engine reachable: the file tools must not need one.
     env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,

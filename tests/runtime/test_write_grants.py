@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import (
     CeilingViolation,
     DeniedByUser,
     ExecutionFailed,
     InvalidArguments,
 )
-from codecoder.runtime.permissions.prompt import render
-from codecoder.runtime.session import Runtime
+from codecoder.permissions.prompt import render
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 NEVER_PROTECTED = (

@@ -23,7 +23,7 @@ from codecoder.environments.docker.engine import _engine_address
 from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.environments.engine import Greeted, Sandbox, SandboxTemplate
+from codecoder.environments.engineseam import Greeted, Sandbox, SandboxTemplate
 
 __all__ = ["FIRST_CLAIM", "OFF", "PoolClient", "pool_for"]
 

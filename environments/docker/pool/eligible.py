@@ -28,8 +28,8 @@ from codecoder.environments.docker.containers import (
     AGENT_USER,
 )
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
-from codecoder.environments.engine import SandboxTemplate
-from codecoder.runtime.kernel.state import overlapping_directory
+from codecoder.environments.engineseam import SandboxTemplate
+from codecoder.foundation.state import overlapping_directory
 
 __all__ = ["refusal"]
 

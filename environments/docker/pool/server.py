@@ -40,9 +40,9 @@ from codecoder.environments.docker.labels import LABEL_HOST, LABEL_POOL, LABEL_R
 from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.pool.warm import Ready, WarmPool
-from codecoder.environments.engine import SandboxTemplate
-from codecoder.runtime.kernel.errors import SandboxUnavailable
-from codecoder.runtime.kernel.loadedcode import loaded_code
+from codecoder.environments.engineseam import SandboxTemplate
+from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.foundation.loadedcode import loaded_code
 
 __all__ = ["IDLE", "serve"]
 

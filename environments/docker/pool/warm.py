@@ -2,7 +2,7 @@
 
 What is decided when a sandbox is made, and what when it is claimed:
 
-* **Made** (the template, `environments.engine.SandboxTemplate`): the image and runtime, the
+* **Made** (the template, `environments.engineseam.SandboxTemplate`): the image and runtime, the
   hardening and limits, the workspace's bind mount and whether it is writable, the read-only
   mounts over every protected path, and the command user, all as the claimer computed them
   from the workspace when it first asked. The pool greets the agent (the session key, the
@@ -45,8 +45,8 @@ from codecoder.environments.docker.channel import Mode
 from codecoder.environments.docker.greeting import greet
 from codecoder.environments.docker.labels import LABEL_MODE, LABEL_PID, LABEL_POOL
 from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
-from codecoder.environments.engine import Greeted, Sandbox, SandboxEngine, SandboxTemplate
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.environments.engineseam import Greeted, Sandbox, SandboxEngine, SandboxTemplate
+from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "REFILL_QUIET", "Ready", "WarmPool"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker.engine import _engine_address
-from codecoder.runtime.kernel.state import state_directory
+from codecoder.foundation.state import state_directory
 
 __all__ = [
     "MAX_MESSAGE",

@@ -30,17 +30,17 @@ import json
 import sys
 from collections.abc import Sequence
 
-from codecoder.runtime.interfaces.cli.calling import ProgressLine as ProgressLine
-from codecoder.runtime.interfaces.cli.exit_codes import (
+from codecoder.foundation.errors import CodecoderError, PermissionDenied, UsageError
+from codecoder.interfaces.cli.calling import ProgressLine as ProgressLine
+from codecoder.interfaces.cli.exit_codes import (
     EXIT_DENIED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
-from codecoder.runtime.interfaces.cli.grammar import _parser as _parser
-from codecoder.runtime.interfaces.interruption import Terminated
-from codecoder.runtime.kernel.errors import CodecoderError, PermissionDenied, UsageError
+from codecoder.interfaces.cli.grammar import _parser as _parser
+from codecoder.interfaces.interruption import Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,7 +70,7 @@ def _place_project(args: argparse.Namespace) -> None:
     """Fill in the project a command works on (`runtime.config.discovery`): `--project` as
     given, or found from the working directory. A hook finds it from the `cwd` its host sends,
     so it is left unset there; `bench` works on no project."""
-    from codecoder.runtime.config.discovery import FoundBy, ProjectPlace, find_project
+    from codecoder.config.discovery import FoundBy, ProjectPlace, find_project
 
     if not hasattr(args, "project"):
         return
@@ -103,6 +103,6 @@ def _error(exc: BaseException, as_json: bool) -> None:
         error = {"type": type(exc).__name__, "message": str(exc)}
         print(json.dumps({"ok": False, "error": error}, ensure_ascii=False))
     else:
-        from codecoder.runtime.interfaces.cli.output import prefixed
+        from codecoder.interfaces.cli.output import prefixed
 
         print(prefixed(str(exc)), file=sys.stderr)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
-from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.output import print_json
 
 
 def audit(args: argparse.Namespace) -> int:
     # Imported when used, like the MCP server: the suite loads the Docker SDK and wasmtime.
-    from codecoder.sandboxes.escapes.corpus import LAYERS
-    from codecoder.sandboxes.escapes.report import table_header, table_row
-    from codecoder.sandboxes.escapes.runner import run_audit
+    from codecoder.interfaces.escapes.corpus import LAYERS
+    from codecoder.interfaces.escapes.report import table_header, table_row
+    from codecoder.interfaces.escapes.runner import run_audit
 
     unknown = sorted(set(args.layer or ()) - set(LAYERS))
     if unknown:

@@ -11,27 +11,27 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from codecoder.runtime.interfaces.cli.exit_codes import (
+from codecoder.foundation.errors import UsageError
+from codecoder.interfaces.cli.exit_codes import (
     EXIT_DENIED,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     exit_code,
 )
-from codecoder.runtime.interfaces.cli.inputs import call_arguments, read_text, usage
-from codecoder.runtime.interfaces.cli.output import is_terminal, print_outcome
-from codecoder.runtime.interfaces.cli.project import granted, report_config
-from codecoder.runtime.interfaces.interruption import interruptible
-from codecoder.runtime.kernel.errors import UsageError
+from codecoder.interfaces.cli.inputs import call_arguments, read_text, usage
+from codecoder.interfaces.cli.output import is_terminal, print_outcome
+from codecoder.interfaces.cli.project import granted, report_config
+from codecoder.interfaces.interruption import interruptible
 
 if TYPE_CHECKING:
-    from codecoder.runtime.interfaces.liveview import TerminalView
-    from codecoder.runtime.permissions.prompt import Asker
+    from codecoder.interfaces.liveview import TerminalView
+    from codecoder.permissions.prompt import Asker
 
 
 def _asker_for(args: argparse.Namespace) -> Asker:
-    from codecoder.runtime.permissions.prompt import fixed, non_interactive
-    from codecoder.runtime.session import default_asker
+    from codecoder.permissions.prompt import fixed, non_interactive
+    from codecoder.session import default_asker
 
     if args.answer:
         return fixed(args.answer)
@@ -41,11 +41,11 @@ def _asker_for(args: argparse.Namespace) -> Asker:
 
 
 def call(args: argparse.Namespace) -> int:
-    from codecoder.runtime.interfaces.livegrants import published
-    from codecoder.runtime.interfaces.liveview import TerminalView
-    from codecoder.runtime.permissions.allowlist import Lifetime
-    from codecoder.runtime.session import Runtime
-    from codecoder.runtime.tools.liveoutput import LiveOutput
+    from codecoder.interfaces.livegrants import published
+    from codecoder.interfaces.liveview import TerminalView
+    from codecoder.permissions.allowlist import Lifetime
+    from codecoder.session import Runtime
+    from codecoder.tools.liveoutput import LiveOutput
 
     runtime = Runtime(args.project, asker=_asker_for(args), ahead=False)
     live: TerminalView | None = None
@@ -90,8 +90,8 @@ def _report_interrupted(
 ) -> None:
     """What the command printed before Ctrl-C or SIGTERM stopped it: already on the terminal,
     or written now (as JSON with `--json`); `main` then says it was interrupted."""
-    from codecoder.runtime.interfaces.interruption import Terminated
-    from codecoder.runtime.kernel.display import for_terminal
+    from codecoder.foundation.display import for_terminal
+    from codecoder.interfaces.interruption import Terminated
 
     kind = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
     with contextlib.suppress(OSError):  # a pipe whose reader the same Ctrl-C ended
@@ -122,7 +122,7 @@ class ProgressLine:
         self._shown = False
 
     def __call__(self, done: float, total: float | None, message: str | None) -> None:
-        from codecoder.runtime.kernel.display import visible
+        from codecoder.foundation.display import visible
 
         text = message or (f"{done:g}/{total:g}" if total else f"{done:g}")
         lines = text.splitlines() or [""]
@@ -144,13 +144,13 @@ def exec_(args: argparse.Namespace) -> int:
     rewrite it (run_container in @docker, or run_command in @bwrap): the command's own output
     and exit code, or a refusal on stderr (exit 3). A question the host asked is this call's
     only answer: its token allows it once, on the host where the question was an escalation."""
-    from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.kernel.decision import Answer, Decision, Source
-    from codecoder.runtime.kernel.errors import DeniedByUser
-    from codecoder.runtime.permissions.allowlist import Lifetime
-    from codecoder.runtime.permissions.prompt import AskRequest
-    from codecoder.runtime.session import Runtime, default_asker
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.foundation.decision import Answer, Decision, Source
+    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.permissions.allowlist import Lifetime
+    from codecoder.permissions.prompt import AskRequest
+    from codecoder.session import Runtime, default_asker
 
     host_session: tuple[HookSessions, str] | None = None
     if args.hook:
@@ -202,12 +202,12 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from codecoder.runtime.interfaces.livegrants import published
-    from codecoder.runtime.kernel.decision import Answer, Decision, Source
-    from codecoder.runtime.kernel.errors import DeniedByUser
-    from codecoder.runtime.permissions.allowlist import Lifetime
-    from codecoder.runtime.permissions.prompt import AskRequest
-    from codecoder.runtime.session import Runtime
+    from codecoder.foundation.decision import Answer, Decision, Source
+    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.interfaces.livegrants import published
+    from codecoder.permissions.allowlist import Lifetime
+    from codecoder.permissions.prompt import AskRequest
+    from codecoder.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
     current: list[Answer] = []
@@ -267,7 +267,7 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def _replay_line(line: str, number: int) -> tuple[str, Any, Any]:
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.foundation.decision import Answer
 
     try:
         row = json.loads(line)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK
-from codecoder.runtime.interfaces.cli.output import print_json
-from codecoder.runtime.interfaces.cli.project import project_runtime
+from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.project import project_runtime
 
 
 def tools(args: argparse.Namespace) -> int:
-    from codecoder.runtime.tools.catalogue import CHILD_TOOLSET
+    from codecoder.tools.catalogue import CHILD_TOOLSET
 
     runtime = project_runtime(args)
     rows = [
@@ -37,7 +37,7 @@ def tools(args: argparse.Namespace) -> int:
 
 
 def schema(args: argparse.Namespace) -> int:
-    from codecoder.runtime.interfaces.schemas import export
+    from codecoder.interfaces.schemas import export
 
     print_json(export(project_runtime(args).definitions(), args.format, strict=args.strict))
     return EXIT_OK

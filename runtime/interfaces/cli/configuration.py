@@ -9,20 +9,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
-from codecoder.runtime.interfaces.cli.output import print_json
-from codecoder.runtime.interfaces.cli.project import project_runtime, trust_note
-from codecoder.runtime.kernel.errors import ConfigError
+from codecoder.foundation.errors import ConfigError
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.project import project_runtime, trust_note
 
 if TYPE_CHECKING:
-    from codecoder.runtime.session import Runtime
+    from codecoder.session import Runtime
 
 
 def check(args: argparse.Namespace) -> int:
+    from codecoder.config.projectfile import Diagnostic, Severity, format_diagnostic
     from codecoder.environments.docker.image import sandbox_status
-    from codecoder.runtime.config.projectfile import Diagnostic, Severity, format_diagnostic
-    from codecoder.runtime.kernel.display import visible
+    from codecoder.foundation.display import visible
 
     runtime = project_runtime(args)
     config = runtime.config
@@ -87,9 +87,9 @@ def check(args: argparse.Namespace) -> int:
 
 
 def trust(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.trust import digest_of, forget, read_record, record_trust
-    from codecoder.runtime.config.writing import exclusive_lock_of
-    from codecoder.runtime.kernel.display import visible
+    from codecoder.config.trust import digest_of, forget, read_record, record_trust
+    from codecoder.config.writing import exclusive_lock_of
+    from codecoder.foundation.display import visible
 
     runtime = project_runtime(args)
     project = runtime.project_dir
@@ -163,7 +163,7 @@ def _trust_git(args: argparse.Namespace, workspace: Path) -> int:
     """`trust --git`: what the workspace's git would run that the human has not seen, shown,
     then (unless --show) recorded as seen."""
     from codecoder.environments.host.gitseen import GitGuard
-    from codecoder.runtime.kernel.display import visible
+    from codecoder.foundation.display import visible
 
     guard = GitGuard(workspace)
     changes = guard.unseen()

@@ -7,17 +7,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_DENIED, EXIT_OK, EXIT_WOULD_ASK
-from codecoder.runtime.interfaces.cli.inputs import call_arguments, usage
-from codecoder.runtime.interfaces.cli.output import print_json
-from codecoder.runtime.interfaces.cli.project import granted, project_runtime
-from codecoder.runtime.interfaces.shorthand import parse_json
+from codecoder.interfaces.cli.exit_codes import EXIT_DENIED, EXIT_OK, EXIT_WOULD_ASK
+from codecoder.interfaces.cli.inputs import call_arguments, usage
+from codecoder.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.project import granted, project_runtime
+from codecoder.interfaces.shorthand import parse_json
 
 
 def key(args: argparse.Namespace) -> int:
-    from codecoder.runtime.dispatcher import validate_arguments
-    from codecoder.runtime.permissions.commandkey import key_command
-    from codecoder.runtime.permissions.keys import CallSite
+    from codecoder.dispatcher import validate_arguments
+    from codecoder.permissions.commandkey import key_command
+    from codecoder.permissions.keys import CallSite
 
     if args.tool is None:
         keyed = key_command(args.input) if args.input.strip() else usage("the command is blank")
@@ -66,9 +66,9 @@ def key(args: argparse.Namespace) -> int:
 
 
 def decide(args: argparse.Namespace) -> int:
-    from codecoder.runtime.evaluation import evaluate
-    from codecoder.runtime.kernel.display import visible
-    from codecoder.runtime.permissions.prompt import key_for_person
+    from codecoder.evaluation import evaluate
+    from codecoder.foundation.display import visible
+    from codecoder.permissions.prompt import key_for_person
 
     with project_runtime(args) as runtime:
         payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codecoder.runtime.kernel.errors import PermissionDenied, UsageError
+from codecoder.foundation.errors import PermissionDenied, UsageError
 
 if TYPE_CHECKING:
-    from codecoder.runtime.dispatcher import CallOutcome
+    from codecoder.dispatcher import CallOutcome
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED, EXIT_WOULD_ASK = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM

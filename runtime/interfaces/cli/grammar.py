@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from codecoder.runtime.interfaces.cli import (
+from codecoder.foundation.errors import UsageError
+from codecoder.interfaces.cli import (
     audit,
     bench,
     calling,
@@ -24,25 +25,24 @@ from codecoder.runtime.interfaces.cli import (
     serving,
     starting,
 )
-from codecoder.runtime.kernel.errors import UsageError
 
 if TYPE_CHECKING:
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.foundation.decision import Answer
 
-# runtime.kernel.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them);
+# foundation.decision.Answer's values (tests/runtime/interfaces/test_cli.py checks them);
 # `--answer` also takes codecoder.json's names for them (`_answer`).
 ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
     *("host-once", "host-session", "host-session-program", "deny"),
 )
-# runtime.kernel.decision.Source's values, what `codecoder log --source` filters by
+# foundation.decision.Source's values, what `codecoder log --source` filters by
 # (tests/runtime/interfaces/test_cli_log.py checks them).
 SOURCES = ("none", "deny", "project", "session", "once", "denied", "read-only")
 
 
 def _answer(text: str) -> Answer:
     """`--answer` takes either vocabulary (`session`, `AlwaysThisSession`): Answer.parse."""
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.foundation.decision import Answer
 
     try:
         return Answer.parse(text)
@@ -363,7 +363,7 @@ def complete() -> int:
 def _tool_names(argument: argparse.Action) -> None:
     """Complete a tool argument with the built-in tools' names (argcomplete reads
     `completer`)."""
-    from codecoder.runtime.tools.names import BUILTIN_TOOL_NAMES
+    from codecoder.tools.names import BUILTIN_TOOL_NAMES
 
     argument.completer = lambda **_: sorted(BUILTIN_TOOL_NAMES)  # type: ignore[attr-defined]
 
@@ -371,7 +371,7 @@ def _tool_names(argument: argparse.Action) -> None:
 def _call_epilog() -> str:
     """`call --help`'s examples and the built-in tools (the project's capabilities come on top:
     `codecoder tools`)."""
-    from codecoder.runtime.tools.catalogue import builtin_tools
+    from codecoder.tools.catalogue import builtin_tools
 
     lines = [
         "examples:",

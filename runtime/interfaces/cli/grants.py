@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
-from codecoder.runtime.interfaces.cli.output import prefixed, print_json
-from codecoder.runtime.interfaces.cli.project import project_runtime
-from codecoder.runtime.kernel.errors import ConfigError
+from codecoder.foundation.errors import ConfigError
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.output import prefixed, print_json
+from codecoder.interfaces.cli.project import project_runtime
 
 if TYPE_CHECKING:
-    from codecoder.runtime.session import Runtime
+    from codecoder.session import Runtime
 
 _HOST_NAMES = {"claude-code": "Claude Code", "gemini": "Gemini CLI"}
 
@@ -101,8 +101,8 @@ def allowlist(args: argparse.Namespace) -> int:
 def live_grants(runtime: Runtime) -> list[LiveGrant]:
     """Every grant in force for the project: codecoder.json's, the running processes' and the
     hooks' (deny rules are listed apart)."""
-    from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
-    from codecoder.runtime.interfaces.livegrants import live_sessions
+    from codecoder.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.interfaces.livegrants import live_sessions
 
     problems = _problems(runtime)
     found: list[LiveGrant] = []
@@ -173,8 +173,8 @@ def _problems(runtime: Runtime) -> dict[str, str]:
 
 
 def _covers(runtime: Runtime, entry: str) -> str:
-    from codecoder.runtime.permissions.coverage import covers
-    from codecoder.runtime.permissions.keys import KeyStyle
+    from codecoder.permissions.coverage import covers
+    from codecoder.permissions.keys import KeyStyle
 
     tool = runtime.tools.get(entry.partition(":")[0])
     return covers(entry, tool.key_style if tool is not None else KeyStyle.NAME)
@@ -186,8 +186,8 @@ def _until(expiry: float, otherwise: str) -> str:
 
 
 def _print_list(runtime: Runtime, grants: list[LiveGrant], denies: list[dict[str, Any]]) -> None:
-    from codecoder.runtime.kernel.display import visible
-    from codecoder.runtime.permissions.prompt import key_for_person
+    from codecoder.foundation.display import visible
+    from codecoder.permissions.prompt import key_for_person
 
     if not grants and not denies:
         print(f"no grant and no deny rule for {runtime.project_dir}")
@@ -206,10 +206,10 @@ def _print_list(runtime: Runtime, grants: list[LiveGrant], denies: list[dict[str
 
 
 def _revoke(runtime: Runtime, key: str, as_json: bool) -> int:
-    from codecoder.runtime.config.writing import remove_allow_entry
-    from codecoder.runtime.interfaces.hooks import HOSTS, HookSessions
-    from codecoder.runtime.interfaces.livegrants import revoke_live
-    from codecoder.runtime.kernel.display import visible
+    from codecoder.config.writing import remove_allow_entry
+    from codecoder.foundation.display import visible
+    from codecoder.interfaces.hooks import HOSTS, HookSessions
+    from codecoder.interfaces.livegrants import revoke_live
 
     done: list[str] = []
     failed: list[str] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
-from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.output import print_json
 
 
 def image(args: argparse.Namespace) -> int:

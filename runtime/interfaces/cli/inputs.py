@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from codecoder.runtime.interfaces.shorthand import arguments_of, parse_json
-from codecoder.runtime.kernel.errors import UsageError
+from codecoder.foundation.errors import UsageError
+from codecoder.interfaces.shorthand import arguments_of, parse_json
 
 if TYPE_CHECKING:
-    from codecoder.runtime.tools.base import Tool
+    from codecoder.tools.base import Tool
 
 
 def usage(message: str) -> NoReturn:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
 
 __all__ = ["LogFilter", "log", "parse_when"]
 
@@ -81,8 +81,8 @@ class LogFilter:
 
 
 def log(args: argparse.Namespace) -> int:
-    from codecoder.runtime.auditlog import AuditLog
-    from codecoder.runtime.kernel.state import project_state_directory
+    from codecoder.auditlog import AuditLog
+    from codecoder.foundation.state import project_state_directory
 
     project = args.project.resolve()
     path = project_state_directory(project) / "audit.jsonl"
@@ -125,8 +125,8 @@ def _print(records: Iterable[dict[str, Any]], as_json: bool) -> None:
 
 
 def _line(record: dict[str, Any]) -> str:
-    from codecoder.runtime.kernel.display import visible
-    from codecoder.runtime.permissions.prompt import key_for_person
+    from codecoder.foundation.display import visible
+    from codecoder.permissions.prompt import key_for_person
 
     stamp = record.get("ts")
     when = stamp if isinstance(stamp, (int, float)) else 0.0
@@ -153,7 +153,7 @@ def _line(record: dict[str, Any]) -> str:
 
 def _follow(path: Path) -> Iterator[dict[str, Any]]:
     """The records appended to `path` from now on (it may not exist yet), as they come."""
-    from codecoder.runtime.auditlog import parse_record
+    from codecoder.auditlog import parse_record
 
     offset = path.stat().st_size if path.exists() else 0
     pending = b""

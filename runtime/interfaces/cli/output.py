@@ -7,10 +7,10 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from codecoder.runtime.kernel.errors import PermissionDenied, ToolError
+from codecoder.foundation.errors import PermissionDenied, ToolError
 
 if TYPE_CHECKING:
-    from codecoder.runtime.dispatcher import CallOutcome
+    from codecoder.dispatcher import CallOutcome
 
 
 def print_json(data: Any) -> None:
@@ -21,7 +21,7 @@ def prefixed(message: str, kind: str = "") -> str:
     """An error as a person reads it on stderr, `codecoder: KIND: message`, with codecoder
     and the kind said once (a message that already starts with them is not prefixed again),
     its lines kept as lines and neutralised (`visible_message`)."""
-    from codecoder.runtime.kernel.display import visible_message
+    from codecoder.foundation.display import visible_message
 
     text = visible_message(message).removeprefix("codecoder: ")
     if kind:
@@ -39,7 +39,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -
     terminal already (it was shown as it came), so only the line that ends a command's result
     follows it. A command that failed before it ended (killed at its deadline) has its output
     so far written before the error."""
-    from codecoder.runtime.kernel.display import colours_for, for_terminal
+    from codecoder.foundation.display import colours_for, for_terminal
 
     if as_json:
         print(json.dumps(outcome.to_json(), ensure_ascii=not is_terminal()))
@@ -53,7 +53,7 @@ def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -
         output = outcome.result.output
         data = outcome.result.data
         if shown and isinstance(data.get("exit_code"), int):
-            from codecoder.runtime.tools.execute import command_status
+            from codecoder.tools.execute import command_status
 
             killed_by = data.get("killed_by")
             output = command_status(data["exit_code"], killed_by if killed_by else None)

@@ -9,14 +9,14 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from codecoder.runtime.config.project import ProjectConfig
-    from codecoder.runtime.permissions.prompt import Asker
-    from codecoder.runtime.session import Runtime, Session
+    from codecoder.config.project import ProjectConfig
+    from codecoder.permissions.prompt import Asker
+    from codecoder.session import Runtime, Session
 
 
 def project_runtime(args: argparse.Namespace, asker: Asker | None = None) -> Runtime:
-    from codecoder.runtime.permissions.prompt import non_interactive
-    from codecoder.runtime.session import Runtime
+    from codecoder.permissions.prompt import non_interactive
+    from codecoder.session import Runtime
 
     return Runtime(args.project, asker=asker or non_interactive)
 
@@ -29,8 +29,8 @@ def granted(session: Session, args: argparse.Namespace) -> Session:
 
 
 def report_config(runtime: Runtime) -> None:
-    from codecoder.runtime.config.projectfile import format_diagnostic
-    from codecoder.runtime.config.trust import TrustState
+    from codecoder.config.projectfile import format_diagnostic
+    from codecoder.config.trust import TrustState
 
     for d in runtime.diagnostics:
         print(format_diagnostic(runtime.project_file, d), file=sys.stderr)
@@ -45,7 +45,7 @@ def report_config(runtime: Runtime) -> None:
 
 
 def trust_note(config: ProjectConfig) -> str:
-    from codecoder.runtime.config.trust import TrustState
+    from codecoder.config.trust import TrustState
 
     trust = config.trust
     count = len(trust.widenings)

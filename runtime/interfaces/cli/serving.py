@@ -8,19 +8,19 @@ import argparse
 import json
 import sys
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from codecoder.runtime.interfaces.cli.output import print_json
-from codecoder.runtime.interfaces.cli.project import project_runtime
-from codecoder.runtime.interfaces.interruption import interruptible
-from codecoder.runtime.kernel.errors import UsageError
+from codecoder.foundation.errors import UsageError
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from codecoder.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.project import project_runtime
+from codecoder.interfaces.interruption import interruptible
 
 
 def hook(args: argparse.Namespace) -> int:
     """One hook event from the host. Whatever goes wrong blocks the call (exit 2 with the
     reason on stderr, which both hosts read as "blocked"): a hook that cannot decide must not
     let a call through."""
-    from codecoder.runtime.interfaces.hooks import HookOptions, handle
-    from codecoder.runtime.permissions.prompt import in_ci
+    from codecoder.interfaces.hooks import HookOptions, handle
+    from codecoder.permissions.prompt import in_ci
 
     options = HookOptions(
         project=args.project,
@@ -47,21 +47,21 @@ def hook(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from codecoder.runtime.interfaces import mcp_server
+    from codecoder.interfaces import mcp_server
 
     return mcp_server.serve(args.project, allow=tuple(args.allow))
 
 
 def session(args: argparse.Namespace) -> int:
-    from codecoder.runtime.interfaces.interactive import run_session
+    from codecoder.interfaces.interactive import run_session
 
     with interruptible():
         return run_session(args.project)
 
 
 def reload(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.projectfile import format_diagnostic
-    from codecoder.runtime.interfaces.mcp_server import signal_servers
+    from codecoder.config.projectfile import format_diagnostic
+    from codecoder.interfaces.mcp_server import signal_servers
 
     runtime = project_runtime(args)
     signalled = signal_servers(runtime.project_dir)

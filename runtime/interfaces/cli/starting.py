@@ -18,25 +18,25 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from codecoder.runtime.interfaces.cli.exit_codes import EXIT_OK
-from codecoder.runtime.interfaces.cli.inputs import usage
-from codecoder.runtime.interfaces.cli.output import print_json
+from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.inputs import usage
+from codecoder.interfaces.cli.output import print_json
 
 if TYPE_CHECKING:
-    from codecoder.runtime.config.starter import Placement, Project
-    from codecoder.runtime.session import Runtime
+    from codecoder.config.starter import Placement, Project
+    from codecoder.session import Runtime
 
 SHELLS = ("bash", "zsh", "fish")
 
 
 def init(args: argparse.Namespace) -> int:
-    from codecoder.runtime.config.starter import detect, starter_text
-    from codecoder.runtime.config.trust import record_trust
-    from codecoder.runtime.config.writing import exclusive_lock_of
-    from codecoder.runtime.kernel.atomicfile import replace_atomically
-    from codecoder.runtime.permissions.commandkey import key_command
-    from codecoder.runtime.permissions.prompt import non_interactive
-    from codecoder.runtime.session import Runtime
+    from codecoder.config.starter import detect, starter_text
+    from codecoder.config.trust import record_trust
+    from codecoder.config.writing import exclusive_lock_of
+    from codecoder.foundation.atomicfile import replace_atomically
+    from codecoder.permissions.commandkey import key_command
+    from codecoder.permissions.prompt import non_interactive
+    from codecoder.session import Runtime
 
     directory = args.project.resolve()
     if not directory.is_dir():
@@ -91,9 +91,9 @@ def init(args: argparse.Namespace) -> int:
 
 
 def _placement(runtime: Runtime, project: Project) -> Placement:
+    from codecoder.config.starter import Placement
     from codecoder.environments.docker.image import sandbox_status
-    from codecoder.runtime.config.starter import Placement
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag, Scope
+    from codecoder.foundation.ceiling import EnvironmentTag, Scope
 
     default = runtime.environment_of("run_command")
     if default.allows(Scope.PROJECT):
@@ -136,8 +136,8 @@ def _image_runs(runtime: Runtime, probe: str) -> bool:
     """Whether `probe` succeeds in the sandbox (a read-only container of the project's image):
     whether what the tests need is there."""
     from codecoder.environments.base import CommandRequest, CommandResult
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.kernel.errors import ToolError
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.foundation.errors import ToolError
 
     environment = runtime.environment(EnvironmentTag.DOCKER)
     request = CommandRequest(cwd=runtime.project_dir, script=probe, timeout=30)

@@ -70,14 +70,14 @@ doubt, leave it out: the launcher rule is the fail-closed default.
 
 from __future__ import annotations
 
-from codecoder.runtime.permissions.programs.awk import awk_program_problem
-from codecoder.runtime.permissions.programs.classify import classify, command_depth
-from codecoder.runtime.permissions.programs.deny import deny_view, is_glob
-from codecoder.runtime.permissions.programs.form import ANY, Form, Rule
-from codecoder.runtime.permissions.programs.git import git_subcommand
-from codecoder.runtime.permissions.programs.options import has_option
-from codecoder.runtime.permissions.programs.sed import sed_script_problem
-from codecoder.runtime.permissions.programs.table import (
+from codecoder.permissions.programs.awk import awk_program_problem
+from codecoder.permissions.programs.classify import classify, command_depth
+from codecoder.permissions.programs.deny import deny_view, is_glob
+from codecoder.permissions.programs.form import ANY, Form, Rule
+from codecoder.permissions.programs.git import git_subcommand
+from codecoder.permissions.programs.options import has_option
+from codecoder.permissions.programs.sed import sed_script_problem
+from codecoder.permissions.programs.table import (
     DEPTHS,
     PROGRAMS,
     WORKSPACE_CODE,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import has_option
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import has_option
 
 _TAR_RUNS = (
     *("--to-command", "--use-compress-program", "--checkpoint-action", "--info-script"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
+from codecoder.permissions.programs.form import Form
 
 _AWK_VALUES = frozenset({"-F", "-v", "--field-separator", "--assign"})
 _AWK_FLAGS = frozenset(

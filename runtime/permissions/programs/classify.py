@@ -7,15 +7,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.git import (
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.git import (
     _GIT_RUNS,
     _GIT_SIMPLE,
     _git,
     _git_core_builtin,
 )
-from codecoder.runtime.permissions.programs.launcher_rule import _unknown
-from codecoder.runtime.permissions.programs.table import (
+from codecoder.permissions.programs.launcher_rule import _unknown
+from codecoder.permissions.programs.table import (
     DEPTHS,
     PROGRAMS,
     WORKSPACE_CODE,

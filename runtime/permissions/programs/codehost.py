@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import _options_and_operands
-from codecoder.runtime.permissions.programs.rules import _subcommand_tool
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import _options_and_operands
+from codecoder.permissions.programs.rules import _subcommand_tool
 
 __all__ = ["_gh"]
 

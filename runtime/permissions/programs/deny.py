@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.keys import DenyView
-from codecoder.runtime.permissions.programs.form import ANY
-from codecoder.runtime.permissions.programs.git import _GIT_KNOWN, _git_core_builtin, git_subcommand
-from codecoder.runtime.permissions.programs.table import canonical_name
+from codecoder.permissions.keys import DenyView
+from codecoder.permissions.programs.form import ANY
+from codecoder.permissions.programs.git import _GIT_KNOWN, _git_core_builtin, git_subcommand
+from codecoder.permissions.programs.table import canonical_name
 
 
 def deny_view(argv: Sequence[str], start: int = 0) -> DenyView:

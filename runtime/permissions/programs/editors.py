@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import has_option
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import has_option
 
 
 def _editor(program: str, args: Sequence[str], search_path: str) -> Form:

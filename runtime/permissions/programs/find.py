@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
+from codecoder.permissions.programs.form import Form
 
 _FIND_RUNS = (
     *("-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf"),

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import ANY, Form
-from codecoder.runtime.permissions.programs.options import _options_and_operands, has_option
+from codecoder.permissions.programs.form import ANY, Form
+from codecoder.permissions.programs.options import _options_and_operands, has_option
 
 
 def git_subcommand(args: Sequence[str]) -> tuple[str, int] | None:

@@ -9,7 +9,7 @@ config and hooks, protected paths that no sandbox may create (the environment qu
 
 Such a command is never retried on the host behind the human's back. Its question says that it
 would run contained and would likely fail, and offers running it on the host, unconfined, as an
-explicit choice at the @shell ceiling (`runtime.permissions.engine`); the model cannot ask for
+explicit choice at the @shell ceiling (`permissions.chain`); the model cannot ask for
 it. This table only says which forms those are, and why; a form it misses still runs contained
 (and fails there), and a form it names wrongly only gets one more choice in its question.
 """
@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from codecoder.runtime.permissions.programs.git import (
+from codecoder.permissions.programs.git import (
     _git_core_builtin,
     _local_repository,
     git_subcommand,
 )
-from codecoder.runtime.permissions.programs.options import _options_and_operands
-from codecoder.runtime.permissions.programs.table import canonical_name
+from codecoder.permissions.programs.options import _options_and_operands
+from codecoder.permissions.programs.table import canonical_name
 
 __all__ = ["needs_host"]
 

@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
+from codecoder.permissions.programs.form import Form
 
 _CODE_LIKE = re.compile(r"[(){}<>;|&$`!\n]")
 _TOKEN_SPLIT = re.compile(r"[\s=,;:&|()<>'\"`$!@]+")

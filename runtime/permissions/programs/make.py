@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import _options_and_operands, has_option
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import _options_and_operands, has_option
 
 _MAKE_RUNS = (
     *("-f", "--file", "--makefile", "-C", "--directory", "--eval", "-E", "-I"),

@@ -31,9 +31,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 
-from codecoder.runtime.permissions.programs.form import Form, Rule
-from codecoder.runtime.permissions.programs.launcher_rule import _unknown
-from codecoder.runtime.permissions.programs.options import has_option
+from codecoder.permissions.programs.form import Form, Rule
+from codecoder.permissions.programs.launcher_rule import _unknown
+from codecoder.permissions.programs.options import has_option
 
 __all__ = ["module_problem", "module_runner", "python_module"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import _options_and_operands, has_option
-from codecoder.runtime.permissions.programs.rules import _subcommand_tool
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import _options_and_operands, has_option
+from codecoder.permissions.programs.rules import _subcommand_tool
 
 _NODE_PM_RUNS = {
     "exec": "runs the program it is given",

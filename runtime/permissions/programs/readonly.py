@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from codecoder.runtime.permissions.programs.awk import awk_program_problem
-from codecoder.runtime.permissions.programs.readonly_git import git_read_only
-from codecoder.runtime.permissions.programs.readonly_options import (
+from codecoder.permissions.programs.awk import awk_program_problem
+from codecoder.permissions.programs.readonly_git import git_read_only
+from codecoder.permissions.programs.readonly_options import (
     NotReadOnly,
     Options,
     Parsed,
@@ -39,7 +39,7 @@ from codecoder.runtime.permissions.programs.readonly_options import (
     flags,
     parse_options,
 )
-from codecoder.runtime.permissions.programs.sed import sed_script_problem
+from codecoder.permissions.programs.sed import sed_script_problem
 
 __all__ = ["READ_ONLY", "why_not_filter", "why_not_read_only"]
 

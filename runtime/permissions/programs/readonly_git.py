@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.git import _git_config_writes
-from codecoder.runtime.permissions.programs.readonly_options import (
+from codecoder.permissions.programs.git import _git_config_writes
+from codecoder.permissions.programs.readonly_options import (
     NotReadOnly,
     Options,
     Takes,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from codecoder.runtime.permissions.programs.form import Form, Rule
-from codecoder.runtime.permissions.programs.options import (
+from codecoder.permissions.programs.form import Form, Rule
+from codecoder.permissions.programs.options import (
     _options_and_operands,
     _spells,
     has_option,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
-from codecoder.runtime.permissions.programs.options import _spells
+from codecoder.permissions.programs.form import Form
+from codecoder.permissions.programs.options import _spells
 
 _SED_FLAGS = frozenset(
     {

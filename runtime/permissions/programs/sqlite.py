@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codecoder.runtime.permissions.programs.form import Form
+from codecoder.permissions.programs.form import Form
 
 _SQLITE_FLAGS = frozenset(
     {

@@ -7,17 +7,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from codecoder.runtime.permissions.programs.archives import _tar, _unzip
-from codecoder.runtime.permissions.programs.awk import _awk
-from codecoder.runtime.permissions.programs.codehost import _gh
-from codecoder.runtime.permissions.programs.compilers import _compiler
-from codecoder.runtime.permissions.programs.editors import _editor, _pager
-from codecoder.runtime.permissions.programs.find import _find
-from codecoder.runtime.permissions.programs.form import Rule
-from codecoder.runtime.permissions.programs.git import _git
-from codecoder.runtime.permissions.programs.make import _make
-from codecoder.runtime.permissions.programs.modules import module_runner
-from codecoder.runtime.permissions.programs.package_managers import (
+from codecoder.permissions.programs.archives import _tar, _unzip
+from codecoder.permissions.programs.awk import _awk
+from codecoder.permissions.programs.codehost import _gh
+from codecoder.permissions.programs.compilers import _compiler
+from codecoder.permissions.programs.editors import _editor, _pager
+from codecoder.permissions.programs.find import _find
+from codecoder.permissions.programs.form import Rule
+from codecoder.permissions.programs.git import _git
+from codecoder.permissions.programs.make import _make
+from codecoder.permissions.programs.modules import module_runner
+from codecoder.permissions.programs.package_managers import (
     _CARGO_ALIASES,
     _CARGO_SIMPLE,
     _NODE_PM_OPTIONS,
@@ -27,14 +27,14 @@ from codecoder.runtime.permissions.programs.package_managers import (
     _PIP_SIMPLE,
     _go,
 )
-from codecoder.runtime.permissions.programs.rules import (
+from codecoder.permissions.programs.rules import (
     _interpreter,
     _launcher,
     _plain,
     _subcommand_tool,
 )
-from codecoder.runtime.permissions.programs.sed import _sed
-from codecoder.runtime.permissions.programs.sqlite import _sqlite
+from codecoder.permissions.programs.sed import _sed
+from codecoder.permissions.programs.sqlite import _sqlite
 
 
 def canonical_name(program: str) -> str:

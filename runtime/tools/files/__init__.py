@@ -35,15 +35,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from codecoder.runtime.kernel.protected import is_protected_path
-from codecoder.runtime.tools.base import Tool
-from codecoder.runtime.tools.files.backend import Entry, FileContent, Walk
-from codecoder.runtime.tools.files.fileops import ConfinedFiles
-from codecoder.runtime.tools.files.globs import glob_regex
-from codecoder.runtime.tools.files.paths import normalise_path
-from codecoder.runtime.tools.files.read_tools import Diff, Glob, Grep, ListDir, ReadFile
-from codecoder.runtime.tools.files.run_wasm import RunWasm, module_result, run_wasm_preopens
-from codecoder.runtime.tools.files.write_tools import DeleteFile, EditFile, MoveFile, WriteFile
+from codecoder.foundation.protected import is_protected_path
+from codecoder.tools.base import Tool
+from codecoder.tools.files.backend import Entry, FileContent, Walk
+from codecoder.tools.files.fileops import ConfinedFiles
+from codecoder.tools.files.globs import glob_regex
+from codecoder.tools.files.paths import normalise_path
+from codecoder.tools.files.read_tools import Diff, Glob, Grep, ListDir, ReadFile
+from codecoder.tools.files.run_wasm import RunWasm, module_result, run_wasm_preopens
+from codecoder.tools.files.write_tools import DeleteFile, EditFile, MoveFile, WriteFile
 
 __all__ = [
     "FILE_TOOLS",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from codecoder.runtime.tools.files import limits
+from codecoder.tools.files import limits
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from codecoder.runtime.kernel.confined import open_beneath, open_root
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.backend import Entry, FileContent
-from codecoder.runtime.tools.files.paths import _as_checked, _join, normalise_path
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.openbeneath import open_beneath, open_root
+from codecoder.tools.files import limits
+from codecoder.tools.files.backend import Entry, FileContent
+from codecoder.tools.files.paths import _as_checked, _join, normalise_path
 
 
 def _outside(exc: OSError) -> bool:

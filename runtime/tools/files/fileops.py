@@ -21,11 +21,11 @@ from typing import Any
 
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
-from codecoder.runtime.kernel.display import spelled
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.tools.base import ToolContext
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.backend import (
+from codecoder.foundation.display import spelled
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.tools.base import ToolContext
+from codecoder.tools.files import limits
+from codecoder.tools.files.backend import (
     Entry,
     FileContent,
     GlobFound,
@@ -36,10 +36,10 @@ from codecoder.runtime.tools.files.backend import (
     Walk,
     _Progress,
 )
-from codecoder.runtime.tools.files.globs import glob_regex
-from codecoder.runtime.tools.files.ignore import _searched_files
-from codecoder.runtime.tools.files.paths import _as_checked, _join, normalise_path
-from codecoder.runtime.tools.files.text import _is_binary, _lines
+from codecoder.tools.files.globs import glob_regex
+from codecoder.tools.files.ignore import _searched_files
+from codecoder.tools.files.paths import _as_checked, _join, normalise_path
+from codecoder.tools.files.text import _is_binary, _lines
 
 WORKSPACE_GUEST = "/workspace"
 EXTRA_ROOT_GUEST = "/root"

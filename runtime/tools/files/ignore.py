@@ -8,8 +8,8 @@ from typing import Protocol
 
 import pathspec
 
-from codecoder.runtime.tools.files.backend import Entry, FileContent, SearchOptions
-from codecoder.runtime.tools.files.paths import _join, _under_git
+from codecoder.tools.files.backend import Entry, FileContent, SearchOptions
+from codecoder.tools.files.paths import _join, _under_git
 
 
 class ManyFilesReader(Protocol):

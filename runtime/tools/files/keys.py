@@ -5,8 +5,8 @@ The question of write_file, edit_file and delete_file also offers wider entries 
 its directory (`edit_file:src/report/**`, where the file is not at the top) and any file in
 the workspace (`edit_file:**`, `PermissionKey.widest`, for the project only), both per tool. No
 entry covers a protected path, however wide: such a key is marked `protected`, which the
-engine never looks up in an allowlist and never grants beyond Once (runtime.kernel.protected,
-runtime.permissions.engine). A move keeps its one narrow entry: a directory it carries may
+engine never looks up in an allowlist and never grants beyond Once (foundation.protected,
+permissions.chain). A move keeps its one narrow entry: a directory it carries may
 hold what no wide grant should move unseen.
 """
 
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from codecoder.runtime.kernel.protected import is_protected_path
-from codecoder.runtime.permissions.coverage import path_covers
-from codecoder.runtime.permissions.keys import (
+from codecoder.foundation.protected import is_protected_path
+from codecoder.permissions.coverage import path_covers
+from codecoder.permissions.keys import (
     GrantLevel,
     KeyStyle,
     Permission,
     PermissionKey,
     escape_literal,
 )
-from codecoder.runtime.permissions.patterns import MOVE_SEPARATOR
+from codecoder.permissions.patterns import MOVE_SEPARATOR
 
 ANYWHERE = "**"
 

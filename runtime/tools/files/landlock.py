@@ -10,10 +10,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from codecoder.environments.landlock import LandlockEnvironment, RipgrepRequest, RipgrepResult
-from codecoder.runtime.kernel.display import spelled
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.backend import (
+from codecoder.foundation.display import spelled
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.tools.files import limits
+from codecoder.tools.files.backend import (
     GlobFound,
     GrepFound,
     GrepLine,
@@ -21,9 +21,9 @@ from codecoder.runtime.tools.files.backend import (
     SearchOptions,
     _Progress,
 )
-from codecoder.runtime.tools.files.beneath import BeneathFiles
-from codecoder.runtime.tools.files.globs import _listing_regex, glob_regex
-from codecoder.runtime.tools.files.paths import _as_checked
+from codecoder.tools.files.beneath import BeneathFiles
+from codecoder.tools.files.globs import _listing_regex, glob_regex
+from codecoder.tools.files.paths import _as_checked
 
 _RG_COMMON = (
     "--no-config",

@@ -14,9 +14,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from codecoder.runtime.kernel.confined import open_root
-from codecoder.runtime.kernel.display import unspelled
-from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.foundation.display import unspelled
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.openbeneath import open_root
 
 
 def normalise_path(value: str, *, allow_root: bool = False) -> str:
@@ -84,7 +84,7 @@ def _as_checked(name: str, root: Path) -> Path:
     """`root` (the read root @name), if it is still the directory checked when the project was
     loaded: no symlink in its path. A root inside the workspace is as writable as the rest of
     it, so a sandbox could have replaced it with a link to `/` since; that is refused here, and
-    the sandboxes pin what they open (`runtime.kernel.confined.open_root`)."""
+    the sandboxes pin what they open (`foundation.openbeneath.open_root`)."""
     try:
         os.close(open_root(root))
     except OSError as exc:

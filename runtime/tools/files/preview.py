@@ -2,7 +2,7 @@
 its head), computed only when the human is asked (`PermissionKey.preview`).
 
 The current file is read on the host beneath the workspace without following a symlink
-(`runtime.kernel.confined.Beneath`), as the write itself will not follow one; a file too large
+(`foundation.openbeneath.Beneath`), as the write itself will not follow one; a file too large
 to diff is summarised by its size. The lines are the file's text as it is: the question bounds
 them and neutralises every control character as it shows them (`runtime.permissions.prompt`).
 """
@@ -16,9 +16,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from codecoder.runtime.kernel.confined import Beneath
-from codecoder.runtime.permissions.keys import Preview
-from codecoder.runtime.tools.files.text import _is_binary
+from codecoder.foundation.openbeneath import Beneath
+from codecoder.permissions.keys import Preview
+from codecoder.tools.files.text import _is_binary
 
 __all__ = ["edit_preview", "write_preview"]
 

@@ -18,30 +18,30 @@ from pydantic import Field, field_validator, model_validator
 
 from codecoder.environments.landlock import LandlockEnvironment
 from codecoder.environments.wasm.environment import WasmEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.display import spelled
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.backend import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.display import spelled
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.permissions.keys import Permission
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.files import limits
+from codecoder.tools.files.backend import (
     GrepFound,
     GrepQuery,
     ReadBackend,
     SearchOptions,
     _Progress,
 )
-from codecoder.runtime.tools.files.fileops import ConfinedFiles
-from codecoder.runtime.tools.files.globs import _literal_prefix
-from codecoder.runtime.tools.files.landlock import LandlockFiles
-from codecoder.runtime.tools.files.paths import (
+from codecoder.tools.files.fileops import ConfinedFiles
+from codecoder.tools.files.globs import _literal_prefix
+from codecoder.tools.files.landlock import LandlockFiles
+from codecoder.tools.files.paths import (
     DirPath,
     FilePath,
     _join,
     _under_git,
     normalise_path,
 )
-from codecoder.runtime.tools.files.text import _cap, _clip, _is_binary, _lines, _read_text
+from codecoder.tools.files.text import _cap, _clip, _is_binary, _lines, _read_text
 
 
 def _reader(ctx: ToolContext) -> ReadBackend:

@@ -13,15 +13,15 @@ from pydantic import AfterValidator, Field, field_validator
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
 from codecoder.environments.workspaceguard import ProtectedScan
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.kernel.protected import is_protected_path
-from codecoder.runtime.permissions.keys import KeyStyle, Permission
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.fileops import WORKSPACE_GUEST, _files
-from codecoder.runtime.tools.files.keys import _path_key
-from codecoder.runtime.tools.files.paths import normalise_path
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.protected import is_protected_path
+from codecoder.permissions.keys import KeyStyle, Permission
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.files import limits
+from codecoder.tools.files.fileops import WORKSPACE_GUEST, _files
+from codecoder.tools.files.keys import _path_key
+from codecoder.tools.files.paths import normalise_path
 
 
 def _module_path(value: str) -> str:

@@ -3,9 +3,9 @@ long outputs clipped, whole text files read for the tools that need all of one."
 
 from __future__ import annotations
 
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.tools.files import limits
-from codecoder.runtime.tools.files.backend import ReadBackend
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.tools.files import limits
+from codecoder.tools.files.backend import ReadBackend
 
 
 def _is_binary(data: bytes) -> bool:

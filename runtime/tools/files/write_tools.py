@@ -13,15 +13,15 @@ from collections.abc import Callable
 
 from pydantic import Field, model_validator
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.permissions.keys import CallSite, KeyStyle, Permission, Preview
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.files.fileops import _files
-from codecoder.runtime.tools.files.keys import _move_key, _write_key
-from codecoder.runtime.tools.files.paths import WritePath
-from codecoder.runtime.tools.files.preview import edit_preview, write_preview
-from codecoder.runtime.tools.files.text import _read_text
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.permissions.keys import CallSite, KeyStyle, Permission, Preview
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.files.fileops import _files
+from codecoder.tools.files.keys import _move_key, _write_key
+from codecoder.tools.files.paths import WritePath
+from codecoder.tools.files.preview import edit_preview, write_preview
+from codecoder.tools.files.text import _read_text
 
 
 class _WriteTool:

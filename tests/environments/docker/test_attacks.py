@@ -20,9 +20,9 @@ from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.containers import AGENT_COMMAND
 from codecoder.environments.docker.engine import _client_from_env
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 pytestmark = pytest.mark.docker

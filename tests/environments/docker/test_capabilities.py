@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.capabilities import load_capability
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.environment import DockerEnvironment
-from codecoder.runtime.config.capabilities import load_capability
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 pytestmark = pytest.mark.docker
@@ -48,7 +48,7 @@ def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,

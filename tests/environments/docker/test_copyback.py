@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from codecoder.environments.docker.copyback import SyncReport, apply_changes
-from codecoder.runtime.kernel.errors import ExecutionFailed
+from codecoder.foundation.errors import ExecutionFailed
 from tests.environments.docker.changesets import archive, snapshot
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chattr, mount)")

@@ -23,10 +23,10 @@ from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.settings import Egress
 from codecoder.environments.egress import EgressProxy
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import SandboxUnavailable
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 docker_test = pytest.mark.docker

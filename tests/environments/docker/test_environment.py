@@ -32,7 +32,7 @@ from codecoder.environments.docker.environment import (
     DockerSettings,
     LooserSetting,
 )
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.errors import (
     ExecutionFailed,
     ExecutionTimeout,
     OutOfMemory,
@@ -573,7 +573,7 @@ def test_every_container_is_labelled_and_hardened(
 
     assert [mode for mode, _ in labels] == ["ro", "rw"]
     for _, label in labels:
-        assert label["codecoder.runtime"] == "1"
+        assert label["codecoder"] == "1"
         assert label["codecoder.session"] == sandbox.session_id
         assert label["codecoder.pid"] == str(os.getpid())
     assert (

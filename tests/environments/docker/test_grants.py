@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.decision import Answer, Source
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 pytestmark = pytest.mark.docker
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.docker
 def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,

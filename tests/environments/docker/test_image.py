@@ -25,7 +25,7 @@ from codecoder.environments.docker.image import (
     dockerfile,
     sandbox_status,
 )
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from tests.conftest import write_config
 
 STATIC_BUSYBOX = Path("/bin/busybox")
@@ -261,7 +261,7 @@ def test_the_status_check_reports_the_image_its_agent_and_the_runtime(
 def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,

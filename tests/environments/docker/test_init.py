@@ -20,7 +20,7 @@ pytestmark = pytest.mark.docker
 def init(project: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     done = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "init", "--json"],
+        [sys.executable, "-m", "codecoder", "init", "--json"],
         cwd=project,
         capture_output=True,
         text=True,

@@ -34,9 +34,9 @@ from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.client import PoolClient
 from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.pool.warm import WarmPool
-from codecoder.environments.engine import SandboxTemplate, TemplateMount
+from codecoder.environments.engineseam import SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
-from codecoder.runtime.kernel.errors import SandboxUnavailable
+from codecoder.foundation.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.docker
 
@@ -587,7 +587,7 @@ def test_a_killed_server_leaves_nothing_running_and_the_next_start_removes_it(
 
 def _pool_labels() -> dict[str, str]:
     return {
-        "codecoder.runtime": "1",
+        "codecoder": "1",
         "codecoder.session": f"pool-test-{os.getpid()}",
         "codecoder.host": socket.gethostname(),
         "codecoder.pid": str(os.getpid()),

@@ -32,7 +32,7 @@ from codecoder.environments.docker.channel import _AgentChannel
 from codecoder.environments.docker.engine import _client_from_env, engine_is_local, transport
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from tests.environments.conftest import SANDBOX_IMAGE, RemoteEngine
 from tests.environments.docker.test_attacks import *  # noqa: F403
 from tests.environments.docker.test_environment import *  # noqa: F403
@@ -214,7 +214,7 @@ def test_a_stream_hung_up_on_while_the_container_still_writes_lets_it_go_at_once
         SANDBOX_IMAGE,
         ["sh", "-c", "head -c 20000000 /dev/zero; sleep 300"],
         stdin_open=True,
-        labels={"codecoder.runtime": "1"},
+        labels={"codecoder": "1"},
     )["Id"]
     try:
         attached = docker_engine.api.attach_socket(
@@ -243,7 +243,7 @@ def test_a_stream_hung_up_on_while_the_container_still_writes_lets_it_go_at_once
 
 def check(project: Path, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "check", "--json"],
+        [sys.executable, "-m", "codecoder", "check", "--json"],
         capture_output=True,
         text=True,
         cwd=project,
@@ -287,7 +287,7 @@ def test_check_reports_the_engine_its_tls_and_the_workspace_mode(
 
 def test_check_says_it_in_words(remote_engine: RemoteEngine, project: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "check"],
+        [sys.executable, "-m", "codecoder", "check"],
         capture_output=True,
         text=True,
         cwd=project,
@@ -310,7 +310,7 @@ def test_a_call_of_the_command_line_runs_there_and_its_writes_come_back(
     command = {"command": "cat input.txt > copied.txt; hostname"}
     started = int(time.time()) - 1
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "call", "run_container", json.dumps(command),
+        [sys.executable, "-m", "codecoder", "call", "run_container", json.dumps(command),
          "--answer", "once", "--json"],
         capture_output=True,
         text=True,
@@ -486,7 +486,7 @@ def test_gvisor_is_refused_there_with_the_reason(workspace: Path) -> None:
 
 def test_the_audits_docker_layer_runs_there_and_nothing_escapes(project: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "audit", "--layer", "docker", "--json"],
+        [sys.executable, "-m", "codecoder", "audit", "--layer", "docker", "--json"],
         capture_output=True,
         text=True,
         cwd=project,

@@ -18,7 +18,7 @@ import pytest
 import codecoder.environments.docker.greeting as docker_module
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
-from codecoder.runtime.kernel.errors import ExecutionTimeout, OutOfMemory, SandboxUnavailable
+from codecoder.foundation.errors import ExecutionTimeout, OutOfMemory, SandboxUnavailable
 
 pytestmark = pytest.mark.docker
 

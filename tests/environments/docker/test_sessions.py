@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from codecoder.dispatcher import CallOutcome
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.dispatcher import CallOutcome
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.session import Runtime, Session
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.session import Runtime, Session
 from tests.conftest import write_config
 
 CONFIG = {

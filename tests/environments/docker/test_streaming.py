@@ -13,7 +13,7 @@ import pytest
 
 from codecoder.environments.base import CommandRequest, Stream
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
-from codecoder.runtime.kernel.errors import ExecutionTimeout
+from codecoder.foundation.errors import ExecutionTimeout
 from tests.environments.conftest import SANDBOX_IMAGE
 
 pytestmark = pytest.mark.docker

@@ -11,7 +11,7 @@ import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.docker.environment import DockerEnvironment
-from codecoder.runtime.kernel.errors import CodecoderError, ExecutionTimeout
+from codecoder.foundation.errors import CodecoderError, ExecutionTimeout
 
 pytestmark = pytest.mark.docker
 

@@ -21,7 +21,7 @@ from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
 from codecoder.environments.docker.engine import engine_is_local
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.sync import WorkspaceVolume
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from tests.environments.docker.changesets import archive, snapshot
 
 docker_test = pytest.mark.docker

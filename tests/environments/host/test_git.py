@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from codecoder.environments.host.git import HostGit
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.permissions.prompt import fixed
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.permissions.prompt import fixed
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -310,7 +310,7 @@ def test_host_git_never_takes_a_planted_bare_layout_for_a_repository(
 
 
 def _key(command: str) -> str:
-    from codecoder.runtime.permissions.commandkey import key_command
+    from codecoder.permissions.commandkey import key_command
 
     return key_command(command).permission_key().action
 
@@ -332,9 +332,9 @@ def test_the_host_guard_keeps_the_callers_own_git_config_entries() -> None:
 def test_a_git_command_says_when_its_hooks_come_from_the_workspace(tmp_path: Path) -> None:
     # husky's set-up: hooks in a workspace directory any sandbox that writes the workspace can
     # change, which a granted `git commit` on the host then runs.
-    from codecoder.runtime.kernel.ceiling import EnvironmentTag
-    from codecoder.runtime.permissions.keys import CallSite
-    from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.permissions.keys import CallSite
+    from codecoder.tools.execute import RunCommand, RunCommandParameters
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

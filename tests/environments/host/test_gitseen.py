@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from codecoder.environments.host.gitseen import GitGuard, parse_git_config, repository_state
-from codecoder.runtime.interfaces.hooks import HookOptions, handle
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed
-from codecoder.runtime.permissions.prompt import fixed
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed
+from codecoder.interfaces.hooks import HookOptions, handle
+from codecoder.permissions.prompt import fixed
+from codecoder.session import Runtime
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -134,7 +134,7 @@ def test_what_the_human_accepts_runs_again(repo: Path, tmp_path: Path) -> None:
         assert isinstance(runner.run("git status").error, ExecutionFailed)
         env = {k: v for k, v in os.environ.items() if k != "CI"}
         shown = subprocess.run(
-            [sys.executable, "-m", "codecoder.runtime", "trust", "--git", "--show", "--json"],
+            [sys.executable, "-m", "codecoder", "trust", "--git", "--show", "--json"],
             cwd=repo,
             capture_output=True,
             text=True,
@@ -146,7 +146,7 @@ def test_what_the_human_accepts_runs_again(repo: Path, tmp_path: Path) -> None:
             + f"({repository_state(repo, '.git').hooks['.git/hooks/pre-commit'][:16]}…)"
         ]
         accepted = subprocess.run(
-            [sys.executable, "-m", "codecoder.runtime", "trust", "--git", "--yes"],
+            [sys.executable, "-m", "codecoder", "trust", "--git", "--yes"],
             cwd=repo,
             capture_output=True,
             text=True,

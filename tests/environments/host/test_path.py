@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from codecoder.environments.host.path import host_path, locate, sandbox_writable
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.permissions.keys import CallSite
-from codecoder.runtime.permissions.prompt import AskRequest, render
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.execute import RunCommand, RunCommandParameters
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.permissions.keys import CallSite
+from codecoder.permissions.prompt import AskRequest, render
+from codecoder.session import Runtime
+from codecoder.tools.execute import RunCommand, RunCommandParameters
 from tests.conftest import RecordingAsker
 
 REAL_GIT = shutil.which("git")
@@ -94,7 +94,7 @@ def test_a_session_grant_for_the_program_name_does_not_run_the_planted_one(
 def test_decide_and_the_hooks_see_the_key_the_call_would_get(project: Path, hijacked: Path) -> None:
     # `codecoder decide` and the hooks for other agents answer from `evaluate`: a host agent
     # that runs `git status` through its own shell would find the planted git too.
-    from codecoder.runtime.evaluation import evaluate
+    from codecoder.evaluation import evaluate
 
     with (
         Runtime(project, audit_log=None, bindings=ON_HOST) as runtime,

@@ -15,15 +15,15 @@ import pytest
 
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import (
     Cancelled,
     ExecutionFailed,
     ExecutionTimeout,
     OutOfMemory,
 )
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.files import ConfinedFiles, run_wasm_preopens
+from codecoder.session import Runtime
+from codecoder.tools.files import ConfinedFiles, run_wasm_preopens
 from tests.conftest import RecordingAsker
 
 PROBE = Path(__file__).resolve().parents[3] / "sandboxes" / "escapes" / "probe.wasm"

@@ -19,7 +19,7 @@ import wasmtime
 
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
-from codecoder.runtime.kernel.errors import (
+from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     ExecutionFailed,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codecoder.runtime.config.projectfile import Diagnostic
-from codecoder.runtime.permissions.prompt import non_interactive
-from codecoder.runtime.session import Runtime
+from codecoder.config.projectfile import Diagnostic
+from codecoder.permissions.prompt import non_interactive
+from codecoder.session import Runtime
 from tests.conftest import write_config
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from codecoder.config.trust import TrustState
 from codecoder.environments.bwrap.settings import BwrapSettings
-from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.session import Runtime
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 SECTION = {"bwrap": {"home": ["~/.m2", ".cache/pip"], "env": ["MY_APP_*", "CARGO_HOME"]}}

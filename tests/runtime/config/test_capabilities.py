@@ -16,25 +16,25 @@ from typing import Any
 
 import pytest
 
-from codecoder.environments.base import CommandRequest, CommandResult
-from codecoder.environments.mock import MockEnvironment
-from codecoder.environments.shell import ShellEnvironment
-from codecoder.runtime.config.capabilities import (
+from codecoder.config.capabilities import (
     capability_digest,
     is_approved,
     load_capability,
 )
-from codecoder.runtime.config.projectfile import Diagnostic
-from codecoder.runtime.interfaces.schemas import export
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import (
+from codecoder.config.projectfile import Diagnostic
+from codecoder.environments.base import CommandRequest, CommandResult
+from codecoder.environments.mock import MockEnvironment
+from codecoder.environments.shell import ShellEnvironment
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import (
     CeilingViolation,
     DeniedByUser,
     ExecutionFailed,
     InvalidArguments,
 )
-from codecoder.runtime.session import Runtime
+from codecoder.interfaces.schemas import export
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,7 +100,7 @@ def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"  # @wasm needs no Docker engine
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,
@@ -854,7 +854,7 @@ def anyio_backend() -> str:
 async def test_capabilities_appear_in_the_mcp_tool_list_after_a_reload(project: Path) -> None:
     from mcp import Client
 
-    from codecoder.runtime.interfaces.mcp_server import ToolServer
+    from codecoder.interfaces.mcp_server import ToolServer
 
     runtime = Runtime(project, asker=RecordingAsker())
     tool_server = ToolServer(runtime, log=open(os.devnull, "w"))  # noqa: SIM115

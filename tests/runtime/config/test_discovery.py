@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.config.discovery import FoundBy, ProjectPlace, find_project
+from codecoder.config.discovery import FoundBy, ProjectPlace, find_project
 from tests.conftest import write_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -22,7 +22,7 @@ DENY_TOUCH = {"deny": ["run_command:touch"]}
 def codecoder(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=cwd,
         input=stdin,
         capture_output=True,

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.config.projectfile import (
+from codecoder.config.projectfile import (
     AllowEntry,
     Binding,
     DenyEntry,
     Diagnostic,
     ProjectFile,
 )
-from codecoder.runtime.config.reading import load_project_file
-from codecoder.runtime.config.writing import add_allow_entry, remove_allow_entry
-from codecoder.runtime.kernel.errors import ConfigError
+from codecoder.config.reading import load_project_file
+from codecoder.config.writing import add_allow_entry, remove_allow_entry
+from codecoder.foundation.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -885,7 +885,7 @@ def test_a_later_grant_removes_stale_temporary_files_and_nothing_else(tmp_path: 
 GRANTER = """
 import sys
 from pathlib import Path
-from codecoder.runtime.config.writing import add_allow_entry
+from codecoder.config.writing import add_allow_entry
 
 path, name, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)
@@ -897,7 +897,7 @@ for i in range(count):
 ENDLESS_GRANTER = """
 import sys
 from pathlib import Path
-from codecoder.runtime.config.writing import add_allow_entry
+from codecoder.config.writing import add_allow_entry
 
 path, name = Path(sys.argv[1]), sys.argv[2]
 i = 0

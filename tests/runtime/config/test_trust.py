@@ -13,20 +13,20 @@ from typing import Any
 
 import pytest
 
+from codecoder.config import trust
+from codecoder.config.project import load_project
+from codecoder.config.reading import user_file_path
+from codecoder.config.schema import ProjectFileModel
+from codecoder.config.settings import WebSettings
+from codecoder.config.trust import TrustState
+from codecoder.config.untrusted import SECTIONS
+from codecoder.config.writing import add_allow_entry
 from codecoder.environments.docker.settings import DockerSettings
-from codecoder.runtime.config import trust
-from codecoder.runtime.config.project import load_project
-from codecoder.runtime.config.reading import user_file_path
-from codecoder.runtime.config.schema import ProjectFileModel
-from codecoder.runtime.config.settings import WebSettings
-from codecoder.runtime.config.trust import TrustState
-from codecoder.runtime.config.untrusted import SECTIONS
-from codecoder.runtime.config.writing import add_allow_entry
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer, Source
-from codecoder.runtime.kernel.errors import DeniedByUser
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer, Source
+from codecoder.foundation.errors import DeniedByUser
+from codecoder.session import Runtime
+from codecoder.tools.catalogue import builtin_tools
 from tests.conftest import RecordingAsker, echo_handler, trust_project, write_config
 
 HOSTILE = {
@@ -56,7 +56,7 @@ def runtime(project: Path, asker: Any = None, **kw: Any) -> Runtime:
 def codecoder(*args: str, project: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args, "--project", str(project)],
+        [sys.executable, "-m", "codecoder", *args, "--project", str(project)],
         input=stdin,
         capture_output=True,
         text=True,
@@ -396,7 +396,7 @@ def test_the_most_specific_web_entry_decides_and_a_deny_wins_a_tie(
 
 
 def _key(tool: str, program: str) -> Any:
-    from codecoder.runtime.permissions.commandkey import key_command
+    from codecoder.permissions.commandkey import key_command
 
     return key_command(f"{program} x").permission_key(tool)
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.trust import TrustState, read_record
+from codecoder.config.writing import add_allow_entry, remove_allow_entry
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.config.trust import TrustState, read_record
-from codecoder.runtime.config.writing import add_allow_entry, remove_allow_entry
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Source
-from codecoder.runtime.kernel.errors import DeniedByUser
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Source
+from codecoder.foundation.errors import DeniedByUser
+from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, echo_handler, write_config
 
 TRUSTED = {
@@ -35,7 +35,7 @@ TRUSTED = {
 def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args, "--project", str(project)],
+        [sys.executable, "-m", "codecoder", *args, "--project", str(project)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from codecoder.runtime.interfaces import decisiond
+from codecoder.interfaces.forkserver import protocol
 
 
 class Machine:
@@ -26,7 +26,7 @@ class Machine:
         self.env = {k: v for k, v in os.environ.items() if k not in ("CI", "CODECODER_DAEMON")}
         self.env["XDG_STATE_HOME"] = str(root / "state")
         self.env["XDG_CONFIG_HOME"] = str(root / "config")
-        self.directory = Path(decisiond.socket_directory(self.env))
+        self.directory = Path(protocol.socket_directory(self.env))
 
     def environment(self, daemon: bool = True, **env: str) -> dict[str, str]:
         environment = {**self.env, **env}
@@ -35,7 +35,7 @@ class Machine:
         return environment
 
     def command(self, *args: str, prefix: Sequence[str] = ()) -> list[str]:
-        return [*prefix, sys.executable, "-m", "codecoder.runtime", *args]
+        return [*prefix, sys.executable, "-m", "codecoder", *args]
 
     def run(
         self,
@@ -124,7 +124,7 @@ def address(path: Path) -> Iterator[str]:
     """An AF_UNIX address for `path`, however long, as the client and server make it."""
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield decisiond.address(str(path.parent), path.stem, fd)
+        yield protocol.address(str(path.parent), path.stem, fd)
     finally:
         os.close(fd)
 
@@ -134,8 +134,8 @@ def request(
 ) -> list[dict[str, Any]]:
     """Speak the server's protocol directly, as any process of the user could: every message
     until the connection closes."""
-    ident = ident or decisiond.identity()
-    name = decisiond.socket_name(ident)
+    ident = ident or protocol.identity()
+    name = protocol.socket_name(ident)
     with (
         socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock,
         address(machine.directory / f"{name}.sock") as where,

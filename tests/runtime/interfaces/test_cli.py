@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
 from tests.conftest import trust_project, write_config
 
 SEED = (
@@ -30,7 +30,7 @@ SEED = (
 def codecoder(*args: str, project: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         input=stdin,
         capture_output=True,
@@ -442,7 +442,7 @@ def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     call = ["call", "run_command", json.dumps({"command": command}), "--answer", "once"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "codecoder.runtime", *call, "--project", str(project)],
+        [sys.executable, "-m", "codecoder", *call, "--project", str(project)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -469,7 +469,7 @@ def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
 def test_the_progress_line_writes_nothing_for_a_call_that_reports_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from codecoder.runtime.interfaces.cli import ProgressLine
+    from codecoder.interfaces.cli import ProgressLine
 
     quiet = ProgressLine()
     quiet.clear()
@@ -738,8 +738,8 @@ def test_allow_takes_a_key_escaped_as_answers_record_it_and_refuses_real_wildcar
 
 
 def test_answer_takes_every_choice_the_prompt_can_offer() -> None:
-    from codecoder.runtime.interfaces.cli.grammar import ANSWERS
-    from codecoder.runtime.kernel.decision import Answer
+    from codecoder.foundation.decision import Answer
+    from codecoder.interfaces.cli.grammar import ANSWERS
 
     assert tuple(answer.value for answer in Answer) == ANSWERS
 

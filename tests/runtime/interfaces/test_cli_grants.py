@@ -20,7 +20,7 @@ import pexpect
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from codecoder.runtime.interfaces.livegrants import live_sessions, sessions_directory
+from codecoder.interfaces.livegrants import live_sessions, sessions_directory
 from tests.conftest import write_config
 from tests.runtime.interfaces.test_cli import as_json, codecoder
 from tests.runtime.interfaces.test_hooks import answer, claude
@@ -48,7 +48,7 @@ def grants_of(project: Path, source: str) -> list[tuple[str, str]]:
 @asynccontextmanager
 async def server(project: Path, human: Human, *allow: str) -> AsyncIterator[ClientSession]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    args = ["-m", "codecoder.runtime", "serve", "--project", str(project)]
+    args = ["-m", "codecoder", "serve", "--project", str(project)]
     for key in allow:
         args += ["--allow", key]
     parameters = StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO), env=env)
@@ -65,7 +65,7 @@ def session_in_terminal(project: Path) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", "session", "--project", str(project)],
+        ["-m", "codecoder", "session", "--project", str(project)],
         cwd=str(project),
         env=env,
         encoding="utf-8",

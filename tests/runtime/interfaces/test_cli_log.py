@@ -12,8 +12,8 @@ from typing import Any
 
 import pexpect
 
-from codecoder.runtime.interfaces.cli.log import parse_when
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
+from codecoder.interfaces.cli.log import parse_when
 from tests.runtime.interfaces.test_cli import codecoder
 
 
@@ -96,8 +96,8 @@ def test_log_filters_by_tool_decision_outcome_and_time(project: Path) -> None:
 
 
 def test_log_filters_by_every_source_a_decision_can_have() -> None:
-    from codecoder.runtime.interfaces.cli.grammar import SOURCES
-    from codecoder.runtime.kernel.decision import Source
+    from codecoder.foundation.decision import Source
+    from codecoder.interfaces.cli.grammar import SOURCES
 
     assert tuple(source.value for source in Source) == SOURCES
 
@@ -135,7 +135,7 @@ def test_log_follow_shows_new_calls_as_they_come_until_ctrl_c(project: Path) -> 
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", "log", "--follow", "--tool", "run_command"],
+        ["-m", "codecoder", "log", "--follow", "--tool", "run_command"],
         cwd=str(project),
         env=env,
         encoding="utf-8",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.kernel.decision import ANSWER_NAMES, Answer
+from codecoder.foundation.decision import ANSWER_NAMES, Answer
 from tests.conftest import write_config
 from tests.runtime.interfaces.test_cli import as_json, codecoder
 

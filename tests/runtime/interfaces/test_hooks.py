@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.interfaces.hooks import HookSessions, map_call
+from codecoder.interfaces.hooks import HookSessions, map_call
 from tests.conftest import write_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,7 +38,7 @@ def hook(
 ) -> Any:
     env = {**{k: v for k, v in os.environ.items() if k != "CI"}, **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "hook", host, "--project", str(project), *args],
+        [sys.executable, "-m", "codecoder", "hook", host, "--project", str(project), *args],
         input=event if isinstance(event, str) else json.dumps(event),
         capture_output=True,
         text=True,
@@ -375,7 +375,7 @@ def exec_rewritten(command: str, project: Path) -> subprocess.CompletedProcess[s
     assert words[:2] == ["codecoder", "exec"]
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *words[1:]],
+        [sys.executable, "-m", "codecoder", *words[1:]],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.interfaces.hooks import HookOptions, handle
+from codecoder.interfaces.hooks import HookOptions, handle
 from tests.conftest import write_config
 
 REPO = Path(__file__).resolve().parents[3]
@@ -153,7 +153,7 @@ def test_codecoders_own_write_tools_grant_an_agents_settings_only_once(project: 
 
     def call(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "codecoder.runtime", "call", *args, "--project", str(project)],
+            [sys.executable, "-m", "codecoder", "call", *args, "--project", str(project)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -230,7 +230,7 @@ def test_the_real_hook_denies_a_metadata_fetch_and_a_settings_write(project: Pat
         ("Write", {"file_path": str(project / ".claude" / "settings.json"), "content": "{}"}),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "codecoder.runtime", "hook", "claude-code", "--non-interactive"],
+            [sys.executable, "-m", "codecoder", "hook", "claude-code", "--non-interactive"],
             input=json.dumps({**event("claude-code", tool, tool_input), "cwd": str(project)}),
             capture_output=True,
             text=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pexpect
 
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
 from tests.conftest import write_config
 
 PROMPT = "codecoder> "
@@ -31,7 +31,7 @@ def start(project: Path, *, contained: bool = False) -> tuple[pexpect.spawn, io.
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", "session", "--project", str(project)],
+        ["-m", "codecoder", "session", "--project", str(project)],
         cwd=str(project),
         env=env,
         encoding="utf-8",

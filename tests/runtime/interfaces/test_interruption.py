@@ -44,7 +44,7 @@ def helper_threads(pid: int) -> list[int]:
 BLOCKED_MAIN = textwrap.dedent(
     """
     import os, sys, threading, time
-    from codecoder.runtime.interfaces.interruption import Terminated, interruptible
+    from codecoder.interfaces.interruption import Terminated, interruptible
     started = threading.Event()
     def helper():
         started.set()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pexpect
 
-from codecoder.runtime.kernel.state import project_state_directory
+from codecoder.foundation.state import project_state_directory
 
 TICKS = "for i in $(seq 1 40); do echo tick $i; echo $i > ticks; sleep 0.25; done"
 
@@ -26,7 +26,7 @@ def spawn(project: Path, *args: str) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", *args, "--project", str(project)],
+        ["-m", "codecoder", *args, "--project", str(project)],
         cwd=str(project),
         env=env,
         encoding="utf-8",
@@ -100,7 +100,7 @@ def test_interrupted_with_its_output_in_a_pipe_the_output_so_far_is_still_writte
     for as_json in (False, True):
         (project / "ticks").unlink(missing_ok=True)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "codecoder.runtime", *call_args(TICKS)]
+            [sys.executable, "-m", "codecoder", *call_args(TICKS)]
             + (["--json"] if as_json else []),
             cwd=project,
             stdout=subprocess.PIPE,
@@ -143,7 +143,7 @@ def test_a_command_killed_at_its_deadline_prints_its_output_so_far_before_the_er
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     command = json.dumps({"command": "echo started; sleep 30", "timeout": 1})
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", "call", "run_command", command, *ONCE_JSON],
+        [sys.executable, "-m", "codecoder", "call", "run_command", command, *ONCE_JSON],
         cwd=project,
         capture_output=True,
         text=True,

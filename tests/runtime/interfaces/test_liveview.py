@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from codecoder.runtime.interfaces.liveview import TerminalView
+from codecoder.interfaces.liveview import TerminalView
 
 
 def shown(pieces: list[tuple[str, bytes]], limit: int = 64 * 1024) -> tuple[str, str]:

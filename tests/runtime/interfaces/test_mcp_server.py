@@ -29,7 +29,10 @@ from mcp.client.session import ClientRequestContext, ElicitationFnT
 from pydantic import Field
 
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.interfaces.mcp_server import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.state import project_state_directory
+from codecoder.interfaces.mcp_server import (
     ToolServer,
     elicitation_message,
     elicitation_schema,
@@ -37,14 +40,11 @@ from codecoder.runtime.interfaces.mcp_server import (
     permission_required_message,
     pid_directory,
 )
-from codecoder.runtime.interfaces.schemas import input_schema
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.state import project_state_directory
-from codecoder.runtime.permissions.keys import Permission, PermissionKey
-from codecoder.runtime.permissions.prompt import AskRequest, non_interactive
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.interfaces.schemas import input_schema
+from codecoder.permissions.keys import Permission, PermissionKey
+from codecoder.permissions.prompt import AskRequest, non_interactive
+from codecoder.session import Runtime
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 from tests.conftest import echo_handler, write_config
 
 pytestmark = pytest.mark.anyio
@@ -92,7 +92,7 @@ def server_parameters(project: Path) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "codecoder.runtime", "serve", "--project", str(project)],
+        args=["-m", "codecoder", "serve", "--project", str(project)],
         cwd=str(REPO),
         env=env,
     )
@@ -416,7 +416,7 @@ def wait_for(path: Path, text: str, timeout: float = 20) -> str:
 def codecoder(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -514,7 +514,7 @@ async def test_the_pid_file_lives_as_long_as_the_server(project: Path) -> None:
 def test_sigterm_removes_the_pid_file_and_the_server_dies_of_it(project: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "codecoder.runtime", "serve", "--project", str(project)],
+        [sys.executable, "-m", "codecoder", "serve", "--project", str(project)],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

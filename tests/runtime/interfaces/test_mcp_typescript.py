@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.state import project_state_directory
-from codecoder.runtime.session import Runtime
+from codecoder.foundation.state import project_state_directory
+from codecoder.session import Runtime
 
 REPO = Path(__file__).resolve().parents[3]
 CLIENT = REPO / "tests" / "mcp_client"

@@ -1,5 +1,5 @@
 """A served command runs with its client's confinement, never the server's
-(`runtime.interfaces.peercontext`): clients in another namespace, cgroup, with other limits,
+(`interfaces.forkserver.peercontext`): clients in another namespace, cgroup, with other limits,
 niceness, CPU set, capabilities, groups or no_new_privs get a server of their own context or
 run the command themselves; a client that speaks to a server of another context, hands its
 connection to another process, or has a seccomp filter is not run tools for. A command
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.interfaces import decisiond, peercontext
+from codecoder.interfaces.forkserver import peercontext, protocol
 from tests.runtime.interfaces.served import Machine, wait_until
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to confine a process")
@@ -249,8 +249,8 @@ def _ancestors(pid: int) -> list[int]:
 def _speak(machine: Machine, prefix: tuple[str, ...], script: str) -> list[dict[str, object]]:
     """Run `script` in a client confined by `prefix`, with the plain context's server name
     and identity; the server's first message to each request it sends."""
-    ident = decisiond.identity()
-    name = decisiond.socket_name(ident)
+    ident = protocol.identity()
+    name = protocol.socket_name(ident)
     preamble = f"""
 import json, os, socket, sys, time
 directory = os.open({str(machine.directory)!r}, os.O_RDONLY | os.O_DIRECTORY)
@@ -383,7 +383,7 @@ program = Program(1, ctypes.pointer(allow))
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
 assert libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
-os.execv(sys.executable, [sys.executable, "-m", "codecoder.runtime", *sys.argv[1:]])
+os.execv(sys.executable, [sys.executable, "-m", "codecoder", *sys.argv[1:]])
 """
 
 

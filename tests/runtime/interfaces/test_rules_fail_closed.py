@@ -83,7 +83,7 @@ def broken(request: pytest.FixtureRequest, project: Path) -> tuple[Path, str, st
 def codecoder(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=cwd,
         input=stdin,
         capture_output=True,

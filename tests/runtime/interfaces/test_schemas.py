@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from codecoder.runtime.interfaces.schemas import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import UsageError
+from codecoder.interfaces.schemas import (
     anthropic_tool,
     export,
     input_schema,
     mcp_tool,
     openai_tool,
 )
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import UsageError
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Category, Parameters, ToolDefinition
+from codecoder.session import Runtime
+from codecoder.tools.base import Category, Parameters, ToolDefinition
 
 API_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -170,7 +170,7 @@ def test_a_name_an_api_rejects_is_refused_with_the_rule() -> None:
 def codecoder(*args: str, project: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args, "--project", str(project)],
+        [sys.executable, "-m", "codecoder", *args, "--project", str(project)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -251,9 +251,9 @@ def test_strict_exports_are_valid_sdk_types_and_strict_where_they_can_be(project
 def test_an_optional_field_becomes_required_and_nullable_and_null_means_the_default(
     project: Path,
 ) -> None:
-    from codecoder.runtime.dispatcher import validate_arguments
-    from codecoder.runtime.interfaces.schemas import openai_responses_tool
-    from codecoder.runtime.tools.catalogue import builtin_tools
+    from codecoder.dispatcher import validate_arguments
+    from codecoder.interfaces.schemas import openai_responses_tool
+    from codecoder.tools.catalogue import builtin_tools
 
     grep = builtin_tools()["grep"]
     tool = openai_responses_tool(grep.definition(), strict=True)
@@ -268,7 +268,7 @@ def test_an_optional_field_becomes_required_and_nullable_and_null_means_the_defa
 
 
 def test_a_schema_that_must_stay_open_is_refused_by_strict_schema() -> None:
-    from codecoder.runtime.interfaces.schemas import strict_schema
+    from codecoder.interfaces.schemas import strict_schema
 
     with pytest.raises(UsageError, match="free-form"):
         strict_schema(

@@ -14,8 +14,8 @@ from typing import Any
 import pexpect
 import pytest
 
-from codecoder.runtime.config.reading import load_project_file
-from codecoder.runtime.tools.names import BUILTIN_TOOL_NAMES
+from codecoder.config.reading import load_project_file
+from codecoder.tools.names import BUILTIN_TOOL_NAMES
 
 NO_ENGINE = "unix:///nonexistent/docker.sock"
 JEST = '{"scripts": {"test": "jest"}}'
@@ -24,7 +24,7 @@ JEST = '{"scripts": {"test": "jest"}}'
 def codecoder(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "CI"} | env
     return subprocess.run(
-        [sys.executable, "-m", "codecoder.runtime", *args],
+        [sys.executable, "-m", "codecoder", *args],
         cwd=project,
         capture_output=True,
         text=True,

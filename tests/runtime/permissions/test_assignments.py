@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from codecoder.runtime.permissions.assignments import HARMLESS, split_assignments
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import PermissionKey
-from codecoder.runtime.permissions.patterns import KeyPattern
+from codecoder.permissions.assignments import HARMLESS, split_assignments
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import PermissionKey
+from codecoder.permissions.patterns import KeyPattern
 
 
 def key(command: str) -> PermissionKey:

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codecoder.runtime.permissions.commandkey import (
+from codecoder.permissions.commandkey import (
     CommandKey,
     key_command,
     mentions_protected_path,
 )
-from codecoder.runtime.permissions.keys import DenyView, GrantLevel, KeyStyle, PermissionKey
+from codecoder.permissions.keys import DenyView, GrantLevel, KeyStyle, PermissionKey
 
 # (command, compound, raw key of a simple command or None for compound, argv or None)
 CORPUS: list[tuple[str, bool, str | None, tuple[str, ...] | None]] = [

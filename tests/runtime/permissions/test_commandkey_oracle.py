@@ -24,7 +24,7 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from codecoder.runtime.permissions.commandkey import key_command
+from codecoder.permissions.commandkey import key_command
 
 PROGRAMS = ("git", "ls", "cargo", "make", "npm", "find", "prog1", "prog2")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from codecoder.runtime.permissions.allowlist import Grant, ProjectAllowlist
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import KeyStyle
-from codecoder.runtime.permissions.patterns import KeyPattern
+from codecoder.permissions.allowlist import Grant, ProjectAllowlist
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import KeyStyle
+from codecoder.permissions.patterns import KeyPattern
 
 INLINE_CODE_RUNNERS = [
     # timeit runs the statements it is given, and its -s setup code.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import DenyView
-from codecoder.runtime.permissions.programs.host import needs_host
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import DenyView
+from codecoder.permissions.programs.host import needs_host
 
 READ_ONLY_LINES = [
     ("cat README.md | head -5", "cat, head"),

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from codecoder.runtime.dispatcher import validate_arguments
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.keys import KeyStyle, PermissionKey
-from codecoder.runtime.permissions.patterns import (
+from codecoder.dispatcher import validate_arguments
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.keys import KeyStyle, PermissionKey
+from codecoder.permissions.patterns import (
     KeyPattern,
     PatternError,
     PatternIndex,
     never_matches,
 )
-from codecoder.runtime.tools.catalogue import builtin_tools
+from codecoder.tools.catalogue import builtin_tools
 
 TOOLS = builtin_tools()
 

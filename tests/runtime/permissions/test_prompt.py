@@ -11,11 +11,11 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.display import for_terminal, lookalikes, renders_blank, visible
-from codecoder.runtime.permissions.keys import GrantLevel
-from codecoder.runtime.permissions.prompt import AskRequest, render
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.display import for_terminal, lookalikes, renders_blank, visible
+from codecoder.permissions.keys import GrantLevel
+from codecoder.permissions.prompt import AskRequest, render
 from tests.conftest import write_config
 
 
@@ -64,7 +64,7 @@ def spawn(project: Path, command: str, environment: str = "@shell") -> pexpect.s
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     args = [
         "-m",
-        "codecoder.runtime",
+        "codecoder",
         "call",
         "run_command",
         json.dumps({"command": command}),
@@ -234,7 +234,7 @@ def test_a_padded_command_shows_its_payload_in_a_real_terminal(
 def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     command = "printf 'visible\\033[8mhidden\\033(0qq\\033[0m\\n'"
-    args = ["-m", "codecoder.runtime", "call", "run_command", json.dumps({"command": command})]
+    args = ["-m", "codecoder", "call", "run_command", json.dumps({"command": command})]
     child = pexpect.spawn(
         sys.executable,
         [*args, "--answer", "once"],
@@ -252,8 +252,8 @@ def test_call_output_on_a_terminal_cannot_restyle_or_hide_what_follows(project: 
 
 
 def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
-    from codecoder.runtime.interfaces.mcp_server import elicitation_schema
-    from codecoder.runtime.permissions.commandkey import key_command
+    from codecoder.interfaces.mcp_server import elicitation_schema
+    from codecoder.permissions.commandkey import key_command
 
     key = key_command("git status").permission_key()
     narrow, wide = key.levels
@@ -281,7 +281,7 @@ def call_in_terminal(project: Path, *args: str) -> pexpect.spawn:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", "call", *args],
+        ["-m", "codecoder", "call", *args],
         cwd=str(project),
         env=env,
         encoding="utf-8",
@@ -489,7 +489,7 @@ def colour_output(project: Path, **env: str) -> str:
     environ = {**{k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}, **env}
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "codecoder.runtime", "call", "run_command", command, "--answer", "once"],
+        ["-m", "codecoder", "call", "run_command", command, "--answer", "once"],
         cwd=str(project),
         env=environ,
         encoding="utf-8",

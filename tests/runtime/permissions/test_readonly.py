@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from codecoder.runtime.permissions.commandkey import key_command
-from codecoder.runtime.permissions.programs.readonly import why_not_filter, why_not_read_only
+from codecoder.permissions.commandkey import key_command
+from codecoder.permissions.programs.readonly import why_not_filter, why_not_read_only
 
 # What agents run to look around, as Claude Code and Codex sessions show them.
 READ_ONLY = [

@@ -13,14 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from codecoder.config.settings import AgentSettings
 from codecoder.environments.mock import MockEnvironment
-from codecoder.runtime.config.settings import AgentSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed, InvalidArguments
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.agent import (
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed, InvalidArguments
+from codecoder.permissions.keys import Permission
+from codecoder.session import Runtime
+from codecoder.tools.agent import (
     AGENT_TOOLS,
     CHILD_INSTRUCTIONS,
     CHILD_TOOLSET,
@@ -32,17 +32,17 @@ from codecoder.runtime.tools.agent import (
     memory_path,
     state_directory,
 )
-from codecoder.runtime.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.runtime.tools.catalogue import builtin_tools
-from codecoder.runtime.tools.drivers import (
+from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.catalogue import builtin_tools
+from codecoder.tools.drivers import (
     Message,
     ModelTurn,
     OpenAIChatDriver,
     ScriptedDriver,
     ToolCall,
 )
-from codecoder.runtime.tools.git import GIT_TOOLS
-from codecoder.runtime.tools.web import WEB_TOOLS
+from codecoder.tools.git import GIT_TOOLS
+from codecoder.tools.web import WEB_TOOLS
 from tests.conftest import write_config
 from tests.runtime.tools.loopback import LoopbackServer, Reply, Request
 
@@ -526,8 +526,8 @@ def test_a_damaged_memory_file_is_reported_and_never_overwritten(
 
 def test_notes_written_by_processes_at_once_all_land(project: Path, tmp_path: Path) -> None:
     script = (
-        "import sys; from pathlib import Path; from codecoder.runtime.session import Runtime; "
-        "from codecoder.runtime.tools.agent import Memory; "
+        "import sys; from pathlib import Path; from codecoder.session import Runtime; "
+        "from codecoder.tools.agent import Memory; "
         "r = Runtime(Path(sys.argv[1]), audit_log=None, tools={'memory': Memory()}); "
         "o = r.session().call('memory', {'action': 'write', 'key': sys.argv[2], 'content': 'x'}); "
         "o.unwrap()"

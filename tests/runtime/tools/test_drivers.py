@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.kernel.errors import CodecoderError, ExecutionFailed, ExecutionTimeout
-from codecoder.runtime.tools.drivers import (
+from codecoder.foundation.errors import CodecoderError, ExecutionFailed, ExecutionTimeout
+from codecoder.tools.drivers import (
     Message,
     ModelTurn,
     OpenAIChatDriver,

@@ -20,11 +20,11 @@ from pydantic import ValidationError
 
 from codecoder.environments.landlock import LandlockEnvironment, unavailable_reason
 from codecoder.environments.wasm.environment import WasmEnvironment
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.errors import ExecutionFailed, SandboxUnavailable
-from codecoder.runtime.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
-from codecoder.runtime.tools.base import Category, ToolContext, ToolResult
-from codecoder.runtime.tools.files import FILE_TOOLS, limits, run_wasm_preopens
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
+from codecoder.tools.base import Category, ToolContext, ToolResult
+from codecoder.tools.files import FILE_TOOLS, limits, run_wasm_preopens
 
 TOOLS = {tool.name: tool for tool in FILE_TOOLS}
 FILEOPS = Path(__file__).resolve().parents[3] / "sandboxes" / "fileops" / "fileops.wasm"

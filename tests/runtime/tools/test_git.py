@@ -13,13 +13,13 @@ import pytest
 from dulwich import porcelain
 from dulwich.objects import Blob
 
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed, InvalidArguments
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Category
-from codecoder.runtime.tools.git import GIT_TOOLS
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed, InvalidArguments
+from codecoder.permissions.keys import Permission
+from codecoder.session import Runtime
+from codecoder.tools.base import Category
+from codecoder.tools.git import GIT_TOOLS
 
 AUTHOR = b"Ada Lovelace <ada@example.org>"
 T0 = 1_700_000_000  # 2023-11-14T22:13:20Z
@@ -593,7 +593,7 @@ def test_a_directory_swapped_for_a_symlink_mid_call_is_never_followed(
 
 def test_hard_links_inside_the_workspace_show_their_own_content(tracked: Path) -> None:
     # A sandbox can link only files already in the workspace (the mount and the WASI preopen
-    # stop links from outside; see runtime.kernel.confined): what a link shows was already visible.
+    # stop links from outside; see foundation.openbeneath): what a link shows was already visible.
     (tracked / "top.txt").unlink()
     os.link(tracked / "src" / "a.txt", tracked / "top.txt")
 

@@ -35,9 +35,9 @@ CALL = textwrap.dedent(
     """
     import json, resource, sys
     from pathlib import Path
-    from codecoder.runtime.session import Runtime
-    from codecoder.runtime.tools import gitread
-    from codecoder.runtime.tools.git import GIT_TOOLS
+    from codecoder.session import Runtime
+    from codecoder.tools import gitread
+    from codecoder.tools.git import GIT_TOOLS
 
     root, tool = Path(sys.argv[1]), sys.argv[2]
     args, limits = json.loads(sys.argv[3]), json.loads(sys.argv[4])

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from codecoder.runtime.config.projectfile import Diagnostic
-from codecoder.runtime.config.settings import WebSettings
-from codecoder.runtime.kernel.ceiling import EnvironmentTag
-from codecoder.runtime.kernel.decision import Answer
-from codecoder.runtime.kernel.errors import ExecutionFailed, ExecutionTimeout, InvalidArguments
-from codecoder.runtime.kernel.hosts import address_refusal, system_resolver
-from codecoder.runtime.permissions.keys import Permission
-from codecoder.runtime.session import Runtime
-from codecoder.runtime.tools.base import Category
-from codecoder.runtime.tools.web import (
+from codecoder.config.projectfile import Diagnostic
+from codecoder.config.settings import WebSettings
+from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.foundation.errors import ExecutionFailed, ExecutionTimeout, InvalidArguments
+from codecoder.foundation.hosts import address_refusal, system_resolver
+from codecoder.permissions.keys import Permission
+from codecoder.session import Runtime
+from codecoder.tools.base import Category
+from codecoder.tools.web import (
     WEB_TOOLS,
     GitHubSearch,
     GuardedHttp,

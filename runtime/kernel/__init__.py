@@ -1,6 +1,0 @@
-"""The kernel both `codecoder.runtime` and `codecoder.environments` stand on: the exception tree
-(`errors`), the environment tags and their ceilings (`ceiling`), the decision value
-(`decision`), protected paths (`protected`), reads beneath a directory (`confined`), the state
-and configuration directories (`state`), atomic file replacement (`atomicfile`), what a person
-is shown (`display`), and the address rules shared by the web tools and the egress proxy
-(`hosts`). It imports nothing of codecoder above it."""
