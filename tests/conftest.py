@@ -1,9 +1,28 @@
-"""Fixtures shared by the tests: a project directory, a runtime on mock environments, askers."""
+"""Fixtures shared by the tests: a machine of each test's own, a project directory, a runtime on
+mock environments, askers.
+
+Every test, in every pytest-xdist worker, runs on a machine of its own as far as codecoder can
+tell (`private_state_and_config`, `private_worker_machine`): its own state and configuration
+directories, decision and pool servers (they live in the state directory), TMPDIR and cache per
+worker, and nothing of the machine around it: git's and codecoder's search for a project stops
+at the worker's temporary directory (GIT_CEILING_DIRECTORIES), so a foreign `.git` or
+`codecoder.json` above TMPDIR changes nothing, and the signal dispositions a parent left ignored
+(nohup, cron, a CI runner's background job) are back to the defaults, in the test process and
+so in every process it starts.
+
+The markers (`docs/development.md`): `docker` (a Docker engine and the sandbox image), `bwrap`
+(real bubblewrap sandboxes), `agents` (the real agent CLIs from npm), `serial` (runs while no
+other test runs: give the reason). `make test-fast` runs what none of the first three marks.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Callable
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +52,93 @@ class RecordingAsker:
 def echo_handler(request: CommandRequest) -> CommandResult:
     shown = " ".join(request.argv) if request.argv is not None else f"bash: {request.script}"
     return CommandResult(exit_code=0, stdout=shown + "\n", stderr="", duration=0.001)
+
+
+MARKERS = {
+    "docker": "needs a running Docker engine and the codecoder-sandbox image",
+    "bwrap": "runs commands in real bubblewrap sandboxes",
+    "agents": "drives the real agent CLIs (Claude Code, Gemini CLI, Codex) from npm",
+    "serial": "serial(reason): runs while no other test of the run does",
+}
+# What the parent may have left ignored that Python itself ignores too (it restores them in
+# every child it starts).
+_PYTHON_IGNORES = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    restore_default_signal_dispositions()
+
+
+def restore_default_signal_dispositions() -> None:
+    """Every signal a parent left ignored or blocked (nohup ignores SIGHUP, a shell's
+    background job SIGINT and SIGQUIT) back to its default: SIGINT raises KeyboardInterrupt
+    again, and the processes the tests start (which inherit ignored signals, never handlers)
+    meet Ctrl-C, SIGHUP and SIGQUIT as they would from a terminal."""
+    for number in signal.valid_signals():
+        if number in (signal.SIGKILL, signal.SIGSTOP) or number in _PYTHON_IGNORES:
+            continue
+        try:
+            ignored = signal.getsignal(number) is signal.SIG_IGN
+        except (OSError, ValueError):
+            continue
+        if ignored:
+            default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+            signal.signal(number, default)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_worker_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The temporary directory of this pytest process (one per xdist worker): TMPDIR and the
+    cache are in it, and no search for a project goes above it."""
+    base = tmp_path_factory.getbasetemp()
+    scratch = base / "tmp"
+    scratch.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(scratch))
+        patch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+        patch.setenv("XDG_CACHE_HOME", str(base / "cache"))
+        patch.setenv("GIT_CEILING_DIRECTORIES", str(base))
+        for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"):
+            patch.delenv(name, raising=False)
+        yield base
+
+
+@pytest.fixture(scope="session")
+def _alone_lock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    """Two locks every worker of the run shares (in the run's own temporary directory): the
+    gate, taken briefly before a test starts, and the run lock, held shared by every test and
+    exclusively by a `serial` one. A serial test holds the gate until it has the run lock, so
+    tests that start meanwhile wait rather than starve it."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    gate = os.open(root / "serial.gate", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    run = os.open(root / "serial.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    yield gate, run
+    os.close(gate)
+    os.close(run)
+
+
+@pytest.fixture(autouse=True)
+def _serial_tests_run_alone(
+    request: pytest.FixtureRequest, _alone_lock: tuple[int, int]
+) -> Iterator[None]:
+    gate, run = _alone_lock
+    alone = request.node.get_closest_marker("serial") is not None
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        fcntl.flock(run, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)
