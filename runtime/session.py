@@ -52,7 +52,7 @@ from codecoder.config.capabilities import (
 from codecoder.config.project import PROJECT_FILE, ProjectConfig, load_project
 from codecoder.config.projectfile import Diagnostic
 from codecoder.config.writing import add_allow_entry
-from codecoder.dispatcher import CallOutcome, Dispatcher
+from codecoder.dispatcher import CallOutcome, Dispatcher, PreparedCall
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
@@ -424,6 +424,11 @@ class Session:
         outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress, output=output)
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    def prepare(self, tool: str, args: Any) -> PreparedCall:
+        """What `call(tool, args)` would run and under which decision, with nobody asked,
+        nothing run and nothing recorded (`Dispatcher.prepare`; `codecoder decide`)."""
+        return self._dispatcher.prepare(tool, args, ask=False)
 
     def grant(self, raw: str) -> PermissionKey:
         """Grant one key for this session before any call (`--allow KEY`): a session grant
