@@ -3,8 +3,8 @@ mock environments, askers.
 
 Every test, in every pytest-xdist worker, runs on a machine of its own as far as codecoder can
 tell (`private_state_and_config`, `private_worker_machine`): its own state and configuration
-directories, decision and pool servers (they live in the state directory), TMPDIR and cache per
-worker, and nothing of the machine around it: git's and codecoder's search for a project stops
+directories, decision and pool servers (they live in the state directory), TMPDIR per worker,
+and nothing of the machine around it: git's and codecoder's search for a project stops
 at the worker's temporary directory (GIT_CEILING_DIRECTORIES), so a foreign `.git` or
 `codecoder.json` above TMPDIR changes nothing, and the signal dispositions a parent left ignored
 (nohup, cron, a CI runner's background job) are back to the defaults, in the test process and
@@ -91,15 +91,16 @@ def restore_default_signal_dispositions() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_worker_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The temporary directory of this pytest process (one per xdist worker): TMPDIR and the
-    cache are in it, and no search for a project goes above it."""
+    """The temporary directory of this pytest process (one per xdist worker): TMPDIR is in it,
+    and no search for a project goes above it. (The cache stays the user's: the Wasm module
+    cache is safe to share, and the audit's bait home must lie outside /tmp, which a sandbox
+    replaces with its own.)"""
     base = tmp_path_factory.getbasetemp()
     scratch = base / "tmp"
     scratch.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(scratch))
         patch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
-        patch.setenv("XDG_CACHE_HOME", str(base / "cache"))
         patch.setenv("GIT_CEILING_DIRECTORIES", str(base))
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"):
             patch.delenv(name, raising=False)
