@@ -103,7 +103,8 @@ def forget_bwrap_works() -> None:
 def machine_key() -> dict[str, Any] | None:
     """What the probe's answer depends on: bubblewrap's binary (which file, which version of
     it), the confine helper (its digest), the kernel, the boot, the user-namespace switches,
-    the user and Landlock's ABI. None where there is no bubblewrap or helper to remember."""
+    the user, this process's confinement (`_process_context`) and Landlock's ABI. None where
+    there is no bubblewrap or helper to remember."""
     bwrap, helper = bwrap_binary(), confine_binary()
     if bwrap is None or helper is None:
         return None
@@ -131,8 +132,36 @@ def machine_key() -> dict[str, Any] | None:
         "boot": boot,
         "userns": switches,
         "uid": [os.getuid(), os.geteuid()],
+        "process": _process_context(),
         "landlock": landlock_abi(),
     }
+
+
+def _process_context() -> dict[str, str | None]:
+    """What of this process decides whether it may make namespaces: its capabilities (the
+    bounding set included), no_new_privs, its seccomp filters, its user and mount namespaces
+    and its security label. A client confined otherwise than the process that remembered
+    probes for itself."""
+    context: dict[str, str | None] = {}
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                name, _, value = line.partition(":")
+                if name.startswith("Cap") or name in ("NoNewPrivs", "Seccomp", "Seccomp_filters"):
+                    context[name] = value.strip()
+    except OSError:
+        context["status"] = None
+    for namespace in ("user", "mnt"):
+        try:
+            context[namespace] = os.readlink(f"/proc/self/ns/{namespace}")
+        except OSError:
+            context[namespace] = None
+    try:
+        with open("/proc/self/attr/current") as file:
+            context["label"] = file.read().strip("\0\n ")
+    except OSError:
+        context["label"] = None
+    return context
 
 
 def probe(bwrap: str | None = None) -> CommandSandbox:

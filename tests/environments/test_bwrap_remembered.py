@@ -143,3 +143,25 @@ def test_the_users_git_identity_follows_their_gitconfig(tmp_path: Path) -> None:
     (home / ".config" / "git").mkdir(parents=True)
     (home / ".config" / "git" / "config").write_text("[user]\n\tname = Xdg\n")
     assert _user_identity(environ) == {"name": '"Xdg"', "email": None}
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is missing")
+def test_a_process_confined_otherwise_does_not_believe_what_another_found() -> None:
+    # A client without the capabilities (or with no_new_privs, another namespace, another
+    # seccomp filter) may be unable to make the namespaces its parent could.
+    need_bwrap()
+    show = "import json; from codecoder.environments.bwrap.probe import machine_key as k; "
+    show += "print(json.dumps(k()))"
+    plain = subprocess.run(
+        [sys.executable, "-c", show], capture_output=True, text=True, check=True
+    ).stdout
+    confined = subprocess.run(
+        ["setpriv", "--no-new-privs", "--bounding-set", "-all", sys.executable, "-c", show],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert json.loads(plain)["process"] != json.loads(confined)["process"]
+    assert {k: v for k, v in json.loads(plain).items() if k != "process"} == {
+        k: v for k, v in json.loads(confined).items() if k != "process"
+    }
