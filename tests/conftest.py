@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable, Iterator
@@ -91,20 +92,25 @@ def restore_default_signal_dispositions() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_worker_machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The temporary directory of this pytest process (one per xdist worker): TMPDIR is in it,
-    and no search for a project goes above it. (The cache stays the user's: the Wasm module
-    cache is safe to share, and the audit's bait home must lie outside /tmp, which a sandbox
-    replaces with its own.)"""
+    """A TMPDIR of this pytest process's own (one per xdist worker), beside pytest's temporary
+    directory and like /tmp (sticky, open to every user: a test may hand a directory in it to
+    another user), removed at the end; no search for a project goes above either. (The cache
+    stays the user's: the Wasm module cache is safe to share, and the audit's bait home must
+    lie outside /tmp, which a sandbox replaces with its own.)"""
     base = tmp_path_factory.getbasetemp()
-    scratch = base / "tmp"
-    scratch.mkdir(exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    scratch = Path(tempfile.mkdtemp(prefix=f"codecoder-tests-{worker}-"))
+    scratch.chmod(0o1777)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TMPDIR", str(scratch))
         patch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
-        patch.setenv("GIT_CEILING_DIRECTORIES", str(base))
+        patch.setenv("GIT_CEILING_DIRECTORIES", os.pathsep.join([str(base), str(scratch)]))
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY"):
             patch.delenv(name, raising=False)
-        yield base
+        try:
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
