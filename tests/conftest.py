@@ -72,6 +72,27 @@ def pytest_configure(config: pytest.Config) -> None:
     restore_default_signal_dispositions()
 
 
+# What marks a test without a marker of its own: where it lives, the fixtures it takes, what
+# its module uses. A test that starts a real sandbox some other way is marked by hand.
+_DOCKER_FIXTURES = frozenset({"docker_engine", "remote_engine", "canary", "docker_services"})
+_BWRAP_NAMES = frozenset({"need_bwrap", "BwrapEnvironment"})
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        inside = path.relative_to(_TESTS).parts if path.is_relative_to(_TESTS) else ()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = getattr(item, "module", None)
+        if fixtures & _DOCKER_FIXTURES:
+            item.add_marker(pytest.mark.docker)
+        if inside[:1] == ("integrations",):
+            item.add_marker(pytest.mark.agents)
+        if module is not None and _BWRAP_NAMES & set(vars(module)):
+            item.add_marker(pytest.mark.bwrap)
+
+
 def restore_default_signal_dispositions() -> None:
     """Every signal a parent left ignored or blocked (nohup ignores SIGHUP, a shell's
     background job SIGINT and SIGQUIT) back to its default: SIGINT raises KeyboardInterrupt
