@@ -9,19 +9,20 @@
 #   make layers      import-linter's layer and cycle contracts (scripts/lint-imports.sh)
 #   make check       lint, types and layers: what CI runs before the tests
 #   make test        the whole suite, exactly the README's command (in parallel: pyproject.toml)
-#   make test-fast   the tests that need no Docker, no bubblewrap sandbox and no agent CLI
+#   make test-fast   the tests that need no Docker, no bubblewrap sandbox, no agent CLI and
+#                    start no codecoder process (markers: docker, bwrap, agents, slow)
 #   make docs        the documentation site, built strictly (mkdocs.yml)
 #   make bench       the benchmarks, every area (bench.json and the table)
 #
 # Use another interpreter with `make PYTHON=/path/to/python ...`.
 
 PYTHON ?= python3
-FAST := not docker and not bwrap and not agents
+FAST := not docker and not bwrap and not agents and not slow
 
 .PHONY: help setup lint format types layers check test test-fast docs bench
 
 help:
-	@sed -n '4,14s/^# \{0,1\}//p' Makefile
+	@sed -n '4,15s/^# \{0,1\}//p' Makefile
 
 setup:
 	$(PYTHON) -m pip install -e '.[dev]'

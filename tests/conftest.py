@@ -11,8 +11,10 @@ at the worker's temporary directory (GIT_CEILING_DIRECTORIES), so a foreign `.gi
 so in every process it starts.
 
 The markers (`docs/development.md`): `docker` (a Docker engine and the sandbox image), `bwrap`
-(real bubblewrap sandboxes), `agents` (the real agent CLIs from npm), `serial` (runs while no
-other test runs: give the reason). `make test-fast` runs what none of the first three marks.
+(real bubblewrap sandboxes), `agents` (the real agent CLIs from npm), `slow` (codecoder, a build
+or a suite started in processes of their own), `serial` (runs while no other test runs: give
+the reason). `make test-fast` runs what none of the first four marks; most are marked here, by
+rule (`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -59,6 +62,7 @@ MARKERS = {
     "docker": "needs a running Docker engine and the codecoder-sandbox image",
     "bwrap": "runs commands in real bubblewrap sandboxes",
     "agents": "drives the real agent CLIs (Claude Code, Gemini CLI, Codex) from npm",
+    "slow": "takes seconds: starts codecoder (or a build, a suite) in processes of its own",
     "serial": "serial(reason): runs while no other test of the run does",
 }
 # What the parent may have left ignored that Python itself ignores too (it restores them in
@@ -76,10 +80,27 @@ def pytest_configure(config: pytest.Config) -> None:
 # its module uses. A test that starts a real sandbox some other way is marked by hand.
 _DOCKER_FIXTURES = frozenset({"docker_engine", "remote_engine", "canary", "docker_services"})
 _BWRAP_NAMES = frozenset({"need_bwrap", "BwrapEnvironment"})
+# A module that starts `codecoder` as a process (each pays the runtime's import, about half a
+# second, more on a loaded machine), directly, through a user's `Machine`, or at a terminal.
+_STARTS_CODECODER = re.compile(
+    r'"-m",\s*"codecoder"|\bMachine\(|\bpexpect\b'
+    r"|from tests\.runtime\.interfaces\.(served|test_interactive|test_mcp_server|test_cli)\b"
+)
+# Modules that start other programs the rule cannot see, each with what it starts.
+_SLOW_MODULES = {
+    "runtime/tools/test_git_bounds.py": "each call in a process of its own, its RSS measured",
+    "runtime/permissions/test_commandkey_oracle.py": "bash, as the oracle, hundreds of times",
+    "runtime/interfaces/test_mcp_typescript.py": "node and the MCP server it starts",
+    "test_habits.py": "make check (ruff, mypy, import-linter) on copies of the code",
+    "test_layout.py": "import-linter, and a wheel built and installed",
+    "test_machine_independence.py": "a slice of the suite",
+    "benchmarks/test_benchmarks_shape.py": "the benchmarks' areas",
+}
 _TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    starts: dict[str, bool] = {}
     for item in items:
         path = Path(str(item.path)).resolve()
         inside = path.relative_to(_TESTS).parts if path.is_relative_to(_TESTS) else ()
@@ -91,6 +112,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.agents)
         if module is not None and _BWRAP_NAMES & set(vars(module)):
             item.add_marker(pytest.mark.bwrap)
+        if str(path) not in starts:
+            try:
+                starts[str(path)] = bool(_STARTS_CODECODER.search(path.read_text()))
+            except OSError:
+                starts[str(path)] = False
+        if starts[str(path)] or "/".join(inside) in _SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
 
 
 def restore_default_signal_dispositions() -> None:
