@@ -121,6 +121,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers per core, at most eight. The suite spends most of its time
+    waiting on the processes, sandboxes and containers it starts (a run with one worker per
+    core used a quarter of its CPU), so twice as many workers as cores keep the cores busy.
+    Measured on two cores: four workers ran a quarter of the suite 2.5x faster than one."""
+    return max(1, min(2 * (os.cpu_count() or 1), 8))
+
+
 def restore_default_signal_dispositions() -> None:
     """Every signal a parent left ignored or blocked (nohup ignores SIGHUP, a shell's
     background job SIGINT and SIGQUIT) back to its default: SIGINT raises KeyboardInterrupt
