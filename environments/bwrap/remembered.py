@@ -42,8 +42,14 @@ def recall(name: str, key: dict[str, Any]) -> Any:
 
 
 def remember(name: str, key: dict[str, Any], value: Any) -> None:
-    """Keep `value` for `name` under `key` (nothing is kept where it cannot be written)."""
+    """Keep `value` for `name` under `key` (nothing is kept where it cannot be written).
+
+    Only in a state directory that exists already: one made here, in the middle of a session,
+    would be a new path for the sandboxes to hide, and every warm sandbox built before it would
+    be thrown away (the audit log makes the directory at a session's first call)."""
     path = _path(name)
+    if not os.path.isdir(state_directory()):
+        return
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         data = json.dumps({"key": key, "value": value}, sort_keys=True).encode()

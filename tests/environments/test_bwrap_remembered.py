@@ -25,6 +25,14 @@ from tests.environments.bwrap_support import repo as repo  # a fixture
 
 pytestmark = pytest.mark.bwrap
 
+
+@pytest.fixture(autouse=True)
+def state_directory_made() -> None:
+    """A user who has run codecoder before: its state directory exists (facts are remembered
+    only there, `test_nothing_is_remembered_where_no_state_directory_exists_yet`)."""
+    state_directory().mkdir(parents=True, exist_ok=True)
+
+
 STRACE = ("strace", "-f", "-qq", "-e", "trace=execve", "-e", "signal=none")
 CALL = ("call", "run_command", "--allow", "run_command:ls", "--non-interactive", "--", "ls")
 
@@ -53,7 +61,7 @@ def programs_run(trace: Path) -> list[str]:
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 def test_a_fresh_process_spawns_bubblewrap_and_the_command_only(tmp_path: Path) -> None:
     need_bwrap()
-    shutil.rmtree(state_directory() / "machine")  # what need_bwrap's own probe remembered
+    shutil.rmtree(state_directory() / "machine", ignore_errors=True)  # need_bwrap's own probe
     project = tmp_path / "project"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
@@ -165,3 +173,15 @@ def test_a_process_confined_otherwise_does_not_believe_what_another_found() -> N
     assert {k: v for k, v in json.loads(plain).items() if k != "process"} == {
         k: v for k, v in json.loads(confined).items() if k != "process"
     }
+
+
+def test_nothing_is_remembered_where_no_state_directory_exists_yet() -> None:
+    # Made in the middle of a session, it would be a new path for sandboxes to hide, and every
+    # warm sandbox built before would be thrown away (the audit log makes it at the first call).
+    shutil.rmtree(state_directory())
+    remembered.remember("a-fact", {"key": 1}, "value")
+    assert not state_directory().exists()
+    state_directory().mkdir(parents=True)
+    remembered.remember("a-fact", {"key": 1}, "value")
+    assert remembered.recall("a-fact", {"key": 1}) == "value"
+    assert remembered.recall("a-fact", {"key": 2}) is None
