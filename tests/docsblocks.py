@@ -9,6 +9,7 @@ What it is comes from an HTML comment on the line right before its fence (docs/w
     <!-- set-up -->                the README's install and test commands (run by the install tests)
     <!-- codecoder.json -->        a project file: validated by the schema and by `codecoder check`
     <!-- user config -->           the user's own file: the same, as ~/.config/codecoder/config.json
+    <!-- output: COMMAND -->       text shown: every line of it is a line COMMAND prints
     <!-- run: with the codecoder.json above -->   a shell block run in a project holding the
                                    page's last codecoder.json block before it (or `user config`,
                                    or both: `with the codecoder.json and user config above`)
@@ -48,7 +49,8 @@ class Block:
     @property
     def kind(self) -> str:
         """The marker's first word: no-run, recipe, set-up, codecoder.json, user config, run."""
-        for kind in ("no-run", "recipe", "set-up", "codecoder.json", "user config", "run"):
+        kinds = ("no-run", "recipe", "set-up", "codecoder.json", "user config", "run", "output")
+        for kind in kinds:
             if self.marker == kind or self.marker.startswith(kind + ":"):
                 return kind
         return self.marker

@@ -41,7 +41,7 @@ from tests.docsblocks import LANGUAGES, REPO, Block, blocks, every_block, the_on
 from tests.runtime.interfaces.served import Machine
 
 BLOCKS = every_block()
-KINDS = ("", "no-run", "recipe", "set-up", "codecoder.json", "user config", "run")
+KINDS = ("", "no-run", "recipe", "set-up", "codecoder.json", "user config", "run", "output")
 # Errors `codecoder check` reports of a trusted example because of this machine, not the file:
 # an image the example names that this engine does not have, a directory it reads from.
 MACHINE_DEPENDENT = {"docker_unavailable", "read_root_missing"}
@@ -77,6 +77,8 @@ def test_every_block_says_what_it_is(block: Block) -> None:
         assert block.language == "json", f"{block.where}: a {block.kind} block is JSON"
     if block.kind == "run":
         assert block.language == "sh" and " above" in block.argument, block.where
+    if block.kind == "output":
+        assert block.language == "text" and block.argument, block.where
 
 
 # --- shell ----------------------------------------------------------------------------------
@@ -269,6 +271,46 @@ def test_shell_examples_not_run_are_valid_shell(block: Block) -> None:
     assert proc.returncode == 0, f"{block.where}: {proc.stderr}"
     for _, comment in commands(block.text):
         claim(comment)  # no outcome is claimed that nothing checks
+
+
+OUTPUTS = of("text", "output")
+PLACEHOLDER = "/home/you/project"
+
+
+@pytest.mark.parametrize("block", OUTPUTS, ids=_ids(OUTPUTS))
+def test_output_shown_is_what_the_command_prints(block: Block, project: Path) -> None:
+    """`<!-- output: COMMAND -->`: every line shown is a line COMMAND prints (a question is
+    answered Deny), with /home/you/project standing for the project."""
+    command = block.argument
+    if "[d] Deny" in block.text:
+        child = pexpect.spawn(
+            "bash",
+            ["-c", command],
+            cwd=project,
+            env=environment(),
+            encoding="utf-8",
+            timeout=TIMEOUT,
+            dimensions=(50, 250),
+        )
+        child.expect(r"\[d\] Deny[^\n]*\n")
+        printed = child.before + child.after
+        child.sendline("d")
+        child.expect(pexpect.EOF)
+    else:
+        printed = subprocess.run(
+            ["bash", "-c", command],
+            cwd=project,
+            env=environment(),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT,
+        ).stdout
+    lines = {line.rstrip() for line in printed.replace("\r\n", "\n").splitlines()}
+    for shown in block.text.splitlines():
+        if shown.strip():
+            expected = shown.replace(PLACEHOLDER, str(project)).rstrip()
+            assert expected in lines, f"{block.where}: not printed: {shown!r}\n{printed}"
 
 
 # --- JSON and TOML ----------------------------------------------------------------------------
