@@ -29,7 +29,8 @@ CODE = ("runtime", "environments", "sandboxes", "benchmarks", "tests")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site as `mkdocs build --strict` makes it: a warning (a broken link or anchor, a page
     left out of the nav) fails the build."""
-    pytest.importorskip("mkdocs", reason="mkdocs-material is in the dev extra")
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):  # CI must build it
+        pytest.importorskip("material", reason="mkdocs-material is in the dev extra")
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
