@@ -131,3 +131,15 @@ def test_the_specification_has_every_section_the_code_cites() -> None:
     assert cited, "the code cites no section: the search is broken"
     assert cited <= sections
     assert sections == set(range(1, max(sections) + 1)), "sections are numbered without gaps"
+
+
+def test_every_path_of_the_repository_the_docs_name_exists() -> None:
+    """A module renamed or moved fails here until the pages that name it follow."""
+    folders = "|".join((*CODE, "scripts"))
+    named = set()
+    for page in [README, *DOCS.rglob("*.md")]:
+        for path in re.findall(rf"`((?:{folders})/[^`\s]*)`", page.read_text()):
+            named.add((page.relative_to(REPO), path.rstrip("/")))
+    assert len(named) > 50
+    missing = [f"{page}: {path}" for page, path in sorted(named) if not (REPO / path).exists()]
+    assert missing == []
