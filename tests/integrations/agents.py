@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import docsblocks
 from tests.integrations.standin import Call, Script, StandIn, _offered, _results
 
 HERE = Path(__file__).resolve().parent
@@ -52,14 +53,10 @@ GEMINI_USER_SETTINGS = {
 
 
 def recipe(name: str) -> str:
-    """The text of README.md's code block marked `<!-- recipe: NAME -->`: the tests run the
-    recipes exactly as the README gives them."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    marker = f"<!-- recipe: {name} -->\n"
-    assert marker in text, f"README.md has no recipe {name!r}"
-    block = text.split(marker, 1)[1]
-    assert block.startswith("```"), f"the recipe {name!r} is not followed by a code block"
-    return block.split("\n", 1)[1].split("```", 1)[0]
+    """The text of the code block marked `<!-- recipe: NAME -->` in README.md or docs/ (the
+    same wherever it is shown): the tests run the recipes exactly as the documentation gives
+    them."""
+    return docsblocks.recipe(name)
 
 
 def shell_lines(text: str, **variables: str) -> list[list[str]]:

@@ -1,6 +1,7 @@
-"""Claude Code (the real CLI, from npm) with codecoder, as README.md's recipes set it up: as its
-MCP server, and as its permission hook. The model is the stand-in on 127.0.0.1 playing a script
-of tool calls; the network is closed (tests/integrations/agents.py)."""
+"""Claude Code (the real CLI, from npm) with codecoder, as the recipes of
+docs/integrations/agents.md set it up: as its MCP server, and as its permission hook. The model
+is the stand-in on 127.0.0.1 playing a script of tool calls; the network is closed
+(tests/integrations/agents.py)."""
 
 from __future__ import annotations
 
