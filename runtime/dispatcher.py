@@ -39,6 +39,7 @@ from codecoder.foundation.errors import (
     PermissionDenied,
     ToolError,
     UnknownTool,
+    UsageError,
 )
 from codecoder.permissions.chain import PermissionChain
 from codecoder.permissions.keys import CallSite
@@ -88,6 +89,30 @@ class CallOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None and self.result is not None and not self.result.is_error
+
+    @property
+    def text(self) -> str:
+        """The outcome as the model is shown it (MCP, the agent frameworks' adapters): the
+        tool's output, or what refused or stopped the call, with what a command printed
+        before it was stopped."""
+        error = self.error
+        if error is None:
+            assert self.result is not None
+            return self.result.output
+        if isinstance(error, PermissionDenied):
+            text = f"permission denied: {error}"
+        elif isinstance(error, UsageError):
+            text = f"invalid call: {error}"
+        elif isinstance(error, Cancelled):
+            text = f"cancelled: {error}"
+        elif isinstance(error, ToolError):
+            text = f"tool error: {error}"
+        else:
+            text = f"error: {error}"
+        if isinstance(error, ToolError) and error.output:
+            # What the command printed before it was stopped (its deadline, a cancel) is kept.
+            text += f"\noutput so far:\n{error.output}"
+        return text
 
     def unwrap(self) -> ToolResult:
         """The result, or the error raised."""
