@@ -1,9 +1,14 @@
-"""The Python API: a `Runtime` for a project directory, and its sessions.
+"""The Python API (`codecoder.Runtime`, `codecoder.Session`): a runtime for a project directory,
+and its sessions.
 
-    runtime = Runtime("path/to/project")
+    runtime = Runtime("path/to/project", asker=ask)
     with runtime.session() as session:
         outcome = session.call("run_command", {"command": "git status"})
         print(outcome.unwrap().output)
+        outcome = await session.acall("run_command", {"command": "pytest -q"})  # off the loop
+
+Questions go to the asker given (sync or async, `runtime.eventloop`); without one nobody is
+asked and whatever no rule grants is refused.
 
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the

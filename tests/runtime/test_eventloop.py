@@ -162,7 +162,7 @@ async def test_a_cancelled_acall_kills_the_commands_whole_process_tree(
 ) -> None:
     if where is EnvironmentTag.BWRAP:
         need_bwrap()
-    marker = f"4242.{os.getpid()}{where.value[1]}"
+    marker = f"4242.{os.getpid()}{1 if where is EnvironmentTag.SHELL else 2}"  # a duration
     with (
         Runtime(
             project, asker=codecoder.fixed(Answer.ONCE), bindings={"run_command": where}
