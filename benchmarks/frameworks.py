@@ -12,10 +12,10 @@ tool call:
     claude_agent_sdk the PreToolUse hook (`hooks.handle`, which builds a runtime for each
                      event, as the command-line hook does) for a Bash `git status`
 
-An async subject runs on one event loop kept running in a thread of its own, as an application's
-loop runs (its worker threads are kept between calls); each call is handed to it and waited for
-from the benchmark's thread: `loop` says what that costs alone (it is part of every async
-figure). A framework that is not installed is skipped with the reason.
+An async subject is timed inside one coroutine on an event loop (`asyncio.run`), a batch of
+calls one after another as an agent's loop makes them, after one call not timed (which starts
+anyio's worker thread, kept for the rest); each sample is the batch's time per call. A framework
+that is not installed is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import asyncio
 import contextlib
 import importlib.util
 import json
-import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from codecoder.benchmarks.measure import Measured, compare
+from codecoder.benchmarks.measure import Measured, SelfTimed, Subject, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped
 from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
 from codecoder.environments.base import CommandRequest, CommandResult
@@ -42,7 +42,6 @@ CALL = "Session.call"
 ARGS = {"command": "git status"}
 
 SPECS = (
-    FigureSpec("frameworks.loop", "an empty coroutine handed to the running loop", "us", CALL),
     FigureSpec("frameworks.acall", "await Session.acall (the async face)", "us", CALL),
     FigureSpec("frameworks.pydantic_ai", "pydantic-ai: CodecoderToolset.call_tool", "us", CALL),
     FigureSpec(
@@ -64,64 +63,32 @@ def _answer(request: CommandRequest) -> CommandResult:
     return CommandResult(exit_code=0, stdout="ok\n", stderr="", duration=0.0)
 
 
-class _RunningLoop:
-    """An event loop running in a thread, as an application's does; `call` runs a coroutine
-    on it and waits for its result."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-        self._started.wait()
-
-    def _serve(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            self._started.set()
-            await self._stop.wait()
-
-        self.loop.run_until_complete(main())
-
-    def call(self, make: Callable[[], Awaitable[object]]) -> object:
-        async def once() -> object:
-            return await make()
-
-        return asyncio.run_coroutine_threadsafe(once(), self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join()
-        self.loop.close()
-
-
 @contextlib.contextmanager
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured | Skipped]]:
     tools = require_tools("run_command")
     project = make_project(ctx.scratch / "frameworks")
     mock = MockEnvironment(_answer, EnvironmentTag.BWRAP)
-    loop = _RunningLoop()
     with (
         make_runtime(project, environments={EnvironmentTag.BWRAP: mock}, tools=tools) as runtime,
         runtime.session() as session,
     ):
-        try:
-            yield _measure(ctx, session, project, loop)
-        finally:
-            loop.close()
+        yield _measure(ctx, session, project)
 
 
-def _measure(
-    ctx: BenchContext, session: Session, project: Path, loop: _RunningLoop
-) -> dict[str, Measured | Skipped]:
-    def on_loop(make: Callable[[], Awaitable[object]]) -> Callable[[], object]:
-        return lambda: loop.call(make)
+def _measure(ctx: BenchContext, session: Session, project: Path) -> dict[str, Measured | Skipped]:
+    calls = 5 if ctx.quick else 20
 
-    async def nothing() -> None:
-        return None
+    def on_loop(make: Callable[[], Awaitable[object]]) -> SelfTimed:
+        async def batch() -> float:
+            await make()  # starts the worker thread
+            started = time.perf_counter()
+            for _ in range(calls):
+                await make()
+            return (time.perf_counter() - started) / calls
 
-    figures: dict[str, tuple[Callable[[], object], str]] = {
-        "frameworks.loop": (on_loop(nothing), CALL),
+        return SelfTimed(lambda: asyncio.run(batch()))
+
+    figures: dict[str, tuple[Subject, str]] = {
         "frameworks.acall": (on_loop(lambda: session.acall("run_command", ARGS)), CALL),
     }
     skipped: dict[str, Skipped] = {}
@@ -138,7 +105,7 @@ def _measure(
             skipped[name] = Skipped(f"{framework} is not installed (the extra of {module})")
             continue
         call = adapter(session, project)
-        _check(loop.call(call))
+        _check(asyncio.run(_awaited(call)))
         figures[name] = (on_loop(call), CALL)
     _check(session.call("run_command", ARGS).text)
     measured: dict[str, Measured | Skipped] = dict(
@@ -158,8 +125,6 @@ def _measure(
 
 
 NOTES = {
-    "frameworks.loop": "one hand-off to the loop's thread and back: the price of a thread "
-    "switch on this machine, part of every figure below",
     "frameworks.acall": "one more round trip, loop → worker thread → loop: the call runs off "
     "the loop",
     "frameworks.pydantic_ai": "two round trips to a worker thread: evaluate (a question ends "
@@ -169,6 +134,10 @@ NOTES = {
     "frameworks.claude_agent_sdk": "one round trip; the hook reads codecoder.json and the trust "
     "record into a new runtime for each event, as `codecoder hook` does",
 }
+
+
+async def _awaited(make: Callable[[], Awaitable[object]]) -> object:
+    return await make()
 
 
 def _pydantic_ai(session: Session, project: Path) -> Callable[[], Awaitable[object]]:

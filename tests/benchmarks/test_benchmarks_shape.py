@@ -84,7 +84,6 @@ FIGURE_NAMES = [
     "agents.mcp.result_size",
     "questions.first.bwrap",
     "questions.later.bwrap",
-    "frameworks.loop",
     "frameworks.acall",
     "frameworks.pydantic_ai",
     "frameworks.openai_agents",
