@@ -31,6 +31,8 @@ One module per area:
                  another agent) against `python -c pass`; an MCP result's size against its text
     questions    questions per 100 calls of four recorded agent sessions (sessions/*.json),
                  first and later session, run_command in @bwrap against @shell
+    frameworks   what each agent framework's adapter (pydantic-ai, the OpenAI Agents SDK, the
+                 Claude Agent SDK) and the async face add to a call, against Session.call
 
 `measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
 the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
@@ -44,6 +46,7 @@ from codecoder.benchmarks import (
     bwrap,
     docker,
     dockermodes,
+    frameworks,
     keying,
     manysessions,
     permission,
@@ -74,4 +77,5 @@ AREAS: tuple[Area, ...] = (
     manysessions.AREA,
     agents.AREA,
     questions.AREA,
+    frameworks.AREA,
 )

@@ -8,7 +8,8 @@ output is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput)
 printed before it was interrupted, cancelled or killed at its deadline is kept: in the error
 (`ToolError.output`) and in the audit record (its tail). A call's
 duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
-measures the call, not the person.
+measures the call, not the person. Where the application traces with OpenTelemetry, each call is
+an `execute_tool` span too (runtime.telemetry, which imports nothing of OpenTelemetry itself).
 """
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from codecoder.foundation.errors import (
     PermissionDenied,
     ToolError,
     UnknownTool,
+    UsageError,
 )
 from codecoder.permissions.chain import PermissionChain
 from codecoder.permissions.keys import CallSite
+from codecoder.permissions.prompt import Asker
+from codecoder.telemetry import ToolSpan, tool_span
 from codecoder.tools.base import CallingSession, Tool, ToolContext, ToolResult
 from codecoder.tools.liveoutput import LiveOutput
 from codecoder.tools.network import SessionNetwork
@@ -85,6 +89,30 @@ class CallOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None and self.result is not None and not self.result.is_error
+
+    @property
+    def text(self) -> str:
+        """The outcome as the model is shown it (MCP, the agent frameworks' adapters): the
+        tool's output, or what refused or stopped the call, with what a command printed
+        before it was stopped."""
+        error = self.error
+        if error is None:
+            assert self.result is not None
+            return self.result.output
+        if isinstance(error, PermissionDenied):
+            text = f"permission denied: {error}"
+        elif isinstance(error, UsageError):
+            text = f"invalid call: {error}"
+        elif isinstance(error, Cancelled):
+            text = f"cancelled: {error}"
+        elif isinstance(error, ToolError):
+            text = f"tool error: {error}"
+        else:
+            text = f"error: {error}"
+        if isinstance(error, ToolError) and error.output:
+            # What the command printed before it was stopped (its deadline, a cancel) is kept.
+            text += f"\noutput so far:\n{error.output}"
+        return text
 
     def unwrap(self) -> ToolResult:
         """The result, or the error raised."""
@@ -161,10 +189,27 @@ class Dispatcher:
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
         output: OutputListener | None = None,
+        asker: Asker | None = None,
+        call_id: str | None = None,
     ) -> CallOutcome:
         """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
         receives the tool's progress reports (a command's: its latest lines); `output` a
-        command's output as it comes."""
+        command's output as it comes; `asker` answers this call's question instead of the
+        session's; `call_id` is the caller's name for the call (an agent framework's), which
+        its span carries (runtime.telemetry)."""
+        with tool_span(name, call_id, self._session.id) as span:
+            return self._call(name, args, cancel, progress, output, asker, span)
+
+    def _call(
+        self,
+        name: str,
+        args: Any,
+        cancel: threading.Event | None,
+        progress: Callable[[float, float | None, str | None], None] | None,
+        output: OutputListener | None,
+        asker: Asker | None,
+        span: ToolSpan,
+    ) -> CallOutcome:
         started = time.monotonic()
         decision: Decision | None = None
         clock = _Clock(started)
@@ -179,7 +224,10 @@ class Dispatcher:
             permission = tool.permission_in(params, site)
             asking = time.monotonic()
             try:
-                decision = self._engine.decide(name, tag, permission)
+                if span.live and permission.key is not None:
+                    asker = span.asking(asker or self._engine.asker)
+                decision = self._engine.decide(name, tag, permission, asker=asker)
+                span.decided(decision)
             finally:
                 if permission.key is not None:
                     clock.waited_since(asking, decision)
@@ -232,25 +280,26 @@ class Dispatcher:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
                 clock.waited_since(asking, decision)
+                span.decided(decision)
             if isinstance(exc, ToolError) and not exc.output and live.received:
                 exc.output = live.text()
-            return self._finish(name, None, exc, decision, clock)
+            return self._finish(name, None, exc, decision, clock, span)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
             error = ExecutionFailed(
                 f"{name} failed unexpectedly: {type(exc).__name__}: {exc}", output=live.text()
             )
             error.__cause__ = exc
-            return self._finish(name, None, error, decision, clock)
+            return self._finish(name, None, error, decision, clock, span)
         except (
             KeyboardInterrupt
         ) as exc:  # Ctrl-C, or SIGTERM (runtime.interfaces.cli): audit, go on
             self._finish(
-                name, None, None, decision, clock, interrupted=type(exc).__name__, live=live
+                name, None, None, decision, clock, span, interrupted=type(exc).__name__, live=live
             )
             raise
         finally:
             live.close()
-        return self._finish(name, result, None, decision, clock)
+        return self._finish(name, result, None, decision, clock, span)
 
     def _tool(self, name: str) -> Tool[Any]:
         tools = self._session.tools()
@@ -266,6 +315,7 @@ class Dispatcher:
         error: CodecoderError | None,
         decision: Decision | None,
         clock: _Clock,
+        span: ToolSpan,
         interrupted: str | None = None,
         live: LiveOutput | None = None,
     ) -> CallOutcome:
@@ -297,6 +347,7 @@ class Dispatcher:
             agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
             output=so_far[-AUDITED_OUTPUT:] if so_far else None,
         )
+        span.finished(outcome, result, error, duration, clock.waited)
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 
 

@@ -2,6 +2,7 @@
 
     evaluation = evaluate(session, "run_command", {"command": "git push"})
     evaluation.decision        # "allow" | "deny" | "ask"
+    evaluation = await aevaluate(session, "run_command", {"command": "git push"})  # off the loop
 
 The call goes through the same engine as every call (`PermissionChain.evaluate`): the same
 validation, the same key, the same deny rules, project and session grants and ceiling checks.
@@ -24,7 +25,7 @@ from codecoder.permissions.prompt import AskRequest
 if TYPE_CHECKING:
     from codecoder.session import Session
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "aevaluate", "evaluate"]
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -129,3 +130,11 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
         protected=protected,
         escalated_from=verdict.escalated_from,
     )
+
+
+async def aevaluate(session: Session, tool: str, args: Any) -> Evaluation:
+    """`evaluate()` in a worker thread, for an event loop (it may parse a long command, or look
+    once at what the machine can run)."""
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(evaluate, session, tool, args)

@@ -1,9 +1,14 @@
-"""The Python API: a `Runtime` for a project directory, and its sessions.
+"""The Python API (`codecoder.Runtime`, `codecoder.Session`): a runtime for a project directory,
+and its sessions.
 
-    runtime = Runtime("path/to/project")
+    runtime = Runtime("path/to/project", asker=ask)
     with runtime.session() as session:
         outcome = session.call("run_command", {"command": "git status"})
         print(outcome.unwrap().output)
+        outcome = await session.acall("run_command", {"command": "pytest -q"})  # off the loop
+
+Questions go to the asker given (sync or async, `runtime.eventloop`); without one nobody is
+asked and whatever no rule grants is refused.
 
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
@@ -55,6 +60,7 @@ from codecoder.config.writing import add_allow_entry
 from codecoder.dispatcher import CallOutcome, Dispatcher
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
+from codecoder.eventloop import AsyncAsker, answering, in_worker
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
 from codecoder.foundation.decision import Answer, Source
 from codecoder.foundation.errors import (
@@ -98,7 +104,7 @@ class Runtime:
         self,
         project_dir: str | os.PathLike[str],
         *,
-        asker: Asker | None = None,
+        asker: Asker | AsyncAsker | None = None,
         environments: Mapping[EnvironmentTag, Environment[Any, Any]] | None = None,
         audit_log: Path | object | None = _DEFAULT_AUDIT,
         tools: Mapping[str, Tool[Any]] | None = None,
@@ -113,7 +119,12 @@ class Runtime:
         override where tools run, over codecoder.json's (`codecoder audit` runs the read tools
         in their @wasm fallback too); each must be one the tool can be bound to. `ahead` False
         is for a process that makes one call and ends (`codecoder call`, `exec`): nothing is
-        built ahead for calls that will never come (a warm @bwrap sandbox)."""
+        built ahead for calls that will never come (a warm @bwrap sandbox).
+
+        `asker` answers the questions of the runtime's sessions (an `AsyncAsker` too: a
+        coroutine function, `runtime.eventloop`); without one nothing is asked, and whatever
+        no rule grants is denied (`non_interactive`). The command line passes its terminal
+        prompt (`default_asker()`)."""
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
@@ -126,7 +137,7 @@ class Runtime:
         )
         self.capabilities = CapabilitySet()
         self.tools: dict[str, Tool[Any]] = dict(self._catalogue)
-        self.asker: Asker = asker or default_asker()
+        self.asker: Asker = answering(asker or non_interactive)
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._bindings = dict(bindings or {})
         self._ahead = ahead
@@ -335,14 +346,18 @@ class Runtime:
     def session(
         self,
         *,
-        asker: Asker | None = None,
+        asker: Asker | AsyncAsker | None = None,
         session_id: str | None = None,
         lifetime: Lifetime | None = None,
     ) -> Session:
-        """A new session. `lifetime` says, in the questions, what "this session" is where it
-        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        """A new session. `asker` answers its questions instead of the runtime's; `lifetime`
+        says, in the questions, what "this session" is where it is asked (a `codecoder call`,
+        an MCP server) and where its grants are kept."""
         return Session(
-            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+            self,
+            answering(asker) if asker is not None else self.asker,
+            session_id or uuid.uuid4().hex[:12],
+            lifetime=lifetime,
         )
 
     def close(self) -> None:
@@ -361,6 +376,12 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _closed_in_worker(self.close)
 
 
 class Session:
@@ -416,14 +437,55 @@ class Session:
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
         output: OutputListener | None = None,
+        asker: Asker | AsyncAsker | None = None,
+        call_id: str | None = None,
     ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
         the call; `progress` receives the tool's progress reports (a command's latest lines);
-        `output` a command's output as it comes (`environments.base.OutputListener`)."""
-        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress, output=output)
+        `output` a command's output as it comes (`environments.base.OutputListener`);
+        `asker` answers this call's question instead of the session's; `call_id` names the
+        call in its OpenTelemetry span (`gen_ai.tool.call.id`, runtime.telemetry)."""
+        outcome = self._dispatcher.call(
+            tool,
+            args,
+            cancel=cancel,
+            progress=progress,
+            output=output,
+            asker=answering(asker) if asker is not None else None,
+            call_id=call_id,
+        )
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    async def acall(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
+        asker: Asker | AsyncAsker | None = None,
+        call_id: str | None = None,
+    ) -> CallOutcome:
+        """`call()` for an event loop (asyncio, or anyio on either backend): the call runs in
+        a worker thread, so the loop is not blocked. Cancelling the awaiting task stops the
+        call and what it started (a command's process tree, a container's process) before the
+        cancellation goes on. An async asker's questions are asked on this loop
+        (`runtime.eventloop`). `progress` and `output` are called from the worker thread."""
+
+        def run(cancel: threading.Event) -> CallOutcome:
+            return self.call(
+                tool,
+                args,
+                cancel=cancel,
+                progress=progress,
+                output=output,
+                asker=asker,
+                call_id=call_id,
+            )
+
+        return await in_worker(run)
 
     def grant(self, raw: str) -> PermissionKey:
         """Grant one key for this session before any call (`--allow KEY`): a session grant
@@ -534,6 +596,22 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _closed_in_worker(self.close)
+
+
+async def _closed_in_worker(close: Callable[[], None]) -> None:
+    """`close()` off the event loop (it may stop containers), and finished even when the
+    awaiting task is cancelled: nothing is left running."""
+    import anyio
+    import anyio.to_thread
+
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(close)
 
 
 @functools.cache

@@ -96,9 +96,6 @@ from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     DeniedByUser,
-    PermissionDenied,
-    ToolError,
-    UsageError,
 )
 from codecoder.foundation.state import workspace_directory
 from codecoder.interfaces.livegrants import Publisher, is_alive, start_time
@@ -578,27 +575,11 @@ def tool_result(
     schema's fields (`codecoder/result`: what the text says, in a form a program reads).
     Never `structuredContent`: clients show it to the model in place of the text.
     """
-    error = outcome.error
+    text = outcome.text
     structured: dict[str, Any] | None = None
-    if error is None:
-        assert outcome.result is not None
-        text = outcome.result.output
-        if output_schema is not None:
-            fields = output_schema.get("properties", {})
-            structured = {k: v for k, v in outcome.result.data.items() if k in fields}
-    elif isinstance(error, PermissionDenied):
-        text = f"permission denied: {error}"
-    elif isinstance(error, UsageError):
-        text = f"invalid call: {error}"
-    elif isinstance(error, Cancelled):
-        text = f"cancelled: {error}"
-    elif isinstance(error, ToolError):
-        text = f"tool error: {error}"
-    else:
-        text = f"error: {error}"
-    if isinstance(error, ToolError) and error.output:
-        # What the command printed before it was stopped (its deadline, a cancel) is not lost.
-        text += f"\noutput so far:\n{error.output}"
+    if outcome.error is None and outcome.result is not None and output_schema is not None:
+        fields = output_schema.get("properties", {})
+        structured = {k: v for k, v in outcome.result.data.items() if k in fields}
     meta: dict[str, Any] = {
         f"{_META}/decision": outcome.decision.to_json() if outcome.decision else None,
         f"{_META}/duration_ms": round(outcome.duration * 1000, 3),

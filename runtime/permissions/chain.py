@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
@@ -291,7 +292,7 @@ class PermissionChain:
         if effective is Answer.DENY:
             reason = (
                 "non-interactive: nothing granted this key"
-                if asker is non_interactive
+                if inspect.unwrap(asker) is non_interactive  # a traced call's is wrapped
                 else "denied at the prompt"
             )
             raise DeniedByUser(

@@ -84,8 +84,12 @@ FIGURE_NAMES = [
     "agents.mcp.result_size",
     "questions.first.bwrap",
     "questions.later.bwrap",
+    "frameworks.acall",
+    "frameworks.pydantic_ai",
+    "frameworks.openai_agents",
+    "frameworks.claude_agent_sdk",
 ]
-CHEAP = ["permission", "keying", "allowlists", "questions"]
+CHEAP = ["permission", "keying", "allowlists", "questions", "frameworks"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}
 FIGURE_KEYS = {
     "name",
