@@ -222,17 +222,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
-        extra = {}
-        if self.egress is not None:
-            url = f"http://127.0.0.1:{PROXY_PORT}"
-            extra = dict.fromkeys(_PROXY_VARIABLES, url)
-            extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
         if self.broker is not None:
             plan.ca_bundle = self.broker.bundle
-            extra.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
-            extra["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
         home = str(plan.homes[0]) if plan.homes else "/tmp"
-        env = contained_environ(environ, home=home, passed=self.settings.env, extra=extra)
+        env = contained_environ(
+            environ, home=home, passed=self.settings.env, injected=self._injected()
+        )
         command = (
             list(request.argv)
             if request.argv is not None
@@ -260,6 +255,20 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             # (containers/bubblewrap#650): the next try builds the sandbox from scratch.
             log.info("the @bwrap sandbox could not be built, trying again: %s", result.stderr)
         raise AssertionError("unreachable")
+
+    def _injected(self) -> dict[str, str]:
+        """The variables the runtime itself sets in the sandbox, over the caller's: where the
+        egress proxy listens, and the credential broker's CA bundle. (Settings the runtime
+        gives package managers belong here too.)"""
+        injected: dict[str, str] = {}
+        if self.egress is not None:
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            injected.update(dict.fromkeys(_PROXY_VARIABLES, url))
+            injected["NO_PROXY"] = injected["no_proxy"] = "localhost,127.0.0.1,::1"
+        if self.broker is not None:
+            injected.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
+            injected["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
+        return injected
 
     def _attempt(
         self, plan: SandboxPlan, request: CommandRequest, env: dict[str, str], command: list[str]
