@@ -16,6 +16,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -202,6 +203,7 @@ class _BwrapLayer(_LayerRunner):
             self._stage_setuid()
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
+        privileged = _set_id_files(workspace.path)
         result, error = self._run(entry, texts, env_extra)
         output = (result.stdout + result.stderr) if result is not None else ""
         if entry.expect_output and not re.search(entry.expect_output, output, re.MULTILINE):
@@ -226,6 +228,10 @@ class _BwrapLayer(_LayerRunner):
             alive = _processes_with(marker)
             if alive:
                 _escaped(f"a process outlived its call: {alive[0]}")
+        if "set-id" in checks:
+            left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
+            if left:
+                _escaped(f"it left files that run with other ids or capabilities: {left}")
         if "home" in checks and bait.home_changed():
             _escaped(f"the human's home changed: {bait.home}")
         changed = workspace.changed(before, entry.watch)
@@ -276,6 +282,30 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
+
+
+def _set_id_files(root: Path) -> list[str]:
+    """The files under `root` with a set-uid or set-gid bit or file capabilities."""
+    found = []
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+                capable = _has_capabilities(path)
+            except OSError:
+                continue
+            if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
+                found.append(os.path.relpath(path, root))
+    return found
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def _processes_with(marker: str) -> list[str]:

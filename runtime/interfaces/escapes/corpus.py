@@ -251,7 +251,7 @@ class DockerEntry(_Entry):
         return self.model_copy(update=changes)
 
 
-BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home"]
+BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home", "set-id"]
 
 
 class BwrapEntry(_Entry):
