@@ -61,6 +61,7 @@ from codecoder.environments.bwrap.warm import (
     identities,
 )
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
+from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
@@ -167,7 +168,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                             raise failure from exc
                         log.warning("while interrupted: %s", failure)
                     raise
-                failure = self._guard(call, request)
+                failure = self._guard(call, request) or self._new_repository(result, request)
                 if failure is not None:
                     raise failure
                 return result
@@ -177,6 +178,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self.warm_sandboxes.close()
         if self.broker is not None:
             self.broker.close()
+        # A call still running keeps its placeholders a while (its check after the call
+        # catches what it would make of them); the last user removes them.
+        held = self._writing.acquire(timeout=5)
+        try:
+            self._protection.placeholders.release()
+        finally:
+            if held:
+                self._writing.release()
 
     def end_session(self, session: str) -> None:
         self.warm_sandboxes.end_session(session)
@@ -211,6 +220,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             covered=covered,
             read_only=list(call.read_only) if call is not None else [],
             writable_extra=list(call.writable) if call is not None else [],
+            pinned=list(call.pinned) if call is not None else [],
             tmp_size=self._tmp_size,
         )
 
@@ -324,6 +334,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             *plan.covered,
             *plan.read_only,
             *plan.writable_extra,
+            *plan.pinned,
         )
         return WarmKey(
             session=request.session,
@@ -438,6 +449,26 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         )
         where = quarantine(self.workspace, planted, why) if planted else "nothing to move"
         return ExecutionFailed(f"{why}. Quarantined: {where}{new_repository_hint(planted)}")
+
+    def _new_repository(
+        self, result: CommandResult, request: CommandRequest
+    ) -> ExecutionFailed | None:
+        """A command that tried to make the workspace a repository (`git init`, `git clone
+        URL .`) found its placeholder `.git` read-only: say why, and what to do instead."""
+        git_dir = f"{self.workspace}/.git/"
+        if result.exit_code == 0 or git_dir not in result.stderr:
+            return None
+        if "Read-only file system" not in result.stderr:
+            return None
+        if not is_placeholder(self.workspace, ".git"):
+            return None
+        summary = " ".join(request.argv) if request.argv is not None else request.script or ""
+        return ExecutionFailed(
+            f"a writable @bwrap call (`{summary[:200]}`) could not make the workspace a git "
+            "repository: it has none, and a sandbox may not create its .git"
+            + new_repository_hint([".git"]),
+            output=result.stdout + result.stderr,
+        )
 
     # -- what calls share -------------------------------------------------------------------
 

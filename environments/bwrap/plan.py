@@ -13,7 +13,9 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
                                    in it covered (`environments.bwrap.home`)
     --file FD ~/.gitconfig         a generated git identity and `safe.directory`
     --bind WORKSPACE               writable, or --ro-bind for a read-only call; git directories
-                                   outside it that a linked worktree writes
+                                   outside it that a linked worktree writes; each git directory
+                                   inside it bound onto itself (a mount point: it cannot be
+                                   renamed or replaced)
     --tmpfs HIDDEN-INSIDE          what lies in the workspace but must stay hidden, again
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
@@ -68,6 +70,7 @@ class SandboxPlan:
     covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
     read_only: list[Path] = field(default_factory=list)  # protected paths inside
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
+    pinned: list[Path] = field(default_factory=list)  # git directories inside, onto themselves
     snapshot: Path | None = None
     tmp_size: int = 1024**3
     ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
@@ -106,7 +109,7 @@ class SandboxPlan:
             str(self.workspace),
         ]
         if self.writable:
-            for extra in self.writable_extra:
+            for extra in (*self.writable_extra, *self.pinned):
                 args += ["--bind", str(extra), str(extra)]
         for path in self.hidden:
             if any(_inside(path, root) and path != root for root in writable_roots):

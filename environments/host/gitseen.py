@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.atomicfile import replace_atomically
 from codecoder.foundation.errors import ConfigError, ExecutionFailed
@@ -215,7 +216,9 @@ class GitGuard:
                 self._scan = ProtectedScan(self.workspace)
             else:
                 appeared = self._scan.changes().appeared
-                self._planted.update(e for e in appeared if not _is_git(e))
+                self._planted.update(
+                    e for e in appeared if not _is_git(e) and not is_placeholder(self.workspace, e)
+                )
             return sorted(e for e in self._scan.entries if _is_repository(e))
 
     def after(self) -> tuple[list[str], list[str]]:

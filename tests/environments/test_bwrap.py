@@ -20,6 +20,7 @@ from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.egress import Egress
+from codecoder.environments.placeholders import PLACEHOLDERS
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
     Cancelled,
@@ -202,9 +203,16 @@ def test_a_protected_path_a_call_creates_is_quarantined_and_the_call_fails(
             path.rmdir()
         elif path.exists():
             path.unlink()
-    with pytest.raises(ExecutionFailed, match="sandboxed tools may never create"):
-        run(bwrap, f"mkdir -p $(dirname {plant}) && echo planted > {plant}")
-    assert not (repo / plant).exists()
+    try:
+        said = run(bwrap, f"mkdir -p $(dirname {plant}) && echo planted > {plant}")
+    except ExecutionFailed as exc:
+        assert "sandboxed tools may never create" in str(exc)
+    else:
+        # A missing agent setting at the top is an inert placeholder, bound read-only
+        # (environments.placeholders): it could not even be created.
+        assert plant.split("/")[0] in PLACEHOLDERS
+        assert "Read-only file system" in said.stderr
+    assert not (repo / plant).exists() or "planted" not in (repo / plant).read_text()
     assert "planted" not in "".join(
         p.read_text(errors="replace")
         for p in repo.rglob("*")

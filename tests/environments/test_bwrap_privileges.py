@@ -24,6 +24,12 @@ from tests.environments.bwrap_support import bwrap, need_bwrap, repo, run
 __all__ = ["bwrap", "repo"]  # fixtures
 
 PY = "/usr/bin/python3"
+
+
+def py(code: str) -> str:
+    return f'{PY} -c "{code}"'
+
+
 ROUTES = {
     "chmod": "cp /usr/bin/id made && chmod 4755 made",
     "chmod-symbolic": "cp /usr/bin/id made && chmod u+s,g+s made",
@@ -32,14 +38,26 @@ ROUTES = {
     "cp-a": "cp -a /usr/bin/su made",
     "install-m": "install -m 4755 /usr/bin/id made",
     "tar-p": "tar -C /usr/bin -cf /tmp/a.tar su && tar -xpf /tmp/a.tar && mv su made",
-    "python-open": f"{PY} -c \"import os; os.close(os.open('made', os.O_CREAT|os.O_WRONLY, 0o4755))\"",
-    "python-chmod": f"{PY} -c \"import shutil, os; shutil.copy('/usr/bin/id', 'made'); os.chmod('made', 0o6755)\"",
-    "fchmod": f"{PY} -c \"import os, shutil; shutil.copy('/usr/bin/id', 'made'); fd = os.open('made', os.O_RDONLY); os.fchmod(fd, 0o4755)\"",
-    "mknod": f"{PY} -c \"import os, stat; os.mknod('made', stat.S_IFREG | 0o4755)\"",
-    "o-tmpfile": f"{PY} -c \"import os; fd = os.open('.', os.O_TMPFILE|os.O_WRONLY, 0o4755); os.link(f'/proc/self/fd/{{fd}}', 'made')\"",
+    "python-open": py("import os; os.close(os.open('made', os.O_CREAT|os.O_WRONLY, 0o4755))"),
+    "python-chmod": py(
+        "import shutil, os; shutil.copy('/usr/bin/id', 'made'); os.chmod('made', 0o6755)"
+    ),
+    "fchmod": py(
+        "import os, shutil; shutil.copy('/usr/bin/id', 'made'); "
+        "os.fchmod(os.open('made', os.O_RDONLY), 0o4755)"
+    ),
+    "mknod": py("import os, stat; os.mknod('made', stat.S_IFREG | 0o4755)"),
+    "o-tmpfile": py(
+        "import os; fd = os.open('.', os.O_TMPFILE|os.O_WRONLY, 0o4755); "
+        "os.link(f'/proc/self/fd/{fd}', 'made')"
+    ),
     "hard-link": "ln /usr/bin/su made",
-    "setcap": f"cp /usr/bin/id made && {PY} -c \"import os; os.setxattr('made', 'security.capability', bytes.fromhex('0100000200200000000000000000000000000000'))\"",
-}  # fmt: skip
+    "setcap": "cp /usr/bin/id made && "
+    + py(
+        "import os; os.setxattr('made', 'security.capability', "
+        "bytes.fromhex('0100000200200000000000000000000000000000'))"
+    ),
+}
 
 
 def set_id_files(root: Path) -> list[str]:
@@ -108,7 +126,8 @@ def test_ordinary_modes_still_change(bwrap: BwrapEnvironment, repo: Path) -> Non
 printf '#!/bin/sh\\necho ran\\n' > script.sh && chmod +x script.sh && ./script.sh
 echo s > secret && chmod 600 secret
 mkdir -p shared && chmod 1777 shared
-cp -p script.sh copy.sh && tar -cf /tmp/t.tar script.sh && mkdir -p out && tar -C out -xpf /tmp/t.tar
+cp -p script.sh copy.sh && tar -cf /tmp/t.tar script.sh
+mkdir -p out && tar -C out -xpf /tmp/t.tar
 install -m 755 script.sh installed.sh
 stat -c '%a %n' script.sh secret shared copy.sh out/script.sh installed.sh
 """,
