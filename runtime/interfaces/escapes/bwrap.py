@@ -204,7 +204,12 @@ class _BwrapLayer(_LayerRunner):
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
         privileged = _set_id_files(workspace.path)
-        result, error = self._run(entry, texts, env_extra)
+        watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
+        try:
+            result, error = self._run(entry, texts, env_extra)
+        finally:
+            if watcher is not None:
+                watcher.stop()
         output = (result.stdout + result.stderr) if result is not None else ""
         if entry.expect_output and not re.search(entry.expect_output, output, re.MULTILINE):
             raise _NotRun(
@@ -228,6 +233,8 @@ class _BwrapLayer(_LayerRunner):
             alive = _processes_with(marker)
             if alive:
                 _escaped(f"a process outlived its call: {alive[0]}")
+        if watcher is not None and watcher.seen:
+            _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
         if "set-id" in checks:
             left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
             if left:
@@ -282,6 +289,41 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
+
+
+class _Watcher:
+    """Looks at the workspace's files while a call runs: which of them held the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.seen: list[str] = []
+        self._root = root
+        self._token = token.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory, _, files in os.walk(self._root):
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    except OSError:
+                        continue  # a link (the bait's lead outside), gone, a FIFO ...
+                    with os.fdopen(fd, "rb") as file:
+                        try:
+                            found = self._token in file.read(1 << 16)
+                        except OSError:
+                            continue
+                    shown = os.path.relpath(path, self._root)
+                    if found and shown not in self.seen:
+                        self.seen.append(shown)
+            self._stop.wait(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _set_id_files(root: Path) -> list[str]:

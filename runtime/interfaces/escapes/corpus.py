@@ -251,7 +251,7 @@ class DockerEntry(_Entry):
         return self.model_copy(update=changes)
 
 
-BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home", "set-id"]
+BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home", "set-id", "during"]
 
 
 class BwrapEntry(_Entry):
