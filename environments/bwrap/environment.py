@@ -43,6 +43,7 @@ from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, Credent
 from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
 from codecoder.environments.bwrap.home import (
+    configuration_in,
     hidden_paths,
     home_directories,
     masked_files,
@@ -67,6 +68,7 @@ from codecoder.environments.workspaceguard import new_repository_hint, quarantin
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import Cancelled, ExecutionFailed, SandboxUnavailable
 from codecoder.foundation.hosts import Resolver, system_resolver
+from codecoder.foundation.state import state_directory
 
 __all__ = ["BwrapEnvironment"]
 
@@ -201,14 +203,22 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             words = program_words(request.script)
         path = environ.get("PATH", os.defpath)
         needed = list(toolchains(words, homes, path, Path(request.cwd), self.workspace))
+        named: list[Path] = []
         for home in homes:
             for extra in self.settings.home_paths(home):
                 if extra.exists() and extra not in needed:
                     needed.append(extra)
+                named.append(extra)
         covered: list[Path] = []
+        emptied: list[Path] = []
         for toolchain in needed:
             if toolchain.is_dir():
                 covered += masked_in_toolchain(toolchain, homes)
+                emptied += [
+                    c
+                    for c in configuration_in(toolchain, homes, named)
+                    if c not in covered and c not in needed and c not in emptied
+                ]
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
@@ -218,6 +228,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             masked=masked_files(),
             toolchains=tuple(needed),
             covered=covered,
+            emptied=emptied,
+            empty_file=_empty_file() if emptied else None,
             read_only=list(call.read_only) if call is not None else [],
             writable_extra=list(call.writable) if call is not None else [],
             pinned=list(call.pinned) if call is not None else [],
@@ -332,6 +344,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             *plan.masked,
             *plan.toolchains,
             *plan.covered,
+            *plan.emptied,
+            *([plan.empty_file] if plan.empty_file is not None else []),
             *plan.read_only,
             *plan.writable_extra,
             *plan.pinned,
@@ -500,6 +514,22 @@ def _described(
     if warm:
         log.debug("the call ran in a warm sandbox")
     return result
+
+
+def _empty_file() -> Path:
+    """An empty read-only regular file in the runtime's state directory, bound over the
+    configuration a sandbox must not read (`plan.SandboxPlan.emptied`)."""
+    path = state_directory() / "bwrap-empty"
+    try:
+        if os.lstat(path).st_size == 0:
+            return path
+        os.unlink(path)  # not empty: never show what someone put there
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+    return path
 
 
 def _close_all(fds: Sequence[int]) -> None:

@@ -10,7 +10,8 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
                                    directories wherever XDG puts them; a private /tmp and /var/tmp
     --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
-                                   in it covered (`environments.bwrap.home`)
+                                   in it covered (`environments.bwrap.home`), its configuration
+                                   files replaced by an empty file
     --file FD ~/.gitconfig         a generated git identity and `safe.directory`
     --bind WORKSPACE               writable, or --ro-bind for a read-only call; git directories
                                    outside it that a linked worktree writes; each git directory
@@ -68,6 +69,8 @@ class SandboxPlan:
     masked: list[Path] = field(default_factory=list)  # the host's secret files
     toolchains: tuple[Path, ...] = ()
     covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
+    emptied: list[Path] = field(default_factory=list)  # their configuration files
+    empty_file: Path | None = None  # an empty regular file of the runtime's, bound over those
     read_only: list[Path] = field(default_factory=list)  # protected paths inside
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
     pinned: list[Path] = field(default_factory=list)  # git directories inside, onto themselves
@@ -88,7 +91,8 @@ class SandboxPlan:
             if path in self.homes:
                 continue  # below, with a size and the user's permissions
             args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", str(path)]
-        for home in self.homes:
+        # Outermost first: a $HOME inside the account's home is mounted over it, not under.
+        for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
         for path in _PRIVATE_TMP:
             args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
@@ -101,6 +105,10 @@ class SandboxPlan:
                 args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(secret)]
             else:
                 args += ["--ro-bind", "/dev/null", str(secret)]
+        for setting in self.emptied:
+            # An empty regular file (a tool reads "no settings"), never the device, which a
+            # nodev mount makes unreadable (a tool would fail on its configuration).
+            args += ["--ro-bind", str(self.empty_file or "/dev/null"), str(setting)]
         if gitconfig_fd is not None and self.homes:
             args += ["--perms", "0600", "--file", str(gitconfig_fd), f"{self.homes[0]}/.gitconfig"]
         args += [

@@ -316,7 +316,9 @@ def test_a_trusted_home_entry_is_shown_read_only_and_a_credential_never(
     (home / ".m2" / "settings.xml").write_text("<settings/>\n")
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
-    settings = BwrapSettings(home=("~/.m2", "~/.ssh", ".ssh/id_rsa"))
+    # The file named itself: a shown directory's own configuration is covered otherwise
+    # (tests/environments/test_bwrap_home_credentials.py).
+    settings = BwrapSettings(home=("~/.m2", "~/.m2/settings.xml", "~/.ssh", ".ssh/id_rsa"))
     env = BwrapEnvironment(repo, settings, environ={"HOME": str(home), "PATH": "/usr/bin:/bin"})
     try:
         result = run(env, "ls -A ~; cat ~/.m2/settings.xml; echo x > ~/.m2/settings.xml || echo ro")

@@ -11,6 +11,7 @@ explicitly, its attempts are not run, which fails the audit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -94,6 +95,23 @@ class _Bait:
         (self.home / ".aws").mkdir(exist_ok=True)
         (self.home / ".aws" / "credentials").write_text(f"[default]\nsecret = {token}\n")
         (self.home / ".bashrc").write_text("# the human's shell\n")
+        # Toolchains' configuration with credentials in it, and one of a tool nobody knows.
+        toolchains = {
+            ".m2/settings.xml": f"<settings><server><password>{token}</password></server>"
+            "</settings>\n",
+            ".m2/settings-security.xml": f"<settingsSecurity><master>{token}</master>"
+            "</settingsSecurity>\n",
+            ".m2/repository/org/x/x.pom": "<project/>\n",
+            ".gradle/gradle.properties": f"signingPassword={token}\n",
+            ".gradle/caches/x.bin": "cache\n",
+            ".cargo/config.toml": f'[registry]\ntoken = "{token}"\n',
+            ".cargo/bin/cargo": "#!/bin/sh\ncat ~/.cargo/config.toml\n",
+            ".mytool/auth.conf": f"secret {token}\n",
+        }
+        for name, content in toolchains.items():
+            (self.home / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.home / name).write_text(content)
+        (self.home / ".cargo/bin/cargo").chmod(0o755)
         self.home_state = self._home_files()
         self.state = state_directory()
         (self.state / "daemon").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -171,8 +189,11 @@ class _BwrapLayer(_LayerRunner):
                 upstream_ca=bait.ca,
                 upstream_address=("127.0.0.1", bait.port),
             )
+        settings = config.bwrap
+        if entry.home:  # what a trusted file would show of the home
+            settings = dataclasses.replace(settings, home=(*settings.home, *entry.home))
         return BwrapEnvironment(
-            self.audit.workspace.path, config.bwrap, egress=config.docker.egress, environ=environ
+            self.audit.workspace.path, settings, egress=config.docker.egress, environ=environ
         )
 
     def run(self, attempt: Attempt) -> str:

@@ -29,7 +29,7 @@ BWRAP_IDS = [attempt.id for attempt in load_corpus(["bwrap"])]
 
 
 def test_the_bwrap_layer_has_its_attempts() -> None:
-    assert len(BWRAP_IDS) == 43
+    assert len(BWRAP_IDS) == 44
     assert {"bwrap.write-git-hooks", "bwrap.read-ssh-key", "bwrap.outlive-call"} <= set(BWRAP_IDS)
     assert {"bwrap.warm-leftovers", "bwrap.warm-request-channel"} <= set(BWRAP_IDS)
 
