@@ -5,8 +5,8 @@ A mount needs something to mount on, and bubblewrap makes a missing mount point 
 disk itself; a sandbox that may write the workspace could otherwise create `.mcp.json` or
 `.claude/settings.json` there, and an agent started (or reloading its settings) during the call
 would obey it before the check after the call takes it away. So before a writable call the
-runtime makes each missing name of `PLACEHOLDERS` itself, inert (`{}` for a JSON file, an empty
-directory, an empty `.git` directory git does not take for a repository), and the sandbox gets
+runtime makes each missing name of `PLACEHOLDERS` itself, inert (an empty directory; an empty
+`.git` is one git does not take for a repository), and the sandbox gets
 it read-only like any protected path: the name cannot appear with a sandbox's content on the
 host, even during the call.
 
@@ -36,7 +36,9 @@ from codecoder.foundation.state import project_state_directory
 __all__ = ["PLACEHOLDERS", "Placeholders", "is_placeholder"]
 
 # The names made when missing, and what each is made as: a file's content, or None for an
-# empty directory. `codecoder.json` and `.gitmodules` are not among them: what a sandbox could
+# empty directory. Every one is a directory, `.mcp.json` included: git shows no empty directory,
+# so a placeholder is never in `git status` nor committed by a `git add -A` (a `{}` file would be),
+# and an agent reading a directory as its `.mcp.json` reads no server. `codecoder.json` and `.gitmodules` are not among them: what a sandbox could
 # put there can only narrow the rules (an untrusted codecoder.json) or is read by no git
 # command but the submodule ones, so the check after the call is enough (and a `{}`
 # codecoder.json would show in every `git status`).
@@ -47,7 +49,7 @@ PLACEHOLDERS: Final[dict[str, bytes | None]] = {
     ".gemini": None,
     ".codex": None,
     ".vscode": None,
-    ".mcp.json": b"{}\n",
+    ".mcp.json": None,
 }
 RECORD: Final = "placeholders.json"
 _Identity = tuple[int, int]

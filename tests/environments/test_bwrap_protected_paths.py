@@ -214,15 +214,15 @@ git init -q 2>/dev/null; sleep 1; true"""
     try:
         said = env.run(CommandRequest(cwd=bare, script=script, writable=True, timeout=30))
         during = sorted(str(p.relative_to(bare)) for p in bare.iterdir() if p.name != "README.md")
-        mcp = (bare / ".mcp.json").read_text()
+        mcp = os.listdir(bare / ".mcp.json")
     finally:
         stop.set()
         watcher.join()
         env.close()
     assert said.exit_code == 0
     assert seen == []
-    assert during == sorted(PLACEHOLDERS)  # inert: `{}` and empty directories
-    assert mcp == "{}\n"
+    assert during == sorted(PLACEHOLDERS)  # inert: empty directories
+    assert mcp == []
     assert not [p for p in bare.rglob("*") if p.is_dir() and any(p.iterdir())]
     assert sorted(p.name for p in bare.iterdir()) == ["README.md"]  # gone with the environment
 
@@ -234,7 +234,7 @@ def test_placeholders_stay_while_another_process_uses_them_and_a_filled_one_stay
     made = first.hold()
     assert sorted(p.name for p in made) == sorted(PLACEHOLDERS)
     assert is_placeholder(bare, ".claude")
-    assert (bare / ".mcp.json").read_text() == "{}\n"
+    assert os.listdir(bare / ".mcp.json") == []
     data = json.loads(first.record.read_text())
     data["holders"].append(1)  # init: a process that is alive and uses them too
     first.record.write_text(json.dumps(data))
