@@ -36,12 +36,12 @@ from codecoder.foundation.state import project_state_directory
 __all__ = ["PLACEHOLDERS", "Placeholders", "is_placeholder"]
 
 # The names made when missing, and what each is made as: a file's content, or None for an
-# empty directory. Every one is a directory, `.mcp.json` included: git shows no empty directory,
-# so a placeholder is never in `git status` nor committed by a `git add -A` (a `{}` file would be),
-# and an agent reading a directory as its `.mcp.json` reads no server. `codecoder.json` and `.gitmodules` are not among them: what a sandbox could
-# put there can only narrow the rules (an untrusted codecoder.json) or is read by no git
-# command but the submodule ones, so the check after the call is enough (and a `{}`
-# codecoder.json would show in every `git status`).
+# empty directory. Every one is a directory, `.mcp.json` included: git shows no empty
+# directory, so a placeholder is never in `git status` nor committed by a `git add -A` (a `{}`
+# file would be), and an agent reading a directory as its `.mcp.json` reads no server.
+# `codecoder.json` and `.gitmodules` are not among them: what a sandbox could put there can
+# only narrow the rules (an untrusted codecoder.json) or is read by no git command but the
+# submodule ones, so the check after the call is enough.
 PLACEHOLDERS: Final[dict[str, bytes | None]] = {
     ".git": None,
     ".codecoder": None,
