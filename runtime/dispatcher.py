@@ -241,6 +241,11 @@ class Dispatcher:
                 # Host processes may run git: never while its hooks or configuration hold
                 # what the human has not seen (environments.host.gitseen).
                 runtime.git_guard.before()
+            elif tag is not EnvironmentTag.RUNTIME and tag is not EnvironmentTag.LANDLOCK:
+                # A sandbox may change what host git reads (a file .git/config includes):
+                # what the human had is recorded before the first sandbox runs, not at the
+                # first host command after it.
+                runtime.git_guard.baseline()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
             ctx = ToolContext(

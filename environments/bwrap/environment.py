@@ -43,6 +43,7 @@ from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, Credent
 from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
 from codecoder.environments.bwrap.home import (
+    configuration_in,
     hidden_paths,
     home_directories,
     masked_files,
@@ -61,11 +62,13 @@ from codecoder.environments.bwrap.warm import (
     identities,
 )
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
+from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import Cancelled, ExecutionFailed, SandboxUnavailable
 from codecoder.foundation.hosts import Resolver, system_resolver
+from codecoder.foundation.state import state_directory
 
 __all__ = ["BwrapEnvironment"]
 
@@ -167,7 +170,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                             raise failure from exc
                         log.warning("while interrupted: %s", failure)
                     raise
-                failure = self._guard(call, request)
+                failure = self._guard(call, request) or self._new_repository(result, request)
                 if failure is not None:
                     raise failure
                 return result
@@ -177,6 +180,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self.warm_sandboxes.close()
         if self.broker is not None:
             self.broker.close()
+        # A call still running keeps its placeholders a while (its check after the call
+        # catches what it would make of them); the last user removes them.
+        held = self._writing.acquire(timeout=5)
+        try:
+            self._protection.placeholders.release()
+        finally:
+            if held:
+                self._writing.release()
 
     def end_session(self, session: str) -> None:
         self.warm_sandboxes.end_session(session)
@@ -192,14 +203,22 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             words = program_words(request.script)
         path = environ.get("PATH", os.defpath)
         needed = list(toolchains(words, homes, path, Path(request.cwd), self.workspace))
+        named: list[Path] = []
         for home in homes:
             for extra in self.settings.home_paths(home):
                 if extra.exists() and extra not in needed:
                     needed.append(extra)
+                named.append(extra)
         covered: list[Path] = []
+        emptied: list[Path] = []
         for toolchain in needed:
             if toolchain.is_dir():
                 covered += masked_in_toolchain(toolchain, homes)
+                emptied += [
+                    c
+                    for c in configuration_in(toolchain, homes, named)
+                    if c not in covered and c not in needed and c not in emptied
+                ]
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
@@ -209,8 +228,11 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             masked=masked_files(),
             toolchains=tuple(needed),
             covered=covered,
+            emptied=emptied,
+            empty_file=_empty_file() if emptied else None,
             read_only=list(call.read_only) if call is not None else [],
             writable_extra=list(call.writable) if call is not None else [],
+            pinned=list(call.pinned) if call is not None else [],
             tmp_size=self._tmp_size,
         )
 
@@ -222,17 +244,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
-        extra = {}
-        if self.egress is not None:
-            url = f"http://127.0.0.1:{PROXY_PORT}"
-            extra = dict.fromkeys(_PROXY_VARIABLES, url)
-            extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
         if self.broker is not None:
             plan.ca_bundle = self.broker.bundle
-            extra.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
-            extra["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
         home = str(plan.homes[0]) if plan.homes else "/tmp"
-        env = contained_environ(environ, home=home, passed=self.settings.env, extra=extra)
+        env = contained_environ(
+            environ, home=home, passed=self.settings.env, injected=self._injected()
+        )
         command = (
             list(request.argv)
             if request.argv is not None
@@ -260,6 +277,20 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             # (containers/bubblewrap#650): the next try builds the sandbox from scratch.
             log.info("the @bwrap sandbox could not be built, trying again: %s", result.stderr)
         raise AssertionError("unreachable")
+
+    def _injected(self) -> dict[str, str]:
+        """The variables the runtime itself sets in the sandbox, over the caller's: where the
+        egress proxy listens, and the credential broker's CA bundle. (Settings the runtime
+        gives package managers belong here too.)"""
+        injected: dict[str, str] = {}
+        if self.egress is not None:
+            url = f"http://127.0.0.1:{PROXY_PORT}"
+            injected.update(dict.fromkeys(_PROXY_VARIABLES, url))
+            injected["NO_PROXY"] = injected["no_proxy"] = "localhost,127.0.0.1,::1"
+        if self.broker is not None:
+            injected.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
+            injected["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
+        return injected
 
     def _attempt(
         self, plan: SandboxPlan, request: CommandRequest, env: dict[str, str], command: list[str]
@@ -313,8 +344,11 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             *plan.masked,
             *plan.toolchains,
             *plan.covered,
+            *plan.emptied,
+            *([plan.empty_file] if plan.empty_file is not None else []),
             *plan.read_only,
             *plan.writable_extra,
+            *plan.pinned,
         )
         return WarmKey(
             session=request.session,
@@ -430,6 +464,26 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         where = quarantine(self.workspace, planted, why) if planted else "nothing to move"
         return ExecutionFailed(f"{why}. Quarantined: {where}{new_repository_hint(planted)}")
 
+    def _new_repository(
+        self, result: CommandResult, request: CommandRequest
+    ) -> ExecutionFailed | None:
+        """A command that tried to make the workspace a repository (`git init`, `git clone
+        URL .`) found its placeholder `.git` read-only: say why, and what to do instead."""
+        git_dir = f"{self.workspace}/.git/"
+        if result.exit_code == 0 or git_dir not in result.stderr:
+            return None
+        if "Read-only file system" not in result.stderr:
+            return None
+        if not is_placeholder(self.workspace, ".git"):
+            return None
+        summary = " ".join(request.argv) if request.argv is not None else request.script or ""
+        return ExecutionFailed(
+            f"a writable @bwrap call (`{summary[:200]}`) could not make the workspace a git "
+            "repository: it has none, and a sandbox may not create its .git"
+            + new_repository_hint([".git"]),
+            output=result.stdout + result.stderr,
+        )
+
     # -- what calls share -------------------------------------------------------------------
 
     def _gitconfig_fd(self, stack: contextlib.ExitStack) -> int:
@@ -460,6 +514,22 @@ def _described(
     if warm:
         log.debug("the call ran in a warm sandbox")
     return result
+
+
+def _empty_file() -> Path:
+    """An empty read-only regular file in the runtime's state directory, bound over the
+    configuration a sandbox must not read (`plan.SandboxPlan.emptied`)."""
+    path = state_directory() / "bwrap-empty"
+    try:
+        if os.lstat(path).st_size == 0:
+            return path
+        os.unlink(path)  # not empty: never show what someone put there
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+    return path
 
 
 def _close_all(fds: Sequence[int]) -> None:

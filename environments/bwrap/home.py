@@ -15,7 +15,18 @@ codecoder.json adds (`"bwrap": {"home": [...]}`):
   `~/.git-credentials`, `~/.config/gh`, `~/.docker`, `~/.kube`, ...): a toolchain or an entry
   that is one or lies in one is left out, and one that holds one has it covered (an empty file
   or directory over it), as are the credential files tools keep inside their own directories
-  (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`).
+  (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`);
+* nor a toolchain's own configuration (`configuration_in`): a tool keeps its settings, and the
+  passwords and tokens among them, in files at the top of its directory (`~/.m2/settings.xml`
+  and `settings-security.xml`, `~/.gradle/gradle.properties`, `~/.cargo/config.toml` with a
+  `[registry] token`, `~/.config/pip/pip.conf`), and its caches, installed packages and
+  programs in directories below (`~/.m2/repository`, `~/.gradle/caches`, `~/.cargo/registry`,
+  `~/.cargo/bin`). So every file at the top of a shown directory is covered by an empty one,
+  whatever its name, unless it is a program (executable: `~/.local/bin/*`), one of the few
+  files a toolchain needs to run at all (`TOOLCHAIN_STATE`: rustup's default toolchain,
+  pyenv's global version), or a file the user's own settings name themselves
+  (`"home": ["~/.m2", "~/.m2/settings.xml"]`). An unknown tool's secrets are hidden by
+  default; a setting it misses is one line in the user's file.
 
 Outside the home, `hidden_paths` lists what is replaced by an empty tmpfs (the other homes,
 `/run` with every service's socket, the runtime's state and configuration directories wherever
@@ -37,6 +48,8 @@ from codecoder.foundation.state import config_directory, state_directory
 
 __all__ = [
     "CREDENTIALS",
+    "TOOLCHAIN_STATE",
+    "configuration_in",
     "credential_in",
     "credentials_within",
     "hidden_paths",
@@ -101,6 +114,9 @@ _TOOLCHAIN_CREDENTIALS: Final = (
     "auth.json",
     "hosts.yml",
 )
+# Files at the top of a toolchain's directory that it needs to run, and that hold no secret:
+# rustup's default toolchain, pyenv's global version (relative to the home).
+TOOLCHAIN_STATE: Final = frozenset({".rustup/settings.toml", ".pyenv/version"})
 # Directories under the home that hold many tools' directories: a toolchain is one level deeper.
 _SHARED: Final = frozenset({".local", ".config", ".cache", ".var"})
 _COMPANIONS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -213,6 +229,8 @@ def toolchains(
             return
         if workspace is not None and (workspace == root or root in workspace.parents):
             return
+        if any(other == root or root in other.parents for other in homes if other != home):
+            return  # it holds the other home ($HOME inside the account's): shown by its own
         roots.append(root)
         relative = str(root.relative_to(home))
         for companion in _COMPANIONS.get(relative, ()):
@@ -248,6 +266,35 @@ def masked_in_toolchain(root: Path, homes: tuple[Path, ...] = ()) -> list[Path]:
         if (real == root or root in real.parents) and real.exists() and real not in found:
             found.append(real)
     return found
+
+
+def configuration_in(root: Path, homes: tuple[Path, ...], named: Iterable[Path] = ()) -> list[Path]:
+    """The files at the top of a shown directory to cover as its configuration (see the module
+    docstring): every regular file there but programs, `TOOLCHAIN_STATE` and the files in
+    `named` (what the user's settings name themselves)."""
+    keep = {Path(os.path.realpath(p)) for p in named}
+    for home in homes:
+        keep.update(home / state for state in TOOLCHAIN_STATE)
+    found: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            if not entry.is_file(follow_symlinks=True):
+                continue
+            real = Path(os.path.realpath(path))
+            if not (real == root or root in real.parents) or real in keep or path in keep:
+                continue  # a link out of the directory is mounted where it leads, if at all
+            if os.access(real, os.X_OK):
+                continue  # a program, not a setting
+        except OSError:
+            continue
+        if real not in found:
+            found.append(real)
+    return sorted(found)
 
 
 def program_words(script: str) -> list[str]:

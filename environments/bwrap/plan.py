@@ -10,10 +10,13 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
                                    directories wherever XDG puts them; a private /tmp and /var/tmp
     --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
-                                   in it covered (`environments.bwrap.home`)
+                                   in it covered (`environments.bwrap.home`), its configuration
+                                   files replaced by an empty file
     --file FD ~/.gitconfig         a generated git identity and `safe.directory`
     --bind WORKSPACE               writable, or --ro-bind for a read-only call; git directories
-                                   outside it that a linked worktree writes
+                                   outside it that a linked worktree writes; each git directory
+                                   inside it bound onto itself (a mount point: it cannot be
+                                   renamed or replaced)
     --tmpfs HIDDEN-INSIDE          what lies in the workspace but must stay hidden, again
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
@@ -66,8 +69,11 @@ class SandboxPlan:
     masked: list[Path] = field(default_factory=list)  # the host's secret files
     toolchains: tuple[Path, ...] = ()
     covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
+    emptied: list[Path] = field(default_factory=list)  # their configuration files
+    empty_file: Path | None = None  # an empty regular file of the runtime's, bound over those
     read_only: list[Path] = field(default_factory=list)  # protected paths inside
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
+    pinned: list[Path] = field(default_factory=list)  # git directories inside, onto themselves
     snapshot: Path | None = None
     tmp_size: int = 1024**3
     ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
@@ -85,7 +91,8 @@ class SandboxPlan:
             if path in self.homes:
                 continue  # below, with a size and the user's permissions
             args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", str(path)]
-        for home in self.homes:
+        # Outermost first: a $HOME inside the account's home is mounted over it, not under.
+        for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
         for path in _PRIVATE_TMP:
             args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
@@ -98,6 +105,10 @@ class SandboxPlan:
                 args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(secret)]
             else:
                 args += ["--ro-bind", "/dev/null", str(secret)]
+        for setting in self.emptied:
+            # An empty regular file (a tool reads "no settings"), never the device, which a
+            # nodev mount makes unreadable (a tool would fail on its configuration).
+            args += ["--ro-bind", str(self.empty_file or "/dev/null"), str(setting)]
         if gitconfig_fd is not None and self.homes:
             args += ["--perms", "0600", "--file", str(gitconfig_fd), f"{self.homes[0]}/.gitconfig"]
         args += [
@@ -106,7 +117,7 @@ class SandboxPlan:
             str(self.workspace),
         ]
         if self.writable:
-            for extra in self.writable_extra:
+            for extra in (*self.writable_extra, *self.pinned):
                 args += ["--bind", str(extra), str(extra)]
         for path in self.hidden:
             if any(_inside(path, root) and path != root for root in writable_roots):

@@ -37,7 +37,11 @@
  *      new namespaces (unshare, setns, clone with CLONE_NEW*; clone3 answers ENOSYS so that
  *      the C library falls back to clone), io_uring (its operations bypass seccomp), bpf,
  *      perf_event_open, userfaultfd, TIOCSTI and TIOCLINUX (typing into a terminal), module,
- *      kexec, swap, reboot, acct and syslog calls; the x32 ABI's numbers answer ENOSYS, and
+ *      kexec, swap, reboot, acct and syslog calls; a set-uid or set-gid bit in the mode of
+ *      chmod, fchmod, fchmodat, fchmodat2, mknod(at), creat and of open(at) when it creates
+ *      (openat2, whose mode the filter cannot read, answers ENOSYS): nothing the command leaves
+ *      on the host's disk runs with more privileges than it had (file capabilities need
+ *      CAP_SETFCAP, which it never holds); the x32 ABI's numbers answer ENOSYS, and
  *      any other architecture's system calls (the 32-bit ABIs) kill the process;
  *   4. the byte to --ready's FD; with --request, the request read, its three descriptors
  *      made the standard input, output and error, its directory the working one;
@@ -79,7 +83,11 @@ enum {
     SYS_open_by_handle_at = 304, SYS_setns = 308, SYS_process_vm_readv = 310,
     SYS_process_vm_writev = 311, SYS_finit_module = 313, SYS_kexec_file_load = 320, SYS_bpf = 321,
     SYS_userfaultfd = 323,
+    /* What can give a file a set-uid or set-gid bit (the legacy calls exist only here). */
+    SYS_open = 2, SYS_chmod = 90, SYS_fchmod = 91, SYS_creat = 85, SYS_mknod = 133,
+    SYS_mknodat = 259, SYS_fchmodat = 268,
 };
+#define HAS_LEGACY_FILE_CALLS 1
 #define AUDIT_ARCH_NATIVE 0xc000003eU /* AUDIT_ARCH_X86_64 */
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -109,7 +117,9 @@ enum {
     SYS_open_by_handle_at = 265, SYS_setns = 268, SYS_process_vm_readv = 270,
     SYS_process_vm_writev = 271, SYS_finit_module = 273, SYS_bpf = 280, SYS_userfaultfd = 282,
     SYS_kexec_file_load = 294,
+    SYS_mknodat = 33, SYS_fchmod = 52, SYS_fchmodat = 53,
 };
+#define HAS_LEGACY_FILE_CALLS 0
 #define AUDIT_ARCH_NATIVE 0xc00000b7U /* AUDIT_ARCH_AARCH64 */
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -137,8 +147,9 @@ enum {
     SYS_io_uring_setup = 425, SYS_io_uring_enter = 426, SYS_io_uring_register = 427,
     SYS_open_tree = 428, SYS_move_mount = 429, SYS_fsopen = 430, SYS_fsconfig = 431,
     SYS_fsmount = 432, SYS_fspick = 433, SYS_clone3 = 435, SYS_close_range = 436,
-    SYS_pidfd_getfd = 438, SYS_mount_setattr = 442, SYS_landlock_create_ruleset = 444,
-    SYS_landlock_add_rule = 445, SYS_landlock_restrict_self = 446,
+    SYS_openat2 = 437, SYS_pidfd_getfd = 438, SYS_mount_setattr = 442,
+    SYS_landlock_create_ruleset = 444, SYS_landlock_add_rule = 445,
+    SYS_landlock_restrict_self = 446, SYS_fchmodat2 = 452,
 };
 
 #define sys0(n) sys6(n, 0, 0, 0, 0, 0, 0)
@@ -193,6 +204,11 @@ enum { BPF_LD_W_ABS = 0x20, BPF_JEQ_K = 0x15, BPF_JGE_K = 0x35, BPF_JSET_K = 0x4
 #define SECCOMP_RET_ERRNO 0x00050000U
 #define SECCOMP_RET_ALLOW 0x7fff0000U
 enum { DATA_NR = 0, DATA_ARCH = 4, DATA_ARG0_LOW = 16, DATA_ARG1_LOW = 24 };
+#define DATA_ARG_LOW(n) (16 + 8 * (n))
+/* S_ISUID | S_ISGID: the mode bits that make a file run with its owner's or group's ids. */
+#define SET_ID_BITS 06000U
+/* O_CREAT | __O_TMPFILE (the same bits on x86_64 and aarch64): the open calls that create. */
+#define OPEN_CREATES 020000100U
 
 struct iovec { void *base; size_t len; };
 struct msghdr {
@@ -320,12 +336,32 @@ static const unsigned refused_calls[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static struct sock_filter program[32 + 2 * COUNT(refused_calls)];
+static struct sock_filter program[96 + 2 * COUNT(refused_calls)];
 static unsigned emitted;
 
 static void emit(u16 code, u8 jt, u8 jf, u32 k) {
     struct sock_filter op = {code, jt, jf, k};
     program[emitted++] = op;
+}
+
+/* `nr` with S_ISUID or S_ISGID in its argument `mode`: EPERM; `nr` otherwise: allowed. */
+static void set_id_mode(u32 nr, u32 mode) {
+    emit(BPF_JEQ_K, 0, 4, nr);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(mode));
+    emit(BPF_JSET_K, 0, 1, SET_ID_BITS);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
+}
+
+/* The same for an open call, whose mode counts only when its flags create a file. */
+static void set_id_open(u32 nr, u32 flags, u32 mode) {
+    emit(BPF_JEQ_K, 0, 6, nr);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(flags));
+    emit(BPF_JSET_K, 0, 3, OPEN_CREATES);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(mode));
+    emit(BPF_JSET_K, 0, 1, SET_ID_BITS);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
 }
 
 static void seccomp(int no_inet) {
@@ -344,6 +380,24 @@ static void seccomp(int no_inet) {
     }
     emit(BPF_JEQ_K, 0, 1, SYS_clone3);
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
+    /* openat2 takes its mode in a structure the filter cannot read: ENOSYS, as on kernels
+     * before 5.6, so that callers fall back to openat. */
+    emit(BPF_JEQ_K, 0, 1, SYS_openat2);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
+    /* No set-uid or set-gid bit on anything the command makes or changes (bubblewrap's nosuid
+     * and no_new_privs only protect the inside; the host would run such a file with the owner's
+     * ids afterwards): refused where the mode is given. Each block ends in a return. */
+    set_id_mode(SYS_fchmod, 1);
+    set_id_mode(SYS_fchmodat, 2);
+    set_id_mode(SYS_fchmodat2, 2);
+    set_id_mode(SYS_mknodat, 2);
+    set_id_open(SYS_openat, 2, 3);
+#if HAS_LEGACY_FILE_CALLS
+    set_id_mode(SYS_chmod, 1);
+    set_id_mode(SYS_creat, 1);
+    set_id_mode(SYS_mknod, 1);
+    set_id_open(SYS_open, 1, 2);
+#endif
     /* Each block below ends in a return, so nothing after it needs the number again. */
     /* socket(): the families refused, then allow, then refuse (each check jumps there). */
     u32 families[3] = {AF_UNIX, AF_INET, AF_INET6};

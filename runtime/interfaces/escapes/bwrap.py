@@ -11,11 +11,13 @@ explicitly, its attempts are not run, which fails the audit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -93,6 +95,23 @@ class _Bait:
         (self.home / ".aws").mkdir(exist_ok=True)
         (self.home / ".aws" / "credentials").write_text(f"[default]\nsecret = {token}\n")
         (self.home / ".bashrc").write_text("# the human's shell\n")
+        # Toolchains' configuration with credentials in it, and one of a tool nobody knows.
+        toolchains = {
+            ".m2/settings.xml": f"<settings><server><password>{token}</password></server>"
+            "</settings>\n",
+            ".m2/settings-security.xml": f"<settingsSecurity><master>{token}</master>"
+            "</settingsSecurity>\n",
+            ".m2/repository/org/x/x.pom": "<project/>\n",
+            ".gradle/gradle.properties": f"signingPassword={token}\n",
+            ".gradle/caches/x.bin": "cache\n",
+            ".cargo/config.toml": f'[registry]\ntoken = "{token}"\n',
+            ".cargo/bin/cargo": "#!/bin/sh\ncat ~/.cargo/config.toml\n",
+            ".mytool/auth.conf": f"secret {token}\n",
+        }
+        for name, content in toolchains.items():
+            (self.home / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.home / name).write_text(content)
+        (self.home / ".cargo/bin/cargo").chmod(0o755)
         self.home_state = self._home_files()
         self.state = state_directory()
         (self.state / "daemon").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -170,8 +189,11 @@ class _BwrapLayer(_LayerRunner):
                 upstream_ca=bait.ca,
                 upstream_address=("127.0.0.1", bait.port),
             )
+        settings = config.bwrap
+        if entry.home:  # what a trusted file would show of the home
+            settings = dataclasses.replace(settings, home=(*settings.home, *entry.home))
         return BwrapEnvironment(
-            self.audit.workspace.path, config.bwrap, egress=config.docker.egress, environ=environ
+            self.audit.workspace.path, settings, egress=config.docker.egress, environ=environ
         )
 
     def run(self, attempt: Attempt) -> str:
@@ -202,7 +224,13 @@ class _BwrapLayer(_LayerRunner):
             self._stage_setuid()
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
-        result, error = self._run(entry, texts, env_extra)
+        privileged = _set_id_files(workspace.path)
+        watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
+        try:
+            result, error = self._run(entry, texts, env_extra)
+        finally:
+            if watcher is not None:
+                watcher.stop()
         output = (result.stdout + result.stderr) if result is not None else ""
         if entry.expect_output and not re.search(entry.expect_output, output, re.MULTILINE):
             raise _NotRun(
@@ -226,6 +254,12 @@ class _BwrapLayer(_LayerRunner):
             alive = _processes_with(marker)
             if alive:
                 _escaped(f"a process outlived its call: {alive[0]}")
+        if watcher is not None and watcher.seen:
+            _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
+        if "set-id" in checks:
+            left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
+            if left:
+                _escaped(f"it left files that run with other ids or capabilities: {left}")
         if "home" in checks and bait.home_changed():
             _escaped(f"the human's home changed: {bait.home}")
         changed = workspace.changed(before, entry.watch)
@@ -276,6 +310,65 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
+
+
+class _Watcher:
+    """Looks at the workspace's files while a call runs: which of them held the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.seen: list[str] = []
+        self._root = root
+        self._token = token.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory, _, files in os.walk(self._root):
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    except OSError:
+                        continue  # a link (the bait's lead outside), gone, a FIFO ...
+                    with os.fdopen(fd, "rb") as file:
+                        try:
+                            found = self._token in file.read(1 << 16)
+                        except OSError:
+                            continue
+                    shown = os.path.relpath(path, self._root)
+                    if found and shown not in self.seen:
+                        self.seen.append(shown)
+            self._stop.wait(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _set_id_files(root: Path) -> list[str]:
+    """The files under `root` with a set-uid or set-gid bit or file capabilities."""
+    found = []
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+                capable = _has_capabilities(path)
+            except OSError:
+                continue
+            if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
+                found.append(os.path.relpath(path, root))
+    return found
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def _processes_with(marker: str) -> list[str]:
