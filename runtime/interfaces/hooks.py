@@ -93,6 +93,7 @@ from codecoder.foundation.display import visible, visible_lines
 from codecoder.foundation.errors import CodecoderError, UsageError
 from codecoder.foundation.state import project_state_directory
 from codecoder.interfaces.hostcalls import Mapped, Sandbox, map_call
+from codecoder.interfaces.installation import codecoder_command
 
 if TYPE_CHECKING:
     from codecoder.evaluation import Evaluation
@@ -336,9 +337,13 @@ class HookOptions:
     # (`runtime.config.discovery`); a project given here overrides it.
     project: Path | None
     allow: Sequence[str] = ()
-    sandbox: Sandbox | None = None
+    # Where the host's own shell commands run: codecoder's sandbox unless the user asked for
+    # the host (None: `--host-shell`), where they are judged as run_command on @shell.
+    sandbox: Sandbox | None = "bwrap"
     mcp_server: str = "codecoder"
-    exec_program: str = "codecoder"
+    # The command that runs codecoder in a rewritten shell command (empty: the one running
+    # now, by its absolute path: `interfaces.installation`).
+    exec_program: tuple[str, ...] = ()
     session_ttl: float = -1.0  # filled from codecoder.json when the hook evaluates
     # Nobody can answer the host's prompt (`claude -p`, `gemini -p`): what would be asked is
     # denied, with how to allow it for the run. Gemini CLI waits for ever on an "ask" there.
@@ -412,7 +417,7 @@ def _original_input(tool_input: Mapping[str, Any]) -> Mapping[str, Any]:
         words = shlex.split(command)
     except ValueError:
         return tool_input
-    if len(words) > 2 and words[1] == "exec" and "--" in words:
+    if "exec" in words and "--" in words:
         rest = words[words.index("--") + 1 :]
         if len(rest) == 1:
             return {**tool_input, "command": rest[0]}
@@ -567,7 +572,9 @@ def _answer(
             reason += " (a protected path: only a person can allow it, once)"
         else:
             entry = verdict.question.grant_for(Answer.SESSION).entry
-            reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
+            reason += (
+                f"; to allow it for a run: codecoder hook --allow {visible(shlex.quote(entry))}"
+            )
         return HookAnswer("deny", reason)
     host_key = verdict.question.host_key if verdict.question is not None else ""
     if verdict.decision == "allow":
@@ -628,21 +635,27 @@ def _rewritten(
     """With `--sandbox docker|bwrap`, a shell command rewritten to run in the sandbox through
     `codecoder exec` (with the one-time token of the question asked for it, if any)."""
     if mapped.shell and options.sandbox is not None:
+        # Every value is joined to its option (`--approved=-iPGz…`) and the command follows
+        # `--`: a token, path, session id or key that starts with `-` is never read as an
+        # option (a token_urlsafe starts with one about once in 64).
         command = [
-            options.exec_program,
+            *(options.exec_program or codecoder_command()),
             "exec",
-            "--project",
-            str(options.project),
-            "--hook",
-            f"{host}:{session_id}",
+            f"--project={options.project}",
+            f"--hook={host}:{session_id}",
         ]
         if options.sandbox == "bwrap":
-            command += ["--sandbox", "bwrap"]
+            command.append("--sandbox=bwrap")
         if token is not None:
-            command += ["--approved", token]
-        for key_allowed in options.allow:
-            command += ["--allow", key_allowed]
+            command.append(f"--approved={token}")
+        command += [f"--allow={key_allowed}" for key_allowed in options.allow]
         command += ["--", mapped.args["command"]]
         rewritten = {"command": shlex.join(command)}
-        return HookAnswer(answer.verdict, answer.reason, rewritten)
+        reason = answer.reason
+        if answer.verdict == "ask" and reason.startswith("codecoder: "):
+            # The host's question shows the rewritten input, wrapper first: its text names
+            # the command itself first.
+            shown = " ".join(visible_lines(mapped.args["command"]))
+            reason = f"codecoder: `{shown}` — {reason.removeprefix('codecoder: ')}"
+        return HookAnswer(answer.verdict, reason, rewritten)
     return answer

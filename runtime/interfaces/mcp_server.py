@@ -64,6 +64,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
@@ -242,7 +243,9 @@ def permission_required_message(request: AskRequest) -> str:
         ways.append(f"codecoder.json cannot grant it ({visible(reason)})")
     if Answer.SESSION in request.choices:
         entry = visible(request.grant_for(Answer.SESSION).entry)
-        ways.append(f"start the server with `codecoder serve --allow {entry}` for that run")
+        ways.append(
+            f"start the server with `codecoder serve --allow {shlex.quote(entry)}` for that run"
+        )
     ways.append("or run the call yourself in `codecoder session` (it asks in the terminal)")
     return (
         f"permission required: {request.tool} needs approval for {key} "

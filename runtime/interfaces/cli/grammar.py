@@ -208,11 +208,19 @@ def _parser() -> argparse.ArgumentParser:
     p = command("hook", "answer another agent's permission hook (JSON on stdin and stdout)")
     p.add_argument("host", choices=["claude-code", "gemini"], help="the agent calling the hook")
     allow(p)
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--sandbox",
         choices=["bwrap", "docker"],
-        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
-        "(`codecoder exec`)",
+        default="bwrap",
+        help="the sandbox the host's shell commands are rewritten to run in (`codecoder "
+        "exec`): @bwrap (the default) or @docker",
+    )
+    where.add_argument(
+        "--host-shell",
+        action="store_true",
+        help="leave the host's shell commands on the host, unconfined: judged as run_command "
+        "on @shell (asked, never granted for the project)",
     )
     p.add_argument(
         "--mcp-server",

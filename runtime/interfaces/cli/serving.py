@@ -25,7 +25,7 @@ def hook(args: argparse.Namespace) -> int:
     options = HookOptions(
         project=args.project,
         allow=tuple(args.allow),
-        sandbox=args.sandbox,
+        sandbox=None if args.host_shell else args.sandbox,
         mcp_server=args.mcp_server,
         interactive=not (args.non_interactive or in_ci()),
     )
