@@ -92,7 +92,7 @@ from codecoder.foundation.decision import Answer
 from codecoder.foundation.display import visible, visible_lines
 from codecoder.foundation.errors import CodecoderError, UsageError
 from codecoder.foundation.state import project_state_directory
-from codecoder.interfaces.hostcalls import Mapped, Sandbox, map_call
+from codecoder.interfaces.hostcalls import HOST_INTERNAL, Mapped, Sandbox, map_call
 from codecoder.interfaces.installation import codecoder_command
 
 if TYPE_CHECKING:
@@ -436,31 +436,34 @@ def _pre_tool(
     project = options.project
     assert project is not None  # placed by `handle`
     session_id = str(event["session_id"])
-    mapped = map_call(
-        tool_name,
-        tool_input,
-        project,
-        sandbox=options.sandbox,
-        mcp_server=options.mcp_server,
-        mcp_context=event.get("mcp_context"),
-    )
-    if mapped.host_internal:
+    if tool_name in HOST_INTERNAL:
         return HookAnswer(None)
-    if mapped.tool is None:
-        problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
-        return HookAnswer("ask" if options.interactive else "deny", problem)
     from codecoder.evaluation import evaluate
     from codecoder.permissions.prompt import non_interactive
     from codecoder.session import Runtime
 
     # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
-    on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
     bindings: dict[str, EnvironmentTag] | None = None
     if options.sandbox == "bwrap":
         bindings = {"run_command": EnvironmentTag.BWRAP}
-    elif on_host:
+    elif options.sandbox is None:
         bindings = {"run_command": EnvironmentTag.SHELL}
     with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
+        mapped = map_call(
+            tool_name,
+            tool_input,
+            project,
+            sandbox=options.sandbox,
+            mcp_server=options.mcp_server,
+            mcp_context=event.get("mcp_context"),
+            read_roots=runtime.config.read_roots,
+        )
+        if mapped.tool is None:
+            if mapped.refused:
+                # What codecoder refuses, it refuses here too, with its reason.
+                return HookAnswer("deny", f"codecoder: {visible(mapped.problem)}")
+            problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
+            return HookAnswer("ask" if options.interactive else "deny", problem)
         if mapped.own_server:
             if mapped.tool in runtime.tools:
                 reason = "codecoder's MCP server decides (and asks) for its own tools"
@@ -487,7 +490,9 @@ def _pre_tool(
         try:
             verdict = evaluate(session, mapped.tool, mapped.args)
         except CodecoderError as exc:
-            return HookAnswer("ask", f"codecoder cannot evaluate this call: {visible(str(exc))}")
+            # Input codecoder refuses (InvalidArguments: an absolute path, `..`), or a call it
+            # cannot judge: never let through.
+            return HookAnswer("deny", f"codecoder refuses this call: {visible(str(exc))}")
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
     mine = None
     if verdict.decision == "ask" and not verdict.protected:

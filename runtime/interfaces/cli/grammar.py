@@ -205,8 +205,40 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.set_defaults(handler=deciding.decide)
 
-    p = command("hook", "answer another agent's permission hook (JSON on stdin and stdout)")
-    p.add_argument("host", choices=["claude-code", "gemini"], help="the agent calling the hook")
+    p = command(
+        "hook",
+        "answer another agent's permission hook (JSON on stdin and stdout), or install it "
+        "(`hook install claude-code|gemini|codex`)",
+        conflict_handler="resolve",
+    )
+    p.add_argument(
+        "host",
+        choices=["claude-code", "gemini", "install"],
+        help="the agent calling the hook, or `install`",
+    )
+    p.add_argument(
+        "agent",
+        nargs="?",
+        choices=["claude-code", "gemini", "codex"],
+        help="with install: the agent whose settings file gets codecoder's hook",
+    )
+    p.add_argument(
+        "--project",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="the project (default: found from the cwd the host sends); with install: write "
+        "the project's own settings file (of DIR, or the project found from here)",
+    )
+    p.add_argument(
+        "--user",
+        action="store_true",
+        help="with install: write the user's own settings file (the default)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="with install: write without asking (the diff is shown)"
+    )
     allow(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument(
