@@ -375,12 +375,125 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
         return {}
     call_id = _call_id(event, tool_name, tool_input)
     if name in ("PostToolUse", "AfterTool"):
-        sessions.ran(session_id, call_id)
+        question = sessions.ran(session_id, call_id)
+        if question is not None and not question.get("rewritten"):
+            _audit_ran(host, session_id, tool_name, project, question)
         return {}
     if name not in ("PreToolUse", "BeforeTool"):
         return {}
-    answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions)
+    judged = _Judged()
+    answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions, judged)
+    _audit_verdict(host, session_id, tool_name, project, answer, judged, options)
     return answer.render(host, tool_input)
+
+
+@dataclass(slots=True)
+class _Judged:
+    """What a hook's verdict was made from, for its audit record."""
+
+    mapped: Mapped | None = None
+    evaluation: Evaluation | None = None
+    user_rule: str | None = None  # the user's own agent setting that allowed it
+
+
+def _audit_log(project: Path) -> Any:
+    from codecoder.auditlog import AuditLog
+
+    return AuditLog(project_state_directory(project) / "audit.jsonl", project)
+
+
+def _audit_verdict(
+    host: Host,
+    session_id: str,
+    host_tool: str,
+    project: Path,
+    answer: HookAnswer,
+    judged: _Judged,
+    options: HookOptions,
+) -> None:
+    """Record the hook's verdict: who or what decided, and that the host, not codecoder,
+    runs (or asks about) the call. A command rewritten into `codecoder exec` is recorded
+    there, with the decision that counts (made again before it runs); nothing is lost."""
+    from codecoder.foundation.decision import Decider, Decision, Source
+
+    if answer.verdict is None or answer.rewritten is not None:
+        return
+    evaluation, mapped = judged.evaluation, judged.mapped
+    tool = evaluation.tool if evaluation else (mapped.tool if mapped and mapped.tool else host_tool)
+    environment = evaluation.environment if evaluation else EnvironmentTag.SHELL
+    key = evaluation.key if evaluation else None
+    unknown = mapped is not None and mapped.tool is None and not mapped.refused
+    if answer.verdict == "deny":
+        nobody = (evaluation is not None and evaluation.decision == "ask") or unknown
+        decision = Decision(
+            False,
+            Source.DENIED if nobody else Source.DENY,
+            tool,
+            environment,
+            key,
+            evaluation.matched if evaluation else None,
+            reason=answer.reason,
+            decided_by=Decider.NON_INTERACTIVE if nobody else Decider.RULE,
+        )
+        outcome = "denied"
+    else:
+        source = Source.NONE
+        if evaluation is not None and evaluation.source is not None:
+            source = Source(evaluation.source)
+        elif judged.user_rule is not None:
+            source = Source.SESSION
+        decision = Decision(
+            True,
+            source,
+            tool,
+            environment,
+            key,
+            (evaluation.matched if evaluation else None) or judged.user_rule,
+            reason=answer.reason,
+            decided_by=Decider.RULE,
+        )
+        outcome = "handed-over" if answer.verdict == "allow" else "asked"
+    _audit_log(project).record(
+        session=f"{host}:{session_id}",
+        tool=tool,
+        decision=decision,
+        outcome=outcome,
+        duration=0.0,
+        error=answer.reason if answer.verdict == "deny" else None,
+        front_end=f"hook {host}",
+        host_tool=host_tool,
+        asked=answer.verdict == "ask",
+    )
+
+
+def _audit_ran(
+    host: Host, session_id: str, host_tool: str | None, project: Path, question: dict[str, Any]
+) -> None:
+    """The host ran a call its person approved at the host's own prompt: recorded as that
+    person's answer (once, or for the host's session)."""
+    from codecoder.foundation.decision import Answer, Decider, Decision, Source
+
+    session_wide = question.get("scope") == "session" and not question.get("protected")
+    escalation = bool(question.get("host_key"))
+    decision = Decision(
+        True,
+        Source.SESSION if session_wide else Source.ONCE,
+        str(question.get("tool")),
+        EnvironmentTag.SHELL if escalation else EnvironmentTag(question.get("environment")),
+        str(question.get("host_key") or question.get("key")),
+        answer=Answer.SESSION if session_wide else Answer.ONCE,
+        reason=f"approved at the {host} prompt, which ran it",
+        decided_by=Decider.PERSON,
+    )
+    _audit_log(project).record(
+        session=f"{host}:{session_id}",
+        tool=decision.tool,
+        decision=decision,
+        outcome="ran",
+        duration=0.0,
+        front_end=f"hook {host}",
+        host_tool=host_tool,
+    )
 
 
 def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
@@ -432,6 +545,7 @@ def _pre_tool(
     tool_input: Mapping[str, Any],
     options: HookOptions,
     sessions: HookSessions,
+    judged: _Judged,
 ) -> HookAnswer:
     project = options.project
     assert project is not None  # placed by `handle`
@@ -458,6 +572,7 @@ def _pre_tool(
             mcp_context=event.get("mcp_context"),
             read_roots=runtime.config.read_roots,
         )
+        judged.mapped = mapped
         if mapped.tool is None:
             if mapped.refused:
                 # What codecoder refuses, it refuses here too, with its reason.
@@ -494,11 +609,13 @@ def _pre_tool(
             # cannot judge: never let through.
             return HookAnswer("deny", f"codecoder refuses this call: {visible(str(exc))}")
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
+    judged.evaluation = verdict
     mine = None
     if verdict.decision == "ask" and not verdict.protected:
         from codecoder.interfaces.agentsettings import user_grant
 
         mine = user_grant(host, tool_name, tool_input, project)
+        judged.user_rule = mine.describe() if mine is not None else None
     return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
 
 
@@ -564,6 +681,8 @@ def _answer(
         "environment": where,
         "protected": verdict.protected,
         "ttl": options.session_ttl,
+        # Rewritten into `codecoder exec`, which audits the call itself.
+        "rewritten": mapped.shell and options.sandbox is not None,
     }
     if verdict.decision == "ask" and mine is not None:
         reason = f"codecoder: {key} ({where}) is allowed by {visible(mine.describe())}"
@@ -606,6 +725,7 @@ def _answer(
                 "protected": verdict.protected,
                 "ttl": options.session_ttl,
                 "scope": "once" if once else "session",
+                "rewritten": mapped.shell and options.sandbox is not None,
             },
         )
         answer = HookAnswer("ask", reason)

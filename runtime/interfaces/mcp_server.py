@@ -91,7 +91,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from codecoder.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.dispatcher import CallOutcome, validate_arguments
-from codecoder.foundation.decision import Answer, Decision, Source
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
 from codecoder.foundation.display import visible
 from codecoder.foundation.errors import (
     Cancelled,
@@ -99,6 +99,7 @@ from codecoder.foundation.errors import (
     DeniedByUser,
     PermissionDenied,
     ToolError,
+    Unanswered,
     UsageError,
 )
 from codecoder.foundation.state import workspace_directory
@@ -254,11 +255,21 @@ def permission_required_message(request: AskRequest) -> str:
     )
 
 
-def _refusal(request: AskRequest, message: str, reason: str) -> DeniedByUser:
+def _refusal(
+    request: AskRequest, message: str, reason: str, decider: Decider = Decider.CANCELLED
+) -> DeniedByUser:
+    """A question the client did not answer: declined or cancelled it, answered what was not
+    offered (cancelled), or could not ask at all (non-interactive). Nobody answered Deny."""
     decision = Decision(
-        False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        False,
+        Source.DENIED,
+        request.tool,
+        request.environment,
+        request.key,
+        reason=reason,
+        decided_by=decider,
     )
-    return DeniedByUser(message, decision)
+    return Unanswered(message, decision)
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -428,6 +439,7 @@ class ToolServer:
                 request,
                 permission_required_message(request),
                 "permission required: the MCP client cannot ask the human (no elicitation)",
+                Decider.NON_INTERACTIVE,
             )
         if channel.mode == "request":
             answer: Answer = anyio.from_thread.run(

@@ -326,7 +326,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--outcome",
-        choices=["ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"],
+        choices=[
+            *("ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"),
+            *("handed-over", "asked", "ran"),
+        ],
         help="only calls that ended so",
     )
     p.add_argument("--since", metavar="WHEN", help="30s, 10m, 2h, 3d ago; 14:05; 2026-12-03T14:05")
