@@ -384,6 +384,14 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=starting.init)
 
     p = command(
+        "doctor",
+        "check everything codecoder needs here (bubblewrap, Landlock, a contained command, the "
+        "decision server, Docker and its image, gVisor, each agent's hook, PATH, the state "
+        "directory), one line each with the fix; exit 1 when something used is broken",
+    )
+    p.set_defaults(handler=starting.doctor)
+
+    p = command(
         "completion",
         "print the shell code that completes codecoder's commands, options and tool names",
         formatter_class=argparse.RawDescriptionHelpFormatter,
