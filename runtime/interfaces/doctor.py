@@ -129,9 +129,11 @@ def _contained() -> Check:
 
     if command_sandbox().tag is not EnvironmentTag.BWRAP:
         return Check("contained", "FAIL", "no command can run contained here", "see bubblewrap")
-    with tempfile.TemporaryDirectory(prefix="codecoder-doctor-") as scratch:
-        with Runtime(Path(scratch), audit_log=None) as runtime:
-            outcome = runtime.session().call("run_command", {"command": "echo contained"})
+    with (
+        tempfile.TemporaryDirectory(prefix="codecoder-doctor-") as scratch,
+        Runtime(Path(scratch), audit_log=None) as runtime,
+    ):
+        outcome = runtime.session().call("run_command", {"command": "echo contained"})
     stdout = outcome.result.data.get("stdout") if outcome.result is not None else None
     if outcome.ok and stdout == "contained\n" and outcome.decision is not None:
         where = outcome.decision.environment.value
@@ -226,7 +228,7 @@ def _docker(used: bool) -> Check:
             f"{where} answers, but has no image {image!r}"
             + ("" if used else "; only @docker and run_container need it"),
             "docker build -t codecoder-sandbox . (in codecoder's checkout; nothing is pulled), "
-            f"or `codecoder image build --from IMAGE`{'' if image == _default_image() else ''}",
+            "or `codecoder image build --from IMAGE`",
         )
     return Check("docker", "ok", f"{where} answers; image {image} is there")
 
@@ -282,9 +284,12 @@ def _hook(agent: str, file: Path, name: str, install: str) -> Check:
             entries = group.get("hooks") if isinstance(group, dict) else None
             for entry in entries if isinstance(entries, list) else ():
                 command = entry.get("command") if isinstance(entry, dict) else None
-                if isinstance(command, str) and f" {agent}" in command:
-                    if hook_program(command) is not None:
-                        found.setdefault(event, []).append(command)
+                if (
+                    isinstance(command, str)
+                    and f" {agent}" in command
+                    and hook_program(command) is not None
+                ):
+                    found.setdefault(event, []).append(command)
     if not found:
         return Check(name, "note", f"not installed (no codecoder hook in {file})", install)
     return _programs_hold(name, file, found, [event for event, _ in HOOK_EVENTS[agent]], install)

@@ -26,10 +26,16 @@ LS, WebFetch, WebSearch), and that call is evaluated by the same engine as every
 (`runtime.evaluation`): deny rules, protected paths (the agents' own settings among them),
 project grants with their ceilings, session grants. A fetch is judged as the web tools judge
 theirs, every URL of it: the web policy, and loopback, private, link-local and metadata
-addresses refused unless the policy names them. A path outside the workspace, a tool codecoder
-does not know, or input it cannot read is never allowed: it is asked. Tools of codecoder's own
-MCP server are allowed here, because the server asks for them itself; a name that could as well
-be another server's is not taken for one of them.
+addresses refused unless the policy names them. What codecoder refuses is denied, with its
+reason: a path outside the workspace and its read roots, a glob reaching out, arguments its
+tools reject. A tool codecoder does not know is never allowed: it is asked.
+
+Audited. Every verdict is recorded in the project's audit log, with who or what decided
+(`interfaces.hookaudit`), and so is a call the host's person approved at its prompt when the
+host reports that it ran; a command rewritten into `codecoder exec` is recorded there instead.
+
+Tools of codecoder's own MCP server are allowed here, because the server asks for them itself;
+a name that could as well be another server's is not taken for one of them.
 
 Session grants. The host's prompt is the one the human answers. When the hook answered `ask`
 and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
@@ -49,22 +55,25 @@ commands are codecoder's alone to decide.
 Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
 person, in the host's transcript (`systemMessage`).
 
-Without `--sandbox`, the host's shell commands run on the host, unconfined, whatever contains
-codecoder's own run_command: they are judged as run_command bound to @shell (a project grant
-for a contained command never lets the host run it).
+Where the host's shell commands run. By default they are contained (`--sandbox bwrap`, below);
+`--host-shell` leaves them on the host, unconfined: they are then judged as run_command bound
+to @shell (a project grant for a contained command never lets the host run it).
 
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
 being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
-field, into `codecoder exec --project DIR --hook HOST:SESSION [--approved TOKEN] -- COMMAND`.
-`codecoder exec` decides again through the same chain before anything runs; a question the host
-asked is passed as a one-time token bound to the key that was asked, kept in the state
-directory, never in the command's reach otherwise.
+field, into `CODECODER exec --project=DIR --hook=HOST:SESSION [--approved=TOKEN] -- COMMAND`
+(CODECODER the absolute path of this codecoder: `interfaces.installation`; every value joined
+to its option and the command after `--`, so none is ever read as an option). `codecoder exec`
+decides again through the same chain before anything runs; a question the host asked is passed
+as a one-time token bound to the key that was asked, kept in the state directory, never in the
+command's reach otherwise. The reason of a question names the command first: the host shows
+the rewritten input, wrapper first.
 
-`--sandbox bwrap` does the same with codecoder's contained environment: shell commands are
-evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec --sandbox bwrap
-…`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed with no
-question and runs with the file system read-only; a project grant for a contained command
+`--sandbox bwrap` (the default) does the same with codecoder's contained environment: shell
+commands are evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec
+--sandbox=bwrap …`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed
+with no question and runs with the file system read-only; a project grant for a contained command
 holds. A command that would fail contained (`git push`, `gh …`) is asked as an escalation: the
 host's question says that approving runs it on the host, unconfined, for the rest of the host's
 session (a session grant bound to @shell, recorded when the host reports that it ran), and
@@ -92,6 +101,7 @@ from codecoder.foundation.decision import Answer
 from codecoder.foundation.display import visible, visible_lines
 from codecoder.foundation.errors import CodecoderError, UsageError
 from codecoder.foundation.state import project_state_directory
+from codecoder.interfaces.hookaudit import Judged, audit_ran, audit_verdict
 from codecoder.interfaces.hostcalls import HOST_INTERNAL, Mapped, Sandbox, map_call
 from codecoder.interfaces.installation import codecoder_command
 
@@ -377,123 +387,15 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
     if name in ("PostToolUse", "AfterTool"):
         question = sessions.ran(session_id, call_id)
         if question is not None and not question.get("rewritten"):
-            _audit_ran(host, session_id, tool_name, project, question)
+            audit_ran(host, session_id, tool_name, project, question)
         return {}
     if name not in ("PreToolUse", "BeforeTool"):
         return {}
-    judged = _Judged()
+    judged = Judged()
     answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions, judged)
-    _audit_verdict(host, session_id, tool_name, project, answer, judged, options)
+    if answer.verdict is not None and answer.rewritten is None:  # `exec` audits the rest
+        audit_verdict(host, session_id, tool_name, project, answer.verdict, answer.reason, judged)
     return answer.render(host, tool_input)
-
-
-@dataclass(slots=True)
-class _Judged:
-    """What a hook's verdict was made from, for its audit record."""
-
-    mapped: Mapped | None = None
-    evaluation: Evaluation | None = None
-    user_rule: str | None = None  # the user's own agent setting that allowed it
-
-
-def _audit_log(project: Path) -> Any:
-    from codecoder.auditlog import AuditLog
-
-    return AuditLog(project_state_directory(project) / "audit.jsonl", project)
-
-
-def _audit_verdict(
-    host: Host,
-    session_id: str,
-    host_tool: str,
-    project: Path,
-    answer: HookAnswer,
-    judged: _Judged,
-    options: HookOptions,
-) -> None:
-    """Record the hook's verdict: who or what decided, and that the host, not codecoder,
-    runs (or asks about) the call. A command rewritten into `codecoder exec` is recorded
-    there, with the decision that counts (made again before it runs); nothing is lost."""
-    from codecoder.foundation.decision import Decider, Decision, Source
-
-    if answer.verdict is None or answer.rewritten is not None:
-        return
-    evaluation, mapped = judged.evaluation, judged.mapped
-    tool = evaluation.tool if evaluation else (mapped.tool if mapped and mapped.tool else host_tool)
-    environment = evaluation.environment if evaluation else EnvironmentTag.SHELL
-    key = evaluation.key if evaluation else None
-    unknown = mapped is not None and mapped.tool is None and not mapped.refused
-    if answer.verdict == "deny":
-        nobody = (evaluation is not None and evaluation.decision == "ask") or unknown
-        decision = Decision(
-            False,
-            Source.DENIED if nobody else Source.DENY,
-            tool,
-            environment,
-            key,
-            evaluation.matched if evaluation else None,
-            reason=answer.reason,
-            decided_by=Decider.NON_INTERACTIVE if nobody else Decider.RULE,
-        )
-        outcome = "denied"
-    else:
-        source = Source.NONE
-        if evaluation is not None and evaluation.source is not None:
-            source = Source(evaluation.source)
-        elif judged.user_rule is not None:
-            source = Source.SESSION
-        decision = Decision(
-            True,
-            source,
-            tool,
-            environment,
-            key,
-            (evaluation.matched if evaluation else None) or judged.user_rule,
-            reason=answer.reason,
-            decided_by=Decider.RULE,
-        )
-        outcome = "handed-over" if answer.verdict == "allow" else "asked"
-    _audit_log(project).record(
-        session=f"{host}:{session_id}",
-        tool=tool,
-        decision=decision,
-        outcome=outcome,
-        duration=0.0,
-        error=answer.reason if answer.verdict == "deny" else None,
-        front_end=f"hook {host}",
-        host_tool=host_tool,
-        asked=answer.verdict == "ask",
-    )
-
-
-def _audit_ran(
-    host: Host, session_id: str, host_tool: str | None, project: Path, question: dict[str, Any]
-) -> None:
-    """The host ran a call its person approved at the host's own prompt: recorded as that
-    person's answer (once, or for the host's session)."""
-    from codecoder.foundation.decision import Answer, Decider, Decision, Source
-
-    session_wide = question.get("scope") == "session" and not question.get("protected")
-    escalation = bool(question.get("host_key"))
-    decision = Decision(
-        True,
-        Source.SESSION if session_wide else Source.ONCE,
-        str(question.get("tool")),
-        EnvironmentTag.SHELL if escalation else EnvironmentTag(question.get("environment")),
-        str(question.get("host_key") or question.get("key")),
-        answer=Answer.SESSION if session_wide else Answer.ONCE,
-        reason=f"approved at the {host} prompt, which ran it",
-        decided_by=Decider.PERSON,
-    )
-    _audit_log(project).record(
-        session=f"{host}:{session_id}",
-        tool=decision.tool,
-        decision=decision,
-        outcome="ran",
-        duration=0.0,
-        front_end=f"hook {host}",
-        host_tool=host_tool,
-    )
 
 
 def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
@@ -545,7 +447,7 @@ def _pre_tool(
     tool_input: Mapping[str, Any],
     options: HookOptions,
     sessions: HookSessions,
-    judged: _Judged,
+    judged: Judged,
 ) -> HookAnswer:
     project = options.project
     assert project is not None  # placed by `handle`

@@ -474,8 +474,9 @@ def test_sandbox_bwrap_escalates_only_through_the_hosts_question(
     verdict, reason = decision(out)
     assert verdict == "ask"
     assert reason.startswith(
-        f"codecoder: `{command}` — run_command:git:ls-remote would run contained in @bwrap and would likely "
-        "fail (git ls-remote talks to a remote repository, with your network and credentials"
+        f"codecoder: `{command}` — run_command:git:ls-remote would run contained in @bwrap and "
+        "would likely fail (git ls-remote talks to a remote repository, with your network and "
+        "credentials"
     )
     assert reason.endswith(
         "approving runs it on the host instead, unconfined (@shell), for the rest of this session"
