@@ -22,6 +22,7 @@ hooks name it by its path). The checks, in order:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from codecoder.interfaces.hookinstall import HOOK_EVENTS, hook_program, settings_file
+from codecoder.interfaces.hookinstall import AGENTS, HOOK_EVENTS, hook_program, settings_file
 from codecoder.interfaces.installation import codecoder_command
 
 __all__ = ["Check", "diagnose"]
@@ -83,7 +84,7 @@ def _guarded(check: Callable[[], Check]) -> Check:
     try:
         return check()
     except Exception as exc:  # a check that cannot run is itself a finding
-        name = getattr(check, "__name__", "check").strip("_")
+        name = getattr(getattr(check, "func", check), "__name__", "check").strip("_")
         return Check(name, "FAIL", f"the check itself failed: {type(exc).__name__}: {exc}")
 
 
@@ -148,7 +149,7 @@ def _contained() -> Check:
 
 
 def _decision_server() -> Check:
-    from codecoder.interfaces.forkserver.protocol import identity, socket_directory, socket_name
+    from codecoder.foundation.state import state_directory
 
     if os.environ.get("CODECODER_DAEMON", "").strip().lower() in ("0", "false", "no", "off"):
         return Check("decision server", "note", "off (CODECODER_DAEMON=0): commands run in-process")
@@ -160,14 +161,16 @@ def _decision_server() -> Check:
         check=False,
         stdin=subprocess.DEVNULL,
     )
-    sock = Path(socket_directory()) / f"{socket_name(identity())}.sock"
-    if done.returncode == 0 and done.stdout.strip() == "run_command:ls" and sock.exists():
-        return Check("decision server", "ok", f"answers at {sock}")
+    # The server a served command starts listens in the state directory (forkserver.protocol).
+    directory = state_directory() / "daemon"
+    sockets = sorted(directory.glob("decide-*.sock")) if directory.is_dir() else []
+    if done.returncode == 0 and done.stdout.strip() == "run_command:ls" and sockets:
+        return Check("decision server", "ok", f"answers at {sockets[0]}")
     return Check(
         "decision server",
         "FAIL",
         f"`codecoder key ls` gave {done.returncode} ({done.stderr.strip()[:200]}) and no server "
-        f"listens at {sock}",
+        f"listens in {directory}",
         "check that the state directory is private (see state); CODECODER_DAEMON=0 runs "
         "every command in-process meanwhile",
     )
@@ -257,12 +260,12 @@ _AGENT_NAMES = {"claude-code": "Claude Code", "gemini": "Gemini CLI", "codex": "
 
 def _hooks(project: Path) -> list[Check]:
     checks: list[Check] = []
-    for agent in ("claude-code", "gemini", "codex"):
+    for agent in AGENTS:
         for level, where in (("user", None), ("project", project)):
             name = f"hook {agent} ({level})"
-            file = settings_file(agent, where)  # type: ignore[arg-type]
+            file = settings_file(agent, where)
             install = f"codecoder hook install {agent}" + (" --project" if where else "")
-            checks.append(_guarded(lambda a=agent, f=file, n=name, i=install: _hook(a, f, n, i)))
+            checks.append(_guarded(functools.partial(_hook, agent, file, name, install)))
     return checks
 
 

@@ -110,7 +110,7 @@ def audit_ran(
         True,
         Source.SESSION if session_wide else Source.ONCE,
         str(question.get("tool")),
-        EnvironmentTag.SHELL if escalation else EnvironmentTag(question.get("environment")),
+        EnvironmentTag.SHELL if escalation else EnvironmentTag(str(question.get("environment"))),
         str(question.get("host_key") or question.get("key")),
         answer=Answer.SESSION if session_wide else Answer.ONCE,
         reason=f"approved at the {host} prompt, which ran it",

@@ -244,13 +244,12 @@ def _codex_settings(file: Path, before: str | None, program: Sequence[str]) -> s
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         where = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line, column = (int(where.group(1)), int(where.group(2))) if where else (None, None)
         message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise ConfigError(
             f"not valid TOML: {message}; nothing was written (fix it, then install again)",
             file,
-            line,
-            column,
+            int(where.group(1)) if where else None,
+            int(where.group(2)) if where else None,
         ) from None
     lines = text.splitlines()
     # Drop the tables of codecoder's server (written before, by hand or by this command).

@@ -202,7 +202,8 @@ def replay(args: argparse.Namespace) -> int:
     from codecoder.foundation.decision import Answer, Decider
     from codecoder.interfaces.livegrants import published
     from codecoder.permissions.allowlist import Lifetime
-    from codecoder.permissions.prompt import AskRequest, given, unanswered
+    from codecoder.permissions.prompt import AskRequest, unanswered
+    from codecoder.permissions.prompt import given as answered_beforehand
     from codecoder.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
@@ -215,7 +216,7 @@ def replay(args: argparse.Namespace) -> int:
         reason = f"line {line_number[0]} of the replay gives no answer, and nothing granted it"
         raise unanswered(request, Decider.NON_INTERACTIVE, reason)
 
-    runtime = Runtime(args.project, asker=given(answer))
+    runtime = Runtime(args.project, asker=answered_beforehand(answer))
     report_config(runtime)
     codes: list[int] = []
     try:
