@@ -298,7 +298,7 @@ class PermissionChain:
 
         if effective is Answer.DENY:
             if not decider.answered:
-                reason = "non-interactive: nothing granted this key, and nobody can be asked"
+                reason = "non-interactive: nothing granted this key"
                 refusal: DeniedByUser = Unanswered(
                     f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
                 )
