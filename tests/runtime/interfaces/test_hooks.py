@@ -161,9 +161,10 @@ def test_reads_outside_the_workspace_are_never_allowed(
         "~/.ssh/id_rsa",
     ):
         out = answer("claude-code", claude("Read", {"file_path": path}), project)
-        assert decision(out)[0] == "ask", path
+        # Refused, as codecoder refuses it (issue 32.6: it was asked).
+        assert decision(out)[0] == "deny", path
     glob = answer("claude-code", claude("Glob", {"pattern": "../**/*"}), project)
-    assert decision(glob)[0] == "ask"
+    assert decision(glob)[0] == "deny"
 
 
 def test_a_write_to_a_protected_path_is_asked_every_time(project: Path, state: Path) -> None:
@@ -256,7 +257,7 @@ def test_gemini_answers_in_its_own_format_and_an_approval_there_is_once(
     )
     assert fetch["decision"] == "allow"
     read = answer("gemini", gemini("read_file", {"file_path": "/etc/shadow"}), project)
-    assert read["decision"] == "ask"
+    assert read["decision"] == "deny"  # codecoder never reads outside the workspace
 
 
 @pytest.mark.parametrize("how", ["--non-interactive", "CI=true"])
