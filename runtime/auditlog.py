@@ -15,10 +15,16 @@ carries `escalated_from` (the sandbox it was bound to). Outcomes:
     invalid         the call never got as far as a decision (unknown tool, bad arguments)
     interrupted     Ctrl-C or SIGTERM arrived while the call was decided or ran
     cancelled       the MCP client cancelled the call (notifications/cancelled)
+    handed-over     another agent's hook allowed its own call: the agent runs it
+    asked           another agent's hook had the agent ask its person (a record `ran` follows
+                    when the agent reports that the call ran: the person approved it)
+    ran             the agent ran a call its person approved at its own prompt
 
 Every record carries the project's path (`project`), the session, the tool, the key, the
-environment, the decision and its source, the entry that matched, the human's answer, the
-outcome and the duration; `codecoder log` reads them back (filtered by tool, decision, outcome
+environment, the decision and its source, the entry that matched, who or what decided
+(`decided_by`: person, given-answer, rule, non-interactive, cancelled, timeout), the answer
+(only where someone gave one: a person, or `--answer`/a replay line), the outcome and the
+duration; `codecoder log` reads them back (filtered by tool, decision, outcome
 and time, as text or JSON lines, and following the log as it grows).
 A call that ended before its command did (interrupted, cancelled, killed at its deadline) keeps
 the tail of what the command had printed by then, as `output`.
@@ -37,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from codecoder.foundation.decision import Decision
+from codecoder.foundation.decision import Decider, Decision
 
 
 class AuditLog:
@@ -65,7 +71,13 @@ class AuditLog:
         agent: dict[str, Any] | None = None,
         network: dict[str, Any] | None = None,
         output: str | None = None,
+        front_end: str | None = None,
+        host_tool: str | None = None,
+        asked: bool = False,
     ) -> dict[str, Any]:
+        """One record. `front_end` and `host_tool` name another agent's hook that decided
+        without running anything (`hook claude-code`, its tool `Bash`); `asked`: the hook had
+        the agent ask its person (the record's decision is then `ask`, by nobody yet)."""
         entry: dict[str, Any] = {
             "ts": round(time.time(), 6),
             "project": self.project,
@@ -77,6 +89,7 @@ class AuditLog:
             "source": decision.source.value if decision else None,
             "matched": decision.matched if decision else None,
             "answer": decision.answer.value if decision and decision.answer else None,
+            "decided_by": decided_by(decision) if decision else None,
             "violations": list(decision.violations) if decision else [],
             "outcome": outcome,
             "error": error,
@@ -84,6 +97,12 @@ class AuditLog:
         }
         if decision is not None and decision.escalated_from is not None:
             entry["escalated_from"] = decision.escalated_from.value
+        if asked:
+            entry.update(decision="ask", source=None, decided_by=None, answer=None)
+        if front_end:
+            entry["front_end"] = front_end
+        if host_tool:
+            entry["host_tool"] = host_tool
         if agent:
             entry["agent"] = agent
         if network:
@@ -115,6 +134,30 @@ class AuditLog:
                 record = parse_record(line)
                 if record is not None:
                     yield record
+
+
+def decided_by(decision: Decision) -> str:
+    """Who or what decided (`Decider`): said by the decision, else read from its source."""
+    if decision.decided_by is not None:
+        return decision.decided_by.value
+    return _DECIDED_BY_SOURCE.get(decision.source.value, Decider.RULE.value)
+
+
+# Records written before `decided_by` existed: a refusal with an answer was a person's; one
+# without, the non-interactive policy's (or a cancelled question's; they cannot be told apart).
+_DECIDED_BY_SOURCE = {"once": Decider.PERSON.value, "denied": Decider.NON_INTERACTIVE.value}
+
+
+def who_decided(record: dict[str, Any]) -> str | None:
+    """A record's `decided_by`, also for lines written before it was recorded."""
+    found = record.get("decided_by")
+    if isinstance(found, str):
+        return found
+    if record.get("decision") is None:
+        return None
+    if record.get("answer"):
+        return Decider.PERSON.value
+    return _DECIDED_BY_SOURCE.get(str(record.get("source")), Decider.RULE.value)
 
 
 def parse_record(line: str) -> dict[str, Any] | None:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,18 +85,18 @@ class ClaudeCodePermissions:
         asker: Asker | AsyncAsker | None = None,
         sandbox: Sandbox | None = "bwrap",
         allow: Sequence[str] = (),
-        exec_program: str | None = None,
+        exec_program: Sequence[str] = (),
     ) -> None:
         """`allow`: keys granted for every session, as `codecoder hook --allow`.
-        `exec_program`: the `codecoder` command a rewritten shell command runs (by default the
-        one installed beside this Python, else the one on PATH)."""
+        `exec_program`: the command line a rewritten shell command runs codecoder with (by
+        default this installation's, by its absolute path: `interfaces.installation`)."""
         self.project = Path(project).resolve()
         self._asker = asker or non_interactive
         self._hook = HookOptions(
             project=self.project,
             allow=tuple(allow),
             sandbox=sandbox,
-            exec_program=exec_program or _codecoder_command(),
+            exec_program=tuple(exec_program),
         )
         self._seen: dict[str, _Seen] = {}
         self._once: set[str] = set()
@@ -261,8 +260,3 @@ def _kept(question: AskRequest) -> tuple[Answer, ...]:
         Answer.ONCE,
         Answer.DENY,
     )
-
-
-def _codecoder_command() -> str:
-    beside = Path(sys.executable).parent / "codecoder"
-    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else "codecoder"

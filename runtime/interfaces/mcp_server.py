@@ -64,6 +64,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
@@ -90,12 +91,13 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from codecoder.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.dispatcher import CallOutcome, validate_arguments
-from codecoder.foundation.decision import Answer, Decision, Source
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
 from codecoder.foundation.display import visible
 from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     DeniedByUser,
+    Unanswered,
 )
 from codecoder.foundation.state import workspace_directory
 from codecoder.interfaces.livegrants import Publisher, is_alive, start_time
@@ -239,7 +241,9 @@ def permission_required_message(request: AskRequest) -> str:
         ways.append(f"codecoder.json cannot grant it ({visible(reason)})")
     if Answer.SESSION in request.choices:
         entry = visible(request.grant_for(Answer.SESSION).entry)
-        ways.append(f"start the server with `codecoder serve --allow {entry}` for that run")
+        ways.append(
+            f"start the server with `codecoder serve --allow {shlex.quote(entry)}` for that run"
+        )
     ways.append("or run the call yourself in `codecoder session` (it asks in the terminal)")
     return (
         f"permission required: {request.tool} needs approval for {key} "
@@ -248,11 +252,21 @@ def permission_required_message(request: AskRequest) -> str:
     )
 
 
-def _refusal(request: AskRequest, message: str, reason: str) -> DeniedByUser:
+def _refusal(
+    request: AskRequest, message: str, reason: str, decider: Decider = Decider.CANCELLED
+) -> DeniedByUser:
+    """A question the client did not answer: declined or cancelled it, answered what was not
+    offered (cancelled), or could not ask at all (non-interactive). Nobody answered Deny."""
     decision = Decision(
-        False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        False,
+        Source.DENIED,
+        request.tool,
+        request.environment,
+        request.key,
+        reason=reason,
+        decided_by=decider,
     )
-    return DeniedByUser(message, decision)
+    return Unanswered(message, decision)
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -422,6 +436,7 @@ class ToolServer:
                 request,
                 permission_required_message(request),
                 "permission required: the MCP client cannot ask the human (no elicitation)",
+                Decider.NON_INTERACTIVE,
             )
         if channel.mode == "request":
             answer: Answer = anyio.from_thread.run(

@@ -26,6 +26,7 @@ for the session (`HOST_SESSION_PROGRAM`: `run_command:gh` bound to @shell).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -34,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from codecoder.foundation.ceiling import EnvironmentTag
-from codecoder.foundation.decision import Answer
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
 from codecoder.foundation.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.foundation.errors import Unanswered
 from codecoder.foundation.terminal import open_terminal
 from codecoder.permissions.keys import GrantLevel, Preview
 
@@ -201,8 +203,23 @@ def _bounded(line: str) -> str:
 Asker = Callable[[AskRequest], Answer]
 
 
-def non_interactive(request: AskRequest) -> Answer:
-    return Answer.DENY
+class _NonInteractive:
+    """Nobody can be asked: whatever needs an answer is refused (by this policy, not a
+    person: `Decider.NON_INTERACTIVE`)."""
+
+    decider = Decider.NON_INTERACTIVE
+
+    def __call__(self, request: AskRequest) -> Answer:
+        return Answer.DENY
+
+
+non_interactive: Asker = _NonInteractive()
+
+
+def decider_of(asker: Asker) -> Decider:
+    """Who answers for `asker`: a person, unless it says otherwise (`decider`)."""
+    found = getattr(inspect.unwrap(asker), "decider", Decider.PERSON)  # through a traced wrapper
+    return found if isinstance(found, Decider) else Decider.PERSON
 
 
 def in_ci() -> bool:
@@ -210,13 +227,50 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+class _Fixed:
+    decider = Decider.GIVEN
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+    def __call__(self, request: AskRequest) -> Answer:
+        return self.answer
+
+
 def fixed(answer: Answer) -> Asker:
-    """Always give `answer` (used by `--answer` and tests); the engine still checks ceilings."""
+    """Always give `answer` (used by `--answer` and tests), an answer given before the
+    question (`Decider.GIVEN`); the engine still checks ceilings."""
+    return _Fixed(answer)
 
-    def ask(request: AskRequest) -> Answer:
-        return answer
 
-    return ask
+class _Given:
+    decider = Decider.GIVEN
+
+    def __init__(self, asker: Asker) -> None:
+        self._asker = asker
+
+    def __call__(self, request: AskRequest) -> Answer:
+        return self._asker(request)
+
+
+def given(asker: Asker) -> Asker:
+    """`asker` as answers given before the question (a replay's lines): `Decider.GIVEN`."""
+    return _Given(asker)
+
+
+def unanswered(request: AskRequest, decider: Decider, reason: str) -> Unanswered:
+    """The refusal of a question nobody answered (`decider` says why: cancelled, timed out,
+    nobody to ask), to be raised by an asker."""
+    decision = Decision(
+        False,
+        Source.DENIED,
+        request.tool,
+        request.environment,
+        request.key,
+        reason=reason,
+        decided_by=decider,
+    )
+    return Unanswered(f"{request.key} was not allowed ({reason})", decision)
 
 
 LETTERS = {
@@ -359,7 +413,8 @@ class TerminalPrompt:
                     line = ""
                 if not line:
                     stdout.write("\n(no answer: denied)\n")
-                    return Answer.DENY
+                    reason = "the question ended without an answer (end of input or Ctrl-C)"
+                    raise unanswered(request, Decider.CANCELLED, reason)
                 picked = letters.get(line.strip().lower()[:1])
                 if picked is not None:
                     return picked

@@ -335,7 +335,8 @@ class Commit(Tool[CommitParameters]):
             if staged.exit_code != 0:
                 return result_of(staged)
         flags = ("--all",) if args.all else ()
-        return result_of(git("commit", *flags, "-m", args.message))
+        # The message joined to its option: a message starting with `-` stays a message.
+        return result_of(git("commit", *flags, f"--message={args.message}"))
 
 
 def _commit_summary(args: CommitParameters) -> str:

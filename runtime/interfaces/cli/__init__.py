@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from codecoder.foundation.errors import CodecoderError, PermissionDenied, UsageError
 from codecoder.interfaces.cli.calling import ProgressLine as ProgressLine
@@ -73,6 +74,13 @@ def _place_project(args: argparse.Namespace) -> None:
     from codecoder.config.discovery import FoundBy, ProjectPlace, find_project
 
     if not hasattr(args, "project"):
+        return
+    if args.command == "hook":
+        # `--project` may stand alone there (`hook install … --project`): the found project.
+        if args.project is not None:
+            given = Path(args.project) if args.project else find_project().directory
+            args.project = given
+            args.place = ProjectPlace(given.absolute(), FoundBy.OPTION)
         return
     if args.project is not None:
         args.place = ProjectPlace(args.project.absolute(), FoundBy.OPTION)

@@ -145,11 +145,10 @@ def exec_(args: argparse.Namespace) -> int:
     and exit code, or a refusal on stderr (exit 3). A question the host asked is this call's
     only answer: its token allows it once, on the host where the question was an escalation."""
     from codecoder.foundation.ceiling import EnvironmentTag
-    from codecoder.foundation.decision import Answer, Decision, Source
-    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.foundation.decision import Answer, Decider
     from codecoder.interfaces.hooks import HOSTS, HookSessions
     from codecoder.permissions.allowlist import Lifetime
-    from codecoder.permissions.prompt import AskRequest
+    from codecoder.permissions.prompt import AskRequest, unanswered
     from codecoder.session import Runtime, default_asker
 
     host_session: tuple[HookSessions, str] | None = None
@@ -170,14 +169,12 @@ def exec_(args: argparse.Namespace) -> int:
             escalation = bool(question.get("host_key")) and bool(request.host_key)
             return Answer.HOST_ONCE if escalation else Answer.ONCE
         reason = (
-            "the host's approval for this call was already used, or was for another key"
+            "the host's approval for this call was already used, was for another key, or "
+            "waited longer than its question stays open"
             if args.approved
             else "nothing granted this key, and the host asked no question for it"
         )
-        decision = Decision(
-            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
-        )
-        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+        raise unanswered(request, Decider.NON_INTERACTIVE, reason)
 
     asker = approved if host_session is not None else default_asker()
     contained = args.sandbox == "bwrap"
@@ -202,11 +199,11 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from codecoder.foundation.decision import Answer, Decision, Source
-    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.foundation.decision import Answer, Decider
     from codecoder.interfaces.livegrants import published
     from codecoder.permissions.allowlist import Lifetime
-    from codecoder.permissions.prompt import AskRequest
+    from codecoder.permissions.prompt import AskRequest, unanswered
+    from codecoder.permissions.prompt import given as answered_beforehand
     from codecoder.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
@@ -217,12 +214,9 @@ def replay(args: argparse.Namespace) -> int:
         if current:
             return current[0]
         reason = f"line {line_number[0]} of the replay gives no answer, and nothing granted it"
-        decision = Decision(
-            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
-        )
-        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+        raise unanswered(request, Decider.NON_INTERACTIVE, reason)
 
-    runtime = Runtime(args.project, asker=answer)
+    runtime = Runtime(args.project, asker=answered_beforehand(answer))
     report_config(runtime)
     codes: list[int] = []
     try:

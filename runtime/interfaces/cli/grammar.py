@@ -205,14 +205,54 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.set_defaults(handler=deciding.decide)
 
-    p = command("hook", "answer another agent's permission hook (JSON on stdin and stdout)")
-    p.add_argument("host", choices=["claude-code", "gemini"], help="the agent calling the hook")
-    allow(p)
+    p = command(
+        "hook",
+        "answer another agent's permission hook (JSON on stdin and stdout), or install it "
+        "(`hook install claude-code|gemini|codex`)",
+        conflict_handler="resolve",
+    )
     p.add_argument(
+        "host",
+        choices=["claude-code", "gemini", "install"],
+        help="the agent calling the hook, or `install`",
+    )
+    p.add_argument(
+        "agent",
+        nargs="?",
+        choices=["claude-code", "gemini", "codex"],
+        help="with install: the agent whose settings file gets codecoder's hook",
+    )
+    p.add_argument(
+        "--project",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="the project (default: found from the cwd the host sends); with install: write "
+        "the project's own settings file (of DIR, or the project found from here)",
+    )
+    p.add_argument(
+        "--user",
+        action="store_true",
+        help="with install: write the user's own settings file (the default)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="with install: write without asking (the diff is shown)"
+    )
+    allow(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--sandbox",
         choices=["bwrap", "docker"],
-        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
-        "(`codecoder exec`)",
+        default="bwrap",
+        help="the sandbox the host's shell commands are rewritten to run in (`codecoder "
+        "exec`): @bwrap (the default) or @docker",
+    )
+    where.add_argument(
+        "--host-shell",
+        action="store_true",
+        help="leave the host's shell commands on the host, unconfined: judged as run_command "
+        "on @shell (asked, never granted for the project)",
     )
     p.add_argument(
         "--mcp-server",
@@ -286,7 +326,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--outcome",
-        choices=["ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"],
+        choices=[
+            *("ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"),
+            *("handed-over", "asked", "ran"),
+        ],
         help="only calls that ended so",
     )
     p.add_argument("--since", metavar="WHEN", help="30s, 10m, 2h, 3d ago; 14:05; 2026-12-03T14:05")
@@ -339,6 +382,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--print", action="store_true", help="print the file instead of writing it")
     p.set_defaults(handler=starting.init)
+
+    p = command(
+        "doctor",
+        "check everything codecoder needs here (bubblewrap, Landlock, a contained command, the "
+        "decision server, Docker and its image, gVisor, each agent's hook, PATH, the state "
+        "directory), one line each with the fix; exit 1 when something used is broken",
+    )
+    p.set_defaults(handler=starting.doctor)
 
     p = command(
         "completion",

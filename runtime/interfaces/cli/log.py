@@ -125,6 +125,7 @@ def _print(records: Iterable[dict[str, Any]], as_json: bool) -> None:
 
 
 def _line(record: dict[str, Any]) -> str:
+    from codecoder.auditlog import who_decided
     from codecoder.foundation.display import visible
     from codecoder.permissions.prompt import key_for_person
 
@@ -143,12 +144,27 @@ def _line(record: dict[str, Any]) -> str:
         str(record.get("outcome") or "-"),
         f"{duration:.0f} ms" if isinstance(duration, (int, float)) else "-",
     ]
-    if record.get("answer"):
-        fields.append(f"answered {record['answer']}")
+    who = who_decided(record)
+    if record.get("answer") and who in ("person", "given-answer", None):
+        fields.append(
+            f"answered {record['answer']}" + (" (given)" if who == "given-answer" else "")
+        )
+    elif who in _NOBODY:
+        fields.append(_NOBODY[who])
+    if record.get("front_end"):
+        fields.append(f"by {record['front_end']} ({record.get('host_tool') or '-'})")
     if record.get("error"):
         fields.append(str(record["error"]))
     fields[2] = key_for_person(fields[2])
     return "  ".join(field if index == 2 else visible(field) for index, field in enumerate(fields))
+
+
+# Refusals nobody answered, said as what they were (never "answered deny").
+_NOBODY = {
+    "non-interactive": "nobody could be asked (non-interactive)",
+    "cancelled": "the question was cancelled",
+    "timeout": "the question timed out",
+}
 
 
 def _follow(path: Path) -> Iterator[dict[str, Any]]:

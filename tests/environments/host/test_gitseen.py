@@ -258,7 +258,10 @@ def test_a_fifo_planted_as_config_or_hook_does_not_hang_the_check(repo: Path) ->
 def test_the_claude_code_hook_denies_a_host_command_after_a_plant(
     repo: Path, tmp_path: Path
 ) -> None:
-    options = HookOptions(project=repo, allow=("run_command:git:status",), interactive=False)
+    # The host's own shell, on the host (`--host-shell`): what git would run there is judged.
+    options = HookOptions(
+        project=repo, allow=("run_command:git:status",), sandbox=None, interactive=False
+    )
 
     def bash(command: str) -> str:
         event = {
