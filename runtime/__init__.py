@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         RulesUnreadable,
         SandboxUnavailable,
         ToolError,
+        Unanswered,
         UnknownTool,
         UsageError,
     )
@@ -89,6 +90,7 @@ _PUBLIC = {
             "DeniedByRule",
             "RulesUnreadable",
             "DeniedByUser",
+            "Unanswered",
             "CeilingViolation",
             "ConfigError",
             "ToolError",
@@ -132,6 +134,7 @@ __all__ = [
     "ToolDefinition",
     "ToolError",
     "ToolResult",
+    "Unanswered",
     "UnknownTool",
     "UsageError",
     "aevaluate",

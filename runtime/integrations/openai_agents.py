@@ -45,7 +45,7 @@ from agents import FunctionTool, RunContextWrapper, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
 
 from codecoder.evaluation import aevaluate
-from codecoder.foundation.decision import Answer
+from codecoder.foundation.decision import Answer, Decider
 from codecoder.foundation.errors import UsageError
 from codecoder.interfaces.schemas import openai_responses_tool
 from codecoder.permissions.prompt import AskRequest, fixed
@@ -131,7 +131,10 @@ def _invoker(session: Session, name: str, approvals: _Approvals) -> Any:
         call_id = context.tool_call_id
         answer = _answer_for(context, name, call_id, approvals)
         outcome = await session.acall(
-            name, args, asker=fixed(answer) if answer is not None else None, call_id=call_id
+            name,
+            args,
+            asker=fixed(answer, Decider.PERSON) if answer is not None else None,
+            call_id=call_id,
         )
         return outcome.text
 
@@ -216,6 +219,6 @@ def reject(state: RunState[Any], item: ToolApprovalItem, message: str | None = N
     stopped = threading.Event()
     stopped.set()
     outcome = tool.session.call(
-        tool.name, args, asker=fixed(Answer.DENY), cancel=stopped, call_id=call_id
+        tool.name, args, asker=fixed(Answer.DENY, Decider.PERSON), cancel=stopped, call_id=call_id
     )
     state.reject(item, rejection_message=message or outcome.text)

@@ -55,7 +55,7 @@ from pydantic_core import SchemaValidator, core_schema
 from codecoder.dispatcher import CallOutcome
 from codecoder.evaluation import aevaluate
 from codecoder.eventloop import AsyncAsker
-from codecoder.foundation.decision import Answer
+from codecoder.foundation.decision import Answer, Decider
 from codecoder.foundation.errors import UsageError
 from codecoder.interfaces.schemas import input_schema
 from codecoder.permissions.prompt import Asker, fixed
@@ -141,7 +141,7 @@ class CodecoderToolset(AbstractToolset[Any]):
     ) -> Any:
         asker: Asker | AsyncAsker | None = self._asker
         if ctx.tool_call_approved:
-            asker = fixed(_answer_of(ctx.tool_call_metadata))
+            asker = fixed(_answer_of(ctx.tool_call_metadata), Decider.PERSON)
         elif asker is None:
             try:
                 verdict = await aevaluate(self.session, name, tool_args)

@@ -228,19 +228,19 @@ def in_ci() -> bool:
 
 
 class _Fixed:
-    decider = Decider.GIVEN
-
-    def __init__(self, answer: Answer) -> None:
+    def __init__(self, answer: Answer, decider: Decider) -> None:
         self.answer = answer
+        self.decider = decider
 
     def __call__(self, request: AskRequest) -> Answer:
         return self.answer
 
 
-def fixed(answer: Answer) -> Asker:
-    """Always give `answer` (used by `--answer` and tests), an answer given before the
-    question (`Decider.GIVEN`); the engine still checks ceilings."""
-    return _Fixed(answer)
+def fixed(answer: Answer, decider: Decider = Decider.GIVEN) -> Asker:
+    """Always give `answer`: by default an answer given before the question (`--answer`, a
+    replay line, tests: `Decider.GIVEN`); `Decider.PERSON` where a person gave it elsewhere
+    (an agent framework's approval UI, resumed). The engine still checks ceilings."""
+    return _Fixed(answer, decider)
 
 
 class _Given:

@@ -87,5 +87,6 @@ def test_claudes_bash_is_decided_by_codecoder_and_runs_contained(
     ]
     assert [(r["key"], r["environment"], r["outcome"], r["source"]) for r in records] == [
         ("run_command:echo", "@bwrap", "ok", "read-only"),
+        ("run_command:rm", "@bwrap", "denied", "deny"),  # the hook's refusal, audited
         ("run_command:touch", "@bwrap", "ok", "once"),
     ]
