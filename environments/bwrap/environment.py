@@ -50,7 +50,7 @@ from codecoder.environments.bwrap.home import (
     program_words,
     toolchains,
 )
-from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
+from codecoder.environments.bwrap.plan import HELPER_PATH, NAMESPACE_OPTIONS, SandboxPlan
 from codecoder.environments.bwrap.protection import CallProtection, Protection
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.bwrap.warm import (
@@ -212,6 +212,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             read_only=list(call.read_only) if call is not None else [],
             writable_extra=list(call.writable) if call is not None else [],
             tmp_size=self._tmp_size,
+            helper=self.helper,
         )
 
     def _contain(
@@ -286,7 +287,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                HELPER_PATH,
                 *plan.helper_options(ready_w, listen_fd),
                 "--",
                 *command,
@@ -341,7 +342,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                HELPER_PATH,
                 *plan.helper_options(ready_w, None),
                 "--request",
                 str(child_end.fileno()),

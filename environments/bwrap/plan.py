@@ -5,9 +5,10 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
     --ro-bind / /                  the whole file system, read-only
     --dev /dev, --proc /proc       a minimal /dev (null, zero, random, tty, shm ...), a procfs of
                                    the sandbox's PID namespace, its /proc/sys read-only
+    --tmpfs /tmp, /var/tmp         private, writable, bounded
     --tmpfs HIDDEN                 every home, /root, /home, /run (the Docker socket, D-Bus,
                                    every service's socket), the runtime's state and configuration
-                                   directories wherever XDG puts them; a private /tmp and /var/tmp
+                                   directories wherever XDG puts them
     --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
                                    in it covered (`environments.bwrap.home`)
@@ -18,6 +19,9 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
                                    key stays in the runtime's memory: `environments.broker`)
+    --ro-bind HELPER               the confine helper, at /run/codecoder/confine, wherever
+                                   codecoder is installed (a venv in the home or under /tmp is
+                                   hidden like the rest of them)
     --chdir CWD
 
 Namespaces: user (the caller's uid and gid mapped to themselves; no capability, and no further
@@ -34,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-__all__ = ["NAMESPACE_OPTIONS", "SandboxPlan"]
+__all__ = ["HELPER_PATH", "NAMESPACE_OPTIONS", "SandboxPlan"]
 
 NAMESPACE_OPTIONS: Final = (
     "--unshare-all",
@@ -45,6 +49,10 @@ NAMESPACE_OPTIONS: Final = (
     "--cap-drop",
     "ALL",
 )
+# Where the sandbox finds the confine helper, whatever directory codecoder was installed in: the
+# helper is bound there read-only (in the tmpfs that hides /run), so a venv in a hidden home or
+# under the private /tmp does not hide it from the one program that must run first.
+HELPER_PATH: Final = "/run/codecoder/confine"
 # Writable tmpfs mounts: private /tmp, /var/tmp and the home, each bounded.
 _PRIVATE_TMP: Final = (Path("/tmp"), Path("/var/tmp"))
 _HIDDEN_SIZE: Final = 64 * 1024  # an empty directory needs nothing
@@ -71,10 +79,15 @@ class SandboxPlan:
     snapshot: Path | None = None
     tmp_size: int = 1024**3
     ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
+    helper: Path | None = None  # the confine helper on the host, bound at HELPER_PATH
 
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        # The private /tmp first: a home or hidden directory beneath it (HOME=/tmp/...) is then
+        # mounted in it, rather than covered by it.
+        for path in _PRIVATE_TMP:
+            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
         writable_roots = [self.workspace, *self.writable_extra]
         hidden_outside = [
             h
@@ -87,8 +100,6 @@ class SandboxPlan:
             args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", str(path)]
         for home in self.homes:
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
-        for path in _PRIVATE_TMP:
-            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
         for secret in self.masked:
             args += ["--ro-bind", "/dev/null", str(secret)]
         for toolchain in self.toolchains:
@@ -120,6 +131,8 @@ class SandboxPlan:
             from codecoder.environments.broker import BUNDLE_PATH
 
             args += ["--ro-bind", str(self.ca_bundle), BUNDLE_PATH]
+        if self.helper is not None:
+            args += ["--ro-bind", str(self.helper), HELPER_PATH]
         args += ["--chdir", str(self.cwd)]
         return args
 
