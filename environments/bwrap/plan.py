@@ -19,10 +19,12 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
                                    key stays in the runtime's memory: `environments.broker`)
-    --ro-bind HELPER               the confine helper, at /run/codecoder/confine, wherever
-                                   codecoder is installed (a venv in the home or under /tmp is
-                                   hidden like the rest of them)
     --chdir CWD
+
+The confine helper is handed to bubblewrap as an open descriptor and run as /proc/self/fd/N
+(`environments.bwrap.helper.helper_command`): wherever codecoder is installed (a venv in a home
+or under /tmp, which every sandbox hides), whatever the sandbox shows, the helper runs, and it
+closes the descriptor with every other inherited one before the command starts.
 
 Namespaces: user (the caller's uid and gid mapped to themselves; no capability, and no further
 user namespace), mount, PID (bubblewrap's init is PID 1: when the command ends, the kernel
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-__all__ = ["HELPER_PATH", "NAMESPACE_OPTIONS", "SandboxPlan"]
+__all__ = ["NAMESPACE_OPTIONS", "SandboxPlan"]
 
 NAMESPACE_OPTIONS: Final = (
     "--unshare-all",
@@ -49,10 +51,6 @@ NAMESPACE_OPTIONS: Final = (
     "--cap-drop",
     "ALL",
 )
-# Where the sandbox finds the confine helper, whatever directory codecoder was installed in: the
-# helper is bound there read-only (in the tmpfs that hides /run), so a venv in a hidden home or
-# under the private /tmp does not hide it from the one program that must run first.
-HELPER_PATH: Final = "/run/codecoder/confine"
 # Writable tmpfs mounts: private /tmp, /var/tmp and the home, each bounded.
 _PRIVATE_TMP: Final = (Path("/tmp"), Path("/var/tmp"))
 _HIDDEN_SIZE: Final = 64 * 1024  # an empty directory needs nothing
@@ -79,7 +77,6 @@ class SandboxPlan:
     snapshot: Path | None = None
     tmp_size: int = 1024**3
     ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
-    helper: Path | None = None  # the confine helper on the host, bound at HELPER_PATH
 
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -131,8 +128,6 @@ class SandboxPlan:
             from codecoder.environments.broker import BUNDLE_PATH
 
             args += ["--ro-bind", str(self.ca_bundle), BUNDLE_PATH]
-        if self.helper is not None:
-            args += ["--ro-bind", str(self.helper), HELPER_PATH]
         args += ["--chdir", str(self.cwd)]
         return args
 

@@ -1,6 +1,6 @@
 """The confine helper runs wherever codecoder is installed: a venv in the home directory, a clone
-under /tmp, a path with spaces. Every sandbox hides the homes and the host's /tmp, so the helper
-is bound at a fixed place inside (`HELPER_PATH`), and the probe that says whether @bwrap works
+under /tmp, a path with spaces. Every sandbox hides the homes and the host's /tmp, so bubblewrap
+runs the helper by descriptor (/proc/self/fd/N), and the probe that says whether @bwrap works
 tries the very sandbox a call gets (a trial that saw more of the host would pass where every
 call fails)."""
 
@@ -17,7 +17,6 @@ from codecoder.environments.bwrap import environment as environment_module
 from codecoder.environments.bwrap import probe as probe_module
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.helper import confine_binary
-from codecoder.environments.bwrap.plan import HELPER_PATH
 from codecoder.foundation.ceiling import EnvironmentTag
 from tests.environments.bwrap_support import need_bwrap
 
@@ -66,29 +65,30 @@ def test_a_helper_installed_in_a_hidden_home_still_confines_the_command(
     assert (warm.exit_code, warm.stdout) == (0, "hi\n")
 
 
-def test_the_command_sees_the_helper_only_at_its_fixed_place_read_only(
+def test_the_command_holds_no_descriptor_of_the_helper_and_sees_no_path_of_it(
     home: Path, workspace: Path
 ) -> None:
     sandbox = BwrapEnvironment(workspace, environ={"HOME": str(home), "PATH": "/usr/bin:/bin"})
-    script = f"test -x {HELPER_PATH} && echo there; : > {HELPER_PATH} 2>/dev/null || echo fixed"
+    script = "ls /proc/self/fd | wc -l; ls -A ~ | grep -c venv; readlink /proc/self/fd/* | sort"
     try:
         result = sandbox.run(CommandRequest(cwd=workspace, script=script, writable=True))
     finally:
         sandbox.close()
-    assert result.stdout == "there\nfixed\n"
+    # The shell's standard three and ls's own directory: nothing was inherited.
+    assert result.stdout.splitlines()[:2] == ["4", "0"], result.stdout
+    assert "confine" not in result.stdout
 
 
 def test_the_probe_tries_the_sandbox_a_call_gets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stand-in helper that succeeds only where the host's /tmp is hidden, as in a call: a
-    trial that showed /tmp (as the probe's did) would call @bwrap unusable here, and a trial
-    that ran the helper from its host path would not find it at all."""
+    trial that showed /tmp (as the probe's did) would call @bwrap unusable here."""
     need_bwrap()
     marker = tmp_path / "visible-only-on-the-host"
     marker.write_text("")
     stand_in = tmp_path / "confine"
-    stand_in.write_text(f"#!/bin/sh\n[ ! -e '{marker}' ] && [ \"$0\" = {HELPER_PATH} ]\n")
+    stand_in.write_text(f"#!/bin/sh\n[ ! -e '{marker}' ]\n")
     stand_in.chmod(0o755)
     _install_helper(monkeypatch, stand_in)
     assert probe_module.probe().tag is EnvironmentTag.BWRAP
