@@ -47,10 +47,10 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -67,6 +67,7 @@ from codecoder.foundation.hosts import (
     parse_host_entry,
     system_resolver,
 )
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["MAX_CONNECTIONS", "PROXY_PORT", "Egress", "EgressProxy"]
 
@@ -184,11 +185,11 @@ class EgressProxy:
         self._broker = broker
         self._resolver = resolver
         self.max_connections = max_connections
-        # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-egress-"))
+        # Outside the workspace, in the process's scratch (foundation.scratch).
+        self.directory = scratch_directory("codecoder-egress-")
         self.path = self.directory / SOCKET_NAME
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(self.path))
+        _bind(server, self.path)
         # The container's root reaches it without any capability (it is not the owner when the
         # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
         # socket is in it. Inside the container a root-only tmpfs keeps commands out.
@@ -524,3 +525,16 @@ def _shown(host: str, port: int | None) -> str:
 
 def _since(started: float) -> float:
     return time.monotonic() - started
+
+
+def _bind(server: socket.socket, path: Path) -> None:
+    """Bind `server` at `path`; through its directory's descriptor when the path is longer than
+    a Unix socket's address may be (107 bytes: a state directory deep in a home)."""
+    if len(os.fsencode(path)) < 100:
+        server.bind(str(path))
+        return
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        server.bind(f"/proc/self/fd/{directory}/{path.name}")
+    finally:
+        os.close(directory)
