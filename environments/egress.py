@@ -55,7 +55,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
@@ -188,8 +187,16 @@ class EgressProxy:
         # Outside the workspace, in the process's scratch (foundation.scratch).
         self.directory = scratch_directory("codecoder-egress-")
         self.path = self.directory / SOCKET_NAME
+        # A Unix socket's address has at most 107 bytes, and the state directory may lie deep
+        # in a home: where the path is longer, it is reached through this descriptor.
+        self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.address = (
+            str(self.path)
+            if len(os.fsencode(self.path)) < 100
+            else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
+        )
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        _bind(server, self.path)
+        server.bind(self.address)
         # The container's root reaches it without any capability (it is not the owner when the
         # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
         # socket is in it. Inside the container a root-only tmpfs keeps commands out.
@@ -266,6 +273,8 @@ class EgressProxy:
         with contextlib.suppress(OSError):
             self.directory.chmod(0o700)
         shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._directory_fd)
 
     @property
     def active(self) -> int:
@@ -525,16 +534,3 @@ def _shown(host: str, port: int | None) -> str:
 
 def _since(started: float) -> float:
     return time.monotonic() - started
-
-
-def _bind(server: socket.socket, path: Path) -> None:
-    """Bind `server` at `path`; through its directory's descriptor when the path is longer than
-    a Unix socket's address may be (107 bytes: a state directory deep in a home)."""
-    if len(os.fsencode(path)) < 100:
-        server.bind(str(path))
-        return
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        server.bind(f"/proc/self/fd/{directory}/{path.name}")
-    finally:
-        os.close(directory)
