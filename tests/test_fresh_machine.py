@@ -109,8 +109,9 @@ class FreshMachine:
             ["tar", "-C", str(clone.parent), "-cf", "-", clone.name], stdout=subprocess.PIPE
         )
         script = (
-            f"tar -xf - -C {shlex.quote(parent)} && "
-            f"mv {shlex.quote(os.path.join(parent, clone.name))} {shlex.quote(destination)}"
+            f'unpacked=$(mktemp -d -p {shlex.quote(parent)}) && tar -xf - -C "$unpacked" && '
+            f'mv "$unpacked"/{shlex.quote(clone.name)} {shlex.quote(destination)} && '
+            'rmdir "$unpacked"'
         )
         subprocess.run(
             ["docker", "exec", "--interactive", "--user", user, self.name, "sh", "-c", script],
