@@ -190,15 +190,17 @@ if [ "$found" != "$link" ]; then
 fi
 
 echo "== where commands run (codecoder check)"
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch" ${built:+"$built"}' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work" ${built:+"$built"}' EXIT
+scratch=$work/project
+mkdir "$scratch"
 git -C "$scratch" init --quiet 2>/dev/null || true
 "$codecoder" check --project "$scratch" | grep '^commands:' || fail "codecoder check failed"
 
 echo "== a contained command (codecoder call run_command -- echo contained)"
 "$codecoder" call --project "$scratch" --json --answer once run_command -- echo contained \
-    >"$scratch.call.json" || true
-"$venv/bin/python" - "$scratch.call.json" <<'EOF' || { rm -f "$scratch.call.json"; fail "the contained command failed: codecoder cannot run commands here"; }
+    >"$work/call.json" || true
+"$venv/bin/python" - "$work/call.json" <<'EOF' || { fail "the contained command failed: codecoder cannot run commands here"; }
 import json
 import sys
 
@@ -214,7 +216,6 @@ if not outcome.get("ok") or outcome["result"]["data"]["stdout"] != "contained\n"
     sys.exit(f"in {where}: {error}")
 print(f"it ran in {where}")
 EOF
-rm -f "$scratch.call.json"
 
 echo "== codecoder tools"
 "$codecoder" tools
@@ -222,8 +223,8 @@ echo
 echo "== codecoder replay examples/first-run.jsonl (answers come from the file; none = deny)"
 # Line 3 has no answer, so it is refused: that refusal is the example's point. Any other outcome
 # that is not a success is a failure of the main job.
-"$codecoder" replay examples/first-run.jsonl --project "$scratch" --json >"$scratch.replay.json" || true
-"$venv/bin/python" - "$scratch.replay.json" <<'EOF' || { rm -f "$scratch.replay.json"; fail "the replay failed: see above"; }
+"$codecoder" replay examples/first-run.jsonl --project "$scratch" --json >"$work/replay.json" || true
+"$venv/bin/python" - "$work/replay.json" <<'EOF' || { fail "the replay failed: see above"; }
 import json
 import sys
 
@@ -236,8 +237,8 @@ except json.JSONDecodeError:
 failed = 0
 for row in rows:
     decision = row.get("decision") or {}
-    said = f"line {row.get('line')}: {decision.get('key')} ({decision.get('decision')}, "
-    said += f"{decision.get('source')}, in {decision.get('environment')})"
+    said = f"line {row.get('line')}: {row.get('tool')} {decision.get('key') or ''} "
+    said += f"({decision.get('decision')}, {decision.get('source')}, in {decision.get('environment')})"
     error = row.get("error")
     if row.get("ok"):
         output = row["result"]["data"]["stdout"].strip().replace("\n", " | ")
@@ -249,6 +250,5 @@ for row in rows:
         print(f"{said}: FAILED: {error or row.get('result')}", file=sys.stderr)
 sys.exit(1 if failed or not rows else 0)
 EOF
-rm -f "$scratch.replay.json"
 echo
 echo "codecoder is set up: $link -> $codecoder"

@@ -198,6 +198,17 @@ def test_as_root_from_a_clone_in_the_home_then_upgrade_and_uninstall(
     assert "it ran in @bwrap" in installed.stdout
     _commands_are_contained(machine, "root", "/root")
 
+    # A main job that fails fails the set-up: a replayed call that errors (not a refusal).
+    broken = machine.sh(
+        'printf \'%s\\n\' \'{"tool": "read_file", "args": {"path": "gone"}}\' '
+        f">> examples/first-run.jsonl && {install}",
+        cwd="/root/codecoder",
+        check=False,
+    )
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "line 6: read_file" in broken.stderr and "FAILED" in broken.stderr, broken.stderr
+    machine.sh("git checkout -q examples/first-run.jsonl", cwd="/root/codecoder")
+
     # An upgrade: what `git pull` brings, then the install line again (here non-editable).
     machine.sh(
         "git clone -q /root/codecoder /root/upstream && cd /root/upstream && "
