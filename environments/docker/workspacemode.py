@@ -5,7 +5,8 @@ the host keeps in step (sync mode, `environments.docker.sync`).
 
 * when the engine is on another machine (DOCKER_HOST over TCP or SSH): it cannot see this one's
   directories;
-* when the workspace belongs to root and commands run as its owner (`"user": "auto"`). Commands
+* when the workspace belongs to root (and is not writable by everyone) and commands run as its
+  owner (`"user": "auto"`). Commands
   never run as root in the sandbox, so they run as uid 10001, which a root-owned directory
   refuses through a bind mount (`touch x`: Permission denied). In sync mode they write the
   volume, which is theirs, and what they change comes back into the workspace as root's, through
@@ -29,6 +30,7 @@ commands cannot write it.
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -57,12 +59,16 @@ class WorkspaceMode:
 
 
 def _root_owned(workspace: Path | None) -> bool:
+    """Whether `workspace` belongs to root and is closed to other users: uid 10001 could not
+    write it through a bind mount (one that anyone may write, as the audit's pool layer makes
+    them, it could)."""
     if workspace is None:
         return False
     try:
-        return workspace.stat().st_uid == 0
+        info = workspace.stat()
     except OSError:
         return False
+    return info.st_uid == 0 and not info.st_mode & stat.S_IWOTH
 
 
 def workspace_mode(settings: DockerSettings, workspace: Path | None) -> WorkspaceMode:

@@ -55,6 +55,9 @@ def test_a_root_owned_workspace_is_synced_and_one_owned_by_a_user_is_bound(
     assert (synced.mode, synced.warning) == ("sync", None)
     assert "belongs to root" in (synced.reason or "")
     assert workspace_mode(DockerSettings(), users).mode == "bind"
+    # One that anyone may write, uid 10001 included, is bound as it is.
+    root_workspace.chmod(0o777)
+    assert workspace_mode(DockerSettings(), root_workspace).mode == "bind"
     # Commands of an explicit user are that user's business: bound, as configured.
     assert workspace_mode(DockerSettings(user="1000:1000"), root_workspace).mode == "bind"
 
