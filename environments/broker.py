@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from codecoder.foundation.hosts import parse_host_entry
+from codecoder.foundation.scratch import scratch_directory, scratch_root
 
 __all__ = [
     "BUNDLE_PATH",
@@ -222,7 +223,7 @@ class CredentialBroker:
         )
         self.ca_pem = self._ca.public_bytes(serialization.Encoding.PEM)
         # Private to the runtime: the sandbox sees the bundle through a read-only bind only.
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-broker-"))
+        self.directory = scratch_directory("codecoder-broker-")
         self.bundle = self.directory / "ca-bundle.pem"
         self.bundle.write_bytes(_system_bundle() + b"\n" + self.ca_pem)
         self.ca_file = self.directory / "ca.pem"
@@ -345,7 +346,9 @@ class CredentialBroker:
         env = {k: v for k, v in self._environ.items() if not k.startswith("GIT_")}
         env.pop("SSH_ASKPASS", None)
         env["GIT_TERMINAL_PROMPT"] = "0"
-        with tempfile.TemporaryDirectory(prefix="codecoder-credential-") as neutral:
+        with tempfile.TemporaryDirectory(
+            prefix="codecoder-credential-", dir=scratch_root()
+        ) as neutral:
             env["GIT_CEILING_DIRECTORIES"] = str(Path(neutral).parent)
             try:
                 done = subprocess.run(

@@ -47,15 +47,14 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
@@ -67,6 +66,7 @@ from codecoder.foundation.hosts import (
     parse_host_entry,
     system_resolver,
 )
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["MAX_CONNECTIONS", "PROXY_PORT", "Egress", "EgressProxy"]
 
@@ -184,11 +184,19 @@ class EgressProxy:
         self._broker = broker
         self._resolver = resolver
         self.max_connections = max_connections
-        # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-egress-"))
+        # Outside the workspace, in the process's scratch (foundation.scratch).
+        self.directory = scratch_directory("codecoder-egress-")
         self.path = self.directory / SOCKET_NAME
+        # A Unix socket's address has at most 107 bytes, and the state directory may lie deep
+        # in a home: where the path is longer, it is reached through this descriptor.
+        self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.address = (
+            str(self.path)
+            if len(os.fsencode(self.path)) < 100
+            else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
+        )
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(self.path))
+        server.bind(self.address)
         # The container's root reaches it without any capability (it is not the owner when the
         # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
         # socket is in it. Inside the container a root-only tmpfs keeps commands out.
@@ -265,6 +273,8 @@ class EgressProxy:
         with contextlib.suppress(OSError):
             self.directory.chmod(0o700)
         shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._directory_fd)
 
     @property
     def active(self) -> int:

@@ -71,6 +71,7 @@ from codecoder.foundation.errors import (
     UsageError,
 )
 from codecoder.foundation.protected import is_protected_path
+from codecoder.foundation.scratch import sweep_scratch
 from codecoder.foundation.state import overlapping_directory, project_state_directory
 from codecoder.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.chain import PROTECTED_NOTE, PermissionChain
@@ -132,6 +133,8 @@ class Runtime:
         overlap = overlapping_directory(self.project_dir)
         if overlap is not None:
             raise ConfigError(overlap)
+        # What killed runtimes left in their scratch goes now (foundation.scratch).
+        sweep_scratch()
         self._catalogue: dict[str, Tool[Any]] = dict(
             tools if tools is not None else builtin_tools()
         )

@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -46,6 +45,7 @@ from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import ProtectedScan, new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["SYSTEM_READS", "ConfinedEnvironment"]
 
@@ -155,7 +155,7 @@ def _guard(workspace: Path, scan: ProtectedScan) -> None:
 @contextlib.contextmanager
 def _private_directories() -> Iterator[tuple[Path, Path]]:
     """A home and a TMPDIR of the call's own, gone when it ends."""
-    root = Path(tempfile.mkdtemp(prefix="codecoder-confined-"))
+    root = scratch_directory("codecoder-confined-")
     try:
         (root / "home").mkdir(mode=0o700)
         (root / "tmp").mkdir(mode=0o700)

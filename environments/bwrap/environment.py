@@ -41,7 +41,12 @@ from typing import Final
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, CredentialRoute
 from codecoder.environments.bwrap.environ import contained_environ
-from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
+from codecoder.environments.bwrap.helper import (
+    CONFINE_FAILED,
+    CONFINE_PREFIX,
+    confine_binary,
+    helper_command,
+)
 from codecoder.environments.bwrap.home import (
     configuration_in,
     hidden_paths,
@@ -302,6 +307,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_r)
             stack.callback(_close, ready_w)
             gitconfig = self._gitconfig_fd(stack)
+            helper, helper_fd = helper_command(self.helper, stack)
             listen_fd = None
             if self.egress is not None:
                 # A proxy of the call's own: the connections it admits are decided through
@@ -317,12 +323,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                helper,
                 *plan.helper_options(ready_w, listen_fd),
                 "--",
                 *command,
             ]
-            fds = [fd for fd in (ready_w, gitconfig, listen_fd) if fd is not None]
+            fds = [fd for fd in (ready_w, gitconfig, helper_fd, listen_fd) if fd is not None]
             # bubblewrap itself starts in the workspace; the command in its --chdir.
             outer = dataclasses.replace(request, cwd=self.workspace)
             result = self._shell.run_process(argv, outer, env, pass_fds=fds)
@@ -370,12 +376,13 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_w)
             stack.callback(child_end.close)
             gitconfig = self._gitconfig_fd(stack)
+            helper, helper_fd = helper_command(self.helper, stack)
             argv = [
                 self.bwrap,
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                helper,
                 *plan.helper_options(ready_w, None),
                 "--request",
                 str(child_end.fileno()),
@@ -392,7 +399,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=(ready_w, gitconfig, child_end.fileno()),
+                    pass_fds=(ready_w, gitconfig, helper_fd, child_end.fileno()),
                 )
             except OSError as exc:
                 log.info("a warm @bwrap sandbox could not start: %s", exc)

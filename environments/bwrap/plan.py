@@ -5,9 +5,10 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
     --ro-bind / /                  the whole file system, read-only
     --dev /dev, --proc /proc       a minimal /dev (null, zero, random, tty, shm ...), a procfs of
                                    the sandbox's PID namespace, its /proc/sys read-only
+    --tmpfs /tmp, /var/tmp         private, writable, bounded
     --tmpfs HIDDEN                 every home, /root, /home, /run (the Docker socket, D-Bus,
                                    every service's socket), the runtime's state and configuration
-                                   directories wherever XDG puts them; a private /tmp and /var/tmp
+                                   directories wherever XDG puts them
     --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
                                    in it covered (`environments.bwrap.home`), its configuration
@@ -22,6 +23,11 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
                                    key stays in the runtime's memory: `environments.broker`)
     --chdir CWD
+
+The confine helper is handed to bubblewrap as an open descriptor and run as /proc/self/fd/N
+(`environments.bwrap.helper.helper_command`): wherever codecoder is installed (a venv in a home
+or under /tmp, which every sandbox hides), whatever the sandbox shows, the helper runs, and it
+closes the descriptor with every other inherited one before the command starts.
 
 Namespaces: user (the caller's uid and gid mapped to themselves; no capability, and no further
 user namespace), mount, PID (bubblewrap's init is PID 1: when the command ends, the kernel
@@ -81,6 +87,10 @@ class SandboxPlan:
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        # The private /tmp first: a home or hidden directory beneath it (HOME=/tmp/...) is then
+        # mounted in it, rather than covered by it.
+        for path in _PRIVATE_TMP:
+            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
         writable_roots = [self.workspace, *self.writable_extra]
         hidden_outside = [
             h
@@ -94,8 +104,6 @@ class SandboxPlan:
         # Outermost first: a $HOME inside the account's home is mounted over it, not under.
         for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
-        for path in _PRIVATE_TMP:
-            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
         for secret in self.masked:
             args += ["--ro-bind", "/dev/null", str(secret)]
         for toolchain in self.toolchains:

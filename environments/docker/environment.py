@@ -48,11 +48,12 @@ from codecoder.environments.docker.calls import (
 )
 from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGone
 from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
-from codecoder.environments.docker.engine import DockerEngine, _engine_errors, engine_is_local
+from codecoder.environments.docker.engine import DockerEngine, _engine_errors
 from codecoder.environments.docker.labels import LABEL_SESSION
 from codecoder.environments.docker.pool.client import pool_for
 from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
 from codecoder.environments.docker.sync import WorkspaceVolume
+from codecoder.environments.docker.workspacemode import workspace_mode
 from codecoder.environments.workspaceguard import quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
@@ -125,9 +126,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         # Sync mode (environments.docker.sync): the workspace is a volume the host keeps in
         # step, which a remote engine needs. Its calls are serialized across both modes, so that
         # what one call brings back is never mistaken for what another changed.
-        self.sync = self.settings.workspace == "sync" or (
-            self.settings.workspace == "auto" and not engine_is_local()
-        )
+        # A root-owned workspace is synced too (environments.docker.workspacemode says why).
+        self.sync = workspace_mode(self.settings, self.workspace).sync
         self._containers = SandboxContainers(
             self.workspace,
             self.settings,

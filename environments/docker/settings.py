@@ -56,7 +56,8 @@ class DockerSettings:
     the commands' reach). `network` is `none`, or an `Egress` allowlist (given as `{"allow":
     [...]}`). `workspace` is how the workspace reaches the container: `bind` (a bind mount),
     `sync` (a per-session volume kept in step with the workspace, which a remote engine needs),
-    `auto` (sync when DOCKER_HOST names another machine). `extra_writable_paths` are more
+    `auto` (sync when DOCKER_HOST names another machine, or when the workspace belongs to root and
+    `user` is `auto`: `environments.docker.workspacemode`). `extra_writable_paths` are more
     size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
     they never touch the host and are emptied between calls made under different grants.
     `disk_budget` is how much a writable call may grow the workspace's filesystem before it is

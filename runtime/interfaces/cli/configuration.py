@@ -26,7 +26,7 @@ def check(args: argparse.Namespace) -> int:
 
     runtime = project_runtime(args)
     config = runtime.config
-    docker = sandbox_status(config.docker)
+    docker = sandbox_status(config.docker, workspace=runtime.project_dir)
     diagnostics = list(runtime.diagnostics)
     # What stops @docker is an error where the project chose the image or the runtime (its own
     # configuration is wrong); otherwise a warning, since a project need not use @docker.

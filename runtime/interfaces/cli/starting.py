@@ -98,7 +98,7 @@ def _placement(runtime: Runtime, project: Project) -> Placement:
     default = runtime.environment_of("run_command")
     if default.allows(Scope.PROJECT):
         return Placement(default, f"{default.containment}, the default here")
-    docker = sandbox_status(runtime.config.docker)
+    docker = sandbox_status(runtime.config.docker, workspace=runtime.project_dir)
     image = runtime.config.docker.image
     shell_note = f"{default.containment}: grants for commands last one session at most"
     if docker.problems:
