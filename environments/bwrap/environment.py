@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -46,7 +47,6 @@ from codecoder.environments.bwrap.home import (
     configuration_in,
     hidden_paths,
     home_directories,
-    masked_files,
     masked_in_toolchain,
     program_words,
     toolchains,
@@ -63,6 +63,12 @@ from codecoder.environments.bwrap.warm import (
 )
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
 from codecoder.environments.placeholders import is_placeholder
+from codecoder.environments.privatefiles import (
+    SHOWN_SYS,
+    Account,
+    machine_private_files,
+    procfs_private_files,
+)
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
@@ -219,19 +225,28 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     for c in configuration_in(toolchain, homes, named)
                     if c not in covered and c not in needed and c not in emptied
                 ]
+        hidden = hidden_paths(environ, homes)
+        writable_extra = list(call.writable) if call is not None else []
+        account = Account.current()
+        private = machine_private_files(environ).view(
+            account, shown=[self.workspace, *writable_extra, *needed], hidden=hidden
+        )
+        kernel_private = _kernel_private(account)
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
             writable=request.writable,
             homes=homes,
-            hidden=hidden_paths(environ, homes),
-            masked=masked_files(),
+            hidden=hidden,
+            private=private,
+            kernel_private=kernel_private,
+            sys_shown=_sys_shown(),
             toolchains=tuple(needed),
             covered=covered,
             emptied=emptied,
-            empty_file=_empty_file() if emptied else None,
+            empty_file=_empty_file() if emptied or private.files or kernel_private else None,
             read_only=list(call.read_only) if call is not None else [],
-            writable_extra=list(call.writable) if call is not None else [],
+            writable_extra=writable_extra,
             pinned=list(call.pinned) if call is not None else [],
             tmp_size=self._tmp_size,
         )
@@ -341,7 +356,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             self.workspace,
             *plan.homes,
             *plan.hidden,
-            *plan.masked,
+            *plan.sys_shown,
             *plan.toolchains,
             *plan.covered,
             *plan.emptied,
@@ -514,6 +529,18 @@ def _described(
     if warm:
         log.debug("the call ran in a warm sandbox")
     return result
+
+
+@functools.cache
+def _kernel_private(account: Account) -> tuple[Path, ...]:
+    """The kernel's files in /proc the account could read only as their owner (the same in
+    every procfs of this kernel: looked up once)."""
+    return procfs_private_files(account)
+
+
+@functools.cache
+def _sys_shown() -> tuple[Path, ...]:
+    return tuple(Path(p) for p in SHOWN_SYS if os.path.isdir(p))
 
 
 def _empty_file() -> Path:
