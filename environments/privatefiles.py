@@ -271,6 +271,12 @@ class MachinePrivateFiles:
             self._views[key] = (entries, view)
         return view
 
+    @property
+    def looked_at_each_call(self) -> int:
+        """How many directories a call looks at now."""
+        with self._lock:
+            return len(self._near_the_top())
+
     def look_everywhere(self) -> None:
         """Look at every recorded directory now, as the background look does."""
         with self._lock:

@@ -66,6 +66,7 @@ from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.privatefiles import (
     SHOWN_SYS,
     Account,
+    MachinePrivateFiles,
     machine_private_files,
     procfs_private_files,
 )
@@ -99,7 +100,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     the environment a request without its own inherits (the runtime's), `resolver` what the
     egress proxy resolves names with, `warm` whether calls may take a sandbox built in the
     background after the previous one (`environments.bwrap.warm`; the attribute can be changed
-    between calls). Safe to use from several threads.
+    between calls), `private_files` what finds the host's private entries (the machine's, by
+    default: `environments.privatefiles`). Safe to use from several threads.
     """
 
     tag = EnvironmentTag.BWRAP
@@ -118,6 +120,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         credentials: tuple[CredentialRoute, ...] = (),
         upstream_ca: Path | None = None,
         upstream_address: tuple[str, int] | None = None,
+        private_files: MachinePrivateFiles | None = None,
     ) -> None:
         from codecoder.environments.bwrap.probe import bwrap_binary
 
@@ -134,6 +137,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self.bwrap = found
         self.helper = helper
         self._environ = dict(os.environ if environ is None else environ)
+        self._private_files = private_files or machine_private_files(self._environ)
         self._resolver = resolver or system_resolver
         self._tmp_size = tmp_size
         self._shell = ShellEnvironment(BASH)
@@ -228,7 +232,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         hidden = hidden_paths(environ, homes)
         writable_extra = list(call.writable) if call is not None else []
         account = Account.current()
-        private = machine_private_files(environ).view(
+        private = self._private_files.view(
             account, shown=[self.workspace, *writable_extra, *needed], hidden=hidden
         )
         kernel_private = _kernel_private(account)
