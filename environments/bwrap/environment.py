@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -51,7 +52,6 @@ from codecoder.environments.bwrap.home import (
     configuration_in,
     hidden_paths,
     home_directories,
-    masked_files,
     masked_in_toolchain,
     program_words,
     toolchains,
@@ -68,6 +68,13 @@ from codecoder.environments.bwrap.warm import (
 )
 from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
 from codecoder.environments.placeholders import is_placeholder
+from codecoder.environments.privatefiles import (
+    SHOWN_SYS,
+    Account,
+    MachinePrivateFiles,
+    machine_private_files,
+    procfs_private_files,
+)
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
@@ -98,7 +105,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     the environment a request without its own inherits (the runtime's), `resolver` what the
     egress proxy resolves names with, `warm` whether calls may take a sandbox built in the
     background after the previous one (`environments.bwrap.warm`; the attribute can be changed
-    between calls). Safe to use from several threads.
+    between calls), `private_files` what finds the host's private entries (the machine's, by
+    default: `environments.privatefiles`). Safe to use from several threads.
     """
 
     tag = EnvironmentTag.BWRAP
@@ -117,6 +125,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         credentials: tuple[CredentialRoute, ...] = (),
         upstream_ca: Path | None = None,
         upstream_address: tuple[str, int] | None = None,
+        private_files: MachinePrivateFiles | None = None,
     ) -> None:
         from codecoder.environments.bwrap.probe import bwrap_binary
 
@@ -133,6 +142,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self.bwrap = found
         self.helper = helper
         self._environ = dict(os.environ if environ is None else environ)
+        self._private_files = private_files or machine_private_files(self._environ)
         self._resolver = resolver or system_resolver
         self._tmp_size = tmp_size
         self._shell = ShellEnvironment(BASH)
@@ -224,19 +234,28 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     for c in configuration_in(toolchain, homes, named)
                     if c not in covered and c not in needed and c not in emptied
                 ]
+        hidden = hidden_paths(environ, homes)
+        writable_extra = list(call.writable) if call is not None else []
+        account = Account.current()
+        private = self._private_files.view(
+            account, shown=[self.workspace, *writable_extra, *needed], hidden=hidden
+        )
+        kernel_private = _kernel_private(account)
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
             writable=request.writable,
             homes=homes,
-            hidden=hidden_paths(environ, homes),
-            masked=masked_files(),
+            hidden=hidden,
+            private=private,
+            kernel_private=kernel_private,
+            sys_shown=_sys_shown(),
             toolchains=tuple(needed),
             covered=covered,
             emptied=emptied,
-            empty_file=_empty_file() if emptied else None,
+            empty_file=_empty_file() if emptied or private.files or kernel_private else None,
             read_only=list(call.read_only) if call is not None else [],
-            writable_extra=list(call.writable) if call is not None else [],
+            writable_extra=writable_extra,
             pinned=list(call.pinned) if call is not None else [],
             tmp_size=self._tmp_size,
         )
@@ -347,7 +366,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             self.workspace,
             *plan.homes,
             *plan.hidden,
-            *plan.masked,
+            *plan.sys_shown,
             *plan.toolchains,
             *plan.covered,
             *plan.emptied,
@@ -521,6 +540,18 @@ def _described(
     if warm:
         log.debug("the call ran in a warm sandbox")
     return result
+
+
+@functools.cache
+def _kernel_private(account: Account) -> tuple[Path, ...]:
+    """The kernel's files in /proc the account could read only as their owner (the same in
+    every procfs of this kernel: looked up once)."""
+    return procfs_private_files(account)
+
+
+@functools.cache
+def _sys_shown() -> tuple[Path, ...]:
+    return tuple(Path(p) for p in SHOWN_SYS if os.path.isdir(p))
 
 
 def _empty_file() -> Path:

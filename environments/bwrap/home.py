@@ -30,8 +30,9 @@ codecoder.json adds (`"bwrap": {"home": [...]}`):
 
 Outside the home, `hidden_paths` lists what is replaced by an empty tmpfs (the other homes,
 `/run` with every service's socket, the runtime's state and configuration directories wherever
-XDG puts them, the session bus and agent sockets' directories) and `masked_files` the host's
-own secrets (`/etc/shadow`, SSH host keys), covered by an empty file.
+XDG puts them, the session bus and agent sockets' directories). The host's own secrets
+(`/etc/shadow`, SSH host keys, a service's TLS keys, whatever their names) are found by a rule,
+not listed here: `environments.privatefiles`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ __all__ = [
     "credentials_within",
     "hidden_paths",
     "home_directories",
-    "masked_files",
     "masked_in_toolchain",
     "program_words",
     "toolchains",
@@ -318,12 +318,9 @@ def _split_operators(token: str) -> list[str]:
 def hidden_paths(environ: Mapping[str, str], homes: tuple[Path, ...]) -> list[Path]:
     """The directories replaced by an empty tmpfs, outermost first: every home, `/run` (and
     what links there), the runtime's state and configuration directories, the runtime
-    directory of the session, the host's TLS keys where the account can read them; those that
-    exist."""
+    directory of the session; those that exist."""
     candidates: list[Path] = [*homes, Path("/root"), Path("/home"), Path("/run"), Path("/var/run")]
     candidates += [state_directory(environ), config_directory(environ)]
-    if os.access("/etc/ssl/private", os.R_OK | os.X_OK):
-        candidates.append(Path("/etc/ssl/private"))  # the host's TLS keys, where readable
     for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME"):
         value = environ.get(name, "")
         if value and os.path.isabs(value):
@@ -335,15 +332,4 @@ def hidden_paths(environ: Mapping[str, str], homes: tuple[Path, ...]) -> list[Pa
             found.append(real)
     found.sort(key=lambda p: len(p.parts))
     # One inside another is hidden with it (but kept: the workspace may be bound in between).
-    return found
-
-
-def masked_files() -> list[Path]:
-    """The host's own secrets that the account can read, covered by an empty file."""
-    found: list[Path] = []
-    patterns = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
-    for pattern in (*patterns, "/etc/ssh/ssh_host_*_key"):
-        for match in glob.glob(pattern):
-            if os.path.isfile(match) and os.access(match, os.R_OK):
-                found.append(Path(match))
     return found

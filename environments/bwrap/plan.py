@@ -4,12 +4,20 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
 
     --ro-bind / /                  the whole file system, read-only
     --dev /dev, --proc /proc       a minimal /dev (null, zero, random, tty, shm ...), a procfs of
-                                   the sandbox's PID namespace, its /proc/sys read-only
-    --tmpfs /tmp, /var/tmp         private, writable, bounded
+                                   the sandbox's PID namespace, its /proc/sys read-only, and
+                                   the kernel's files there only root may read covered
+    --tmpfs /sys                   of the kernel's /sys, only the parts commands read
+                                   (`environments.privatefiles.SHOWN_SYS`), read-only
+    --tmpfs /tmp, /var/tmp         private, writable, bounded (before the homes: a home beneath
+                                   /tmp is mounted in it, not covered by it)
     --tmpfs HIDDEN                 every home, /root, /home, /run (the Docker socket, D-Bus,
                                    every service's socket), the runtime's state and configuration
                                    directories wherever XDG puts them
-    --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
+    --tmpfs PRIVATE, --ro-bind EMPTY PRIVATE
+                                   what the host keeps private (not readable by every account)
+                                   and the account could read, whatever its name: an empty
+                                   tmpfs over a directory, an empty file over a file
+                                   (`environments.privatefiles`)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
                                    in it covered (`environments.bwrap.home`), its configuration
                                    files replaced by an empty file
@@ -43,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from codecoder.environments.privatefiles import PrivateView
+
 __all__ = ["NAMESPACE_OPTIONS", "SandboxPlan"]
 
 NAMESPACE_OPTIONS: Final = (
@@ -72,7 +82,9 @@ class SandboxPlan:
     writable: bool
     homes: tuple[Path, ...] = ()
     hidden: list[Path] = field(default_factory=list)
-    masked: list[Path] = field(default_factory=list)  # the host's secret files
+    private: PrivateView = field(default_factory=PrivateView)  # the host's private entries
+    kernel_private: tuple[Path, ...] = ()  # in /proc (environments.privatefiles)
+    sys_shown: tuple[Path, ...] = ()  # the parts of /sys shown
     toolchains: tuple[Path, ...] = ()
     covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
     emptied: list[Path] = field(default_factory=list)  # their configuration files
@@ -87,6 +99,12 @@ class SandboxPlan:
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        empty = str(self.empty_file or "/dev/null")
+        for secret in self.kernel_private:
+            args += ["--ro-bind", empty, str(secret)]
+        args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", "/sys"]
+        for shown in self.sys_shown:
+            args += ["--ro-bind", str(shown), str(shown)]
         # The private /tmp first: a home or hidden directory beneath it (HOME=/tmp/...) is then
         # mounted in it, rather than covered by it.
         for path in _PRIVATE_TMP:
@@ -104,8 +122,10 @@ class SandboxPlan:
         # Outermost first: a $HOME inside the account's home is mounted over it, not under.
         for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
-        for secret in self.masked:
-            args += ["--ro-bind", "/dev/null", str(secret)]
+        for directory in self.private.directories:
+            args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(directory)]
+        for secret in self.private.files:
+            args += ["--ro-bind", empty, str(secret)]
         for toolchain in self.toolchains:
             args += ["--ro-bind", str(toolchain), str(toolchain)]
         for secret in self.covered:
@@ -116,7 +136,7 @@ class SandboxPlan:
         for setting in self.emptied:
             # An empty regular file (a tool reads "no settings"), never the device, which a
             # nodev mount makes unreadable (a tool would fail on its configuration).
-            args += ["--ro-bind", str(self.empty_file or "/dev/null"), str(setting)]
+            args += ["--ro-bind", empty, str(setting)]
         if gitconfig_fd is not None and self.homes:
             args += ["--perms", "0600", "--file", str(gitconfig_fd), f"{self.homes[0]}/.gitconfig"]
         args += [

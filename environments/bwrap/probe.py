@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Final
 
 from codecoder.environments.bwrap.helper import confine_binary, confine_problem, helper_command
-from codecoder.environments.bwrap.home import hidden_paths, home_directories, masked_files
+from codecoder.environments.bwrap.home import hidden_paths, home_directories
 from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.sandboxes.landlock.worker import landlock_abi
@@ -148,7 +148,6 @@ def _trial_plan() -> SandboxPlan:
         writable=False,
         homes=homes,
         hidden=hidden_paths(os.environ, homes),
-        masked=masked_files(),
         tmp_size=1024**2,
     )
 

@@ -6,8 +6,9 @@
  *   --write DIR       writes (create, remove, rename, truncate, device ioctls) allowed beneath DIR;
  *                     writes anywhere else are refused by Landlock (repeatable)
  *   --write-file F    writing (not creating or removing) the file F allowed, e.g. /dev/null
- *   --read DIR        reading restricted to beneath these DIRs and the --write ones (repeatable;
- *                     without any, reading is left to the mount namespace around this process)
+ *   --read PATH       reading restricted to beneath these directories (or these files) and the
+ *                     --write ones (repeatable; without any, reading is left to the mount
+ *                     namespace around this process)
  *   --no-tcp          TCP bind and connect refused (Landlock ABI 4 and later)
  *   --no-inet         no IPv4 or IPv6 socket at all (seccomp): no UDP either, where there is no
  *                     network namespace of its own
@@ -26,6 +27,8 @@
  * What it does, in order:
  *
  *   1. PR_SET_NO_NEW_PRIVS: no set-uid or file capability can raise what the command holds;
+ *      and every capability dropped (the bounding and ambient sets too, where it may): a
+ *      command run as root reads what root owns, never another owner's files;
  *   2. Landlock (the highest ABI the kernel has): writes only beneath the --write directories;
  *      with --read, reads only beneath those; with --no-tcp, no TCP bind or connect (ABI 4);
  *      always, from ABI 6, no connecting to abstract Unix sockets or signalling processes
@@ -82,7 +85,7 @@ enum {
     SYS_unshare = 272, SYS_perf_event_open = 298, SYS_name_to_handle_at = 303,
     SYS_open_by_handle_at = 304, SYS_setns = 308, SYS_process_vm_readv = 310,
     SYS_process_vm_writev = 311, SYS_finit_module = 313, SYS_kexec_file_load = 320, SYS_bpf = 321,
-    SYS_userfaultfd = 323,
+    SYS_userfaultfd = 323, SYS_fstat = 5, SYS_capset = 126,
     /* What can give a file a set-uid or set-gid bit (the legacy calls exist only here). */
     SYS_open = 2, SYS_chmod = 90, SYS_fchmod = 91, SYS_creat = 85, SYS_mknod = 133,
     SYS_mknodat = 259, SYS_fchmodat = 268,
@@ -116,7 +119,7 @@ enum {
     SYS_swapoff = 225, SYS_perf_event_open = 241, SYS_name_to_handle_at = 264,
     SYS_open_by_handle_at = 265, SYS_setns = 268, SYS_process_vm_readv = 270,
     SYS_process_vm_writev = 271, SYS_finit_module = 273, SYS_bpf = 280, SYS_userfaultfd = 282,
-    SYS_kexec_file_load = 294,
+    SYS_kexec_file_load = 294, SYS_fstat = 80, SYS_capset = 91,
     SYS_mknodat = 33, SYS_fchmod = 52, SYS_fchmodat = 53,
 };
 #define HAS_LEGACY_FILE_CALLS 0
@@ -162,6 +165,8 @@ enum {
 enum { ENOENT = 2, EPERM = 1, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ENOSYS = 38 };
 enum { AT_FDCWD = -100, O_PATH = 010000000, O_CLOEXEC = 02000000 };
 enum { PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2 };
+enum { PR_CAPBSET_DROP = 24, PR_CAP_AMBIENT = 47, PR_CAP_AMBIENT_CLEAR_ALL = 4 };
+#define CAPABILITY_VERSION_3 0x20080522U
 enum { AF_UNIX = 1, AF_INET = 2, AF_INET6 = 10, SOCK_STREAM = 1, SOCK_CLOEXEC = 02000000 };
 enum { SOL_SOCKET = 1, SO_REUSEADDR = 2, SCM_RIGHTS = 1 };
 #define MSG_CMSG_CLOEXEC 0x40000000
@@ -279,9 +284,26 @@ static u64 handled_fs(long abi) {
     return rights;
 }
 
+/* The rights that apply to a file (a rule for a file may hold no other). */
+#define FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+enum { S_IFMT = 0170000, S_IFDIR = 0040000 };
+
+static int is_directory(long fd) {
+    /* struct stat's st_mode: at byte 24 on x86_64, 16 on aarch64. */
+    u32 status[36];
+#if defined(__x86_64__)
+    enum { MODE_WORD = 6 };
+#else
+    enum { MODE_WORD = 4 };
+#endif
+    if (sys2(SYS_fstat, fd, status)) return 1;
+    return (status[MODE_WORD] & S_IFMT) == S_IFDIR;
+}
+
 static void add_rule(int ruleset, const char *path, u64 access) {
     long fd = sys4(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC, 0);
     if (fd < 0) refuse("cannot open ", path);
+    if (!is_directory(fd)) access &= FILE_RIGHTS;
     struct path_beneath_attr rule = {access, (int)fd};
     long added = sys4(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
     sys1(SYS_close, fd);
@@ -539,7 +561,18 @@ static __attribute__((noreturn)) void run(char **args, char **envp) {
     failed(program, kept ? kept : error);
 }
 
-#define MAX_DIRS 256
+#define MAX_DIRS 4096
+
+/* No capability, whoever runs this (root, for @confined): what the command reads, it reads
+ * as its owner, its group or any account would, never through CAP_DAC_OVERRIDE and the like.
+ * Inside bubblewrap the sets are empty already and the bounding set cannot be changed. */
+static void drop_capabilities(void) {
+    for (long cap = 0; cap < 64; cap++) sys2(SYS_prctl, PR_CAPBSET_DROP, cap);
+    sys5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct { u32 version; int pid; } header = {CAPABILITY_VERSION_3, 0};
+    struct { u32 effective, permitted, inheritable; } data[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (sys2(SYS_capset, &header, data)) refuse("cannot drop capabilities", "");
+}
 
 __attribute__((used)) void start(long *stack) {
     long argc = stack[0];
@@ -580,6 +613,7 @@ __attribute__((used)) void start(long *stack) {
     if (i + 1 >= argc) refuse("usage: confine [OPTIONS] -- PROGRAM [ARGS...]", "");
     if (sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) refuse("cannot set no_new_privs", "");
     if (listen) hand_over_listener(port, channel);
+    drop_capabilities();
     landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
     seccomp(no_inet);
     if (ready && sys3(SYS_write, ready, "r", 1) != 1) refuse("cannot say it is ready", "");

@@ -39,6 +39,8 @@ FIGURE_NAMES = [
     "bwrap.back_to_back",
     "bwrap.call_vs_bare",
     "bwrap.read_only",
+    "bwrap.private_cold",
+    "bwrap.private_warm",
     "bwrap.bare_without_network",
     "wasm.read_file.landlock",
     "wasm.read_file.warm",

@@ -95,3 +95,52 @@ ls ~/.npm/_cacache >/dev/null; cat ~/.npmrc 2>/dev/null || true""",
     assert "npm-canary" not in said
     assert (repo / "deps" / "tinypkg" / "__init__.py").is_file()
     assert (repo / "app" / "node_modules" / "local-pkg").exists()
+
+
+# What every account reads: after what the host keeps private is hidden
+# (environments.privatefiles), none of it is (git, python, the CA bundle, locales, /usr/share,
+# the name service's files, the CPU count the C library reads from /sys).
+ORDINARY_READS = """
+set -e
+git --version >/dev/null
+python3 -c 'import json, ssl, os; ssl.create_default_context(); print("cpus", os.cpu_count())'
+head -1 /etc/passwd | cut -d: -f1
+test -r /etc/resolv.conf && test -r /etc/hosts && test -r /etc/nsswitch.conf
+grep -q BEGIN /etc/ssl/certs/ca-certificates.crt && echo ca-bundle
+ls /usr/share/zoneinfo/UTC /usr/share/i18n/SUPPORTED >/dev/null && echo usr-share
+locale -a >/dev/null && echo locales
+nproc >/dev/null
+test -n "$(ls /sys/fs/cgroup /sys/devices/system/cpu)"
+getent passwd root | cut -d: -f1
+id -un
+"""
+ORDINARY_SAID = "ca-bundle\nusr-share\nlocales\nroot\n"
+# The system's programs (this test's own virtual environment lies outside what @confined reads).
+SYSTEM_ENVIRON = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": str(Path.home()),
+    "LANG": "C.UTF-8",
+}
+
+
+def test_what_every_account_reads_still_reads_in_bwrap(repo: Path) -> None:
+    need_bwrap()
+    env = BwrapEnvironment(repo, warm=False, environ=SYSTEM_ENVIRON)
+    try:
+        code, said = contained(env, ORDINARY_READS)
+    finally:
+        env.close()
+    assert code == 0, said
+    assert said.startswith("cpus ") and said.split("\n", 2)[1] == "root", said
+    assert ORDINARY_SAID in said, said
+
+
+def test_what_every_account_reads_still_reads_in_confined(repo: Path) -> None:
+    from codecoder.environments.bwrap.confined import ConfinedEnvironment
+
+    need_bwrap()
+    env = ConfinedEnvironment(repo, environ=SYSTEM_ENVIRON)
+    done = env.run(CommandRequest(cwd=repo, script=ORDINARY_READS, writable=True, timeout=120))
+    said = done.stdout + done.stderr
+    assert done.exit_code == 0, said
+    assert ORDINARY_SAID in said, said

@@ -142,6 +142,31 @@ class _Bait:
         shutil.rmtree(self._root, ignore_errors=True)
 
 
+class _PrivateBait:
+    """What the host keeps private where no list names it (environments.privatefiles): a
+    0600 file in /etc and a 0700 directory in /var/lib holding a world-readable key, the
+    token in both. Made by root only: for another account, what it keeps outside its home
+    and /tmp is its own business and nowhere common to plant."""
+
+    def __init__(self, token: str) -> None:
+        if os.geteuid() != 0:
+            raise _NotApplicable("only root plants files in /etc and /var/lib for this attack")
+        suffix = secrets.token_hex(6)
+        self.file = Path(f"/etc/codecoder-audit-secret-{suffix}")
+        self.directory = Path(f"/var/lib/codecoder-audit-{suffix}")
+        fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{token}\n")
+        self.directory.mkdir(mode=0o700)
+        key = self.directory / "key.pem"
+        key.write_text(f"-----BEGIN PRIVATE KEY-----\n{token}\n-----END PRIVATE KEY-----\n")
+        key.chmod(0o644)
+
+    def close(self) -> None:
+        self.file.unlink(missing_ok=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class _BwrapLayer(_LayerRunner):
     def __init__(self, audit: AuditContext) -> None:
         self.audit = audit
@@ -161,6 +186,7 @@ class _BwrapLayer(_LayerRunner):
         self._factory = factory
         self.canary = audit.canary
         self._bait_broker: BrokerBait | None = None
+        self._bait_private: _PrivateBait | None = None
 
     def _broker_bait(self) -> BrokerBait:
         """The credential broker's bait (made for the first attempt that needs it)."""
@@ -169,6 +195,13 @@ class _BwrapLayer(_LayerRunner):
             self.audit.on_close(self._bait_broker.close)
             self.bait.home_state = self.bait._home_files()
         return self._bait_broker
+
+    def _private_bait(self) -> _PrivateBait:
+        """The host's private bait (made for the first attempt that needs it)."""
+        if self._bait_private is None:
+            self._bait_private = _PrivateBait(self.audit.token)
+            self.audit.on_close(self._bait_private.close)
+        return self._bait_private
 
     def _environment(
         self, extra: dict[str, str], entry: BwrapEntry
@@ -222,6 +255,14 @@ class _BwrapLayer(_LayerRunner):
             env_extra = {k: v.replace(placeholder, value) for k, v in env_extra.items()}
         if "setuid-binary" in entry.stage:
             self._stage_setuid()
+        if "private-files" in entry.stage:
+            private = self._private_bait()
+            texts = [
+                text.replace("@PRIVATE_FILE@", str(private.file)).replace(
+                    "@PRIVATE_DIR@", str(private.directory)
+                )
+                for text in texts
+            ]
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
         privileged = _set_id_files(workspace.path)

@@ -262,7 +262,7 @@ class BwrapEntry(_Entry):
     blocked_by: tuple[ErrorName, ...] = ()
     watch: tuple[str, ...] = ()
     expect_output: str | None = None
-    stage: tuple[Literal["setuid-binary", "credential-route"], ...] = ()
+    stage: tuple[Literal["setuid-binary", "credential-route", "private-files"], ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # Home entries shown as a trusted `"bwrap": {"home": [...]}` would show them.
     home: tuple[str, ...] = ()
