@@ -29,7 +29,11 @@ machine, so it is done once per machine and kept up to date (`MachinePrivateFile
   that changed are listed again; a new directory is walked whole;
 * every `DEEP_INTERVAL` seconds every recorded directory is looked at, in the background; a
   call waits for this look only when the last one is older than `DEEP_MAX_AGE`;
-* the result is kept in the state directory (`private-entries.json`) for the next process.
+* the result is kept for the next process in the account's own cache directory
+  (`~/.cache/codecoder/private-entries.json` of the account's home as the password database
+  gives it, whatever XDG_* say: every sandbox hides that home, and the walk is the machine's,
+  not a state directory's — a process with a state directory of its own, as each test has,
+  still finds it). Where that home cannot be written, the state directory holds it.
 
 What the looks cannot see: a file made private in place (`chmod 600` of an existing file in
 a directory that holds no private entry) changes only its own ctime, so it is hidden after
@@ -42,6 +46,7 @@ import contextlib
 import json
 import logging
 import os
+import pwd
 import stat
 import threading
 import time
@@ -257,10 +262,10 @@ class MachinePrivateFiles:
             if any(_inside(path, root) for root in covered_roots):
                 continue
             (directories if path in whole or entry.directory else files).add(path)
-        directories = {
-            d for d in directories if not any(_inside(d, o) and d != o for o in directories)
-        }
-        files = {f for f in files if not any(_inside(f, d) for d in directories)}
+        # Keep the outermost: an entry below a covered directory is covered with it (by its
+        # ancestors, looked up: linear in the entries, not quadratic).
+        directories = {d for d in directories if not _below_any(d, directories)}
+        files = {f for f in files if not _below_any(f, directories)}
         view = PrivateView(
             tuple(Path(d) for d in sorted(directories, key=lambda p: (_depth(p), p))),
             tuple(Path(f) for f in sorted(files)),
@@ -611,8 +616,33 @@ def machine_private_files(environ: Mapping[str, str] | None = None) -> MachinePr
     global _machine
     with _machine_lock:
         if _machine is None:
-            _machine = MachinePrivateFiles(state_directory(environ) / _CACHE_NAME)
+            _machine = MachinePrivateFiles(_cache_directory(environ) / _CACHE_NAME)
         return _machine
+
+
+def _below_any(path: str, directories: set[str]) -> bool:
+    """Whether a proper ancestor of `path` is one of `directories`."""
+    parent = os.path.dirname(path)
+    while parent != path:
+        if parent in directories:
+            return True
+        path, parent = parent, os.path.dirname(parent)
+    return False
+
+
+def _cache_directory(environ: Mapping[str, str] | None) -> Path:
+    """The account's own `~/.cache/codecoder` (by the password database: a sandbox hides that
+    home whatever HOME says), else the state directory."""
+    try:
+        home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        return state_directory(environ)
+    cache = home / ".cache" / "codecoder"
+    try:
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return state_directory(environ)
+    return cache if os.access(cache, os.W_OK) else state_directory(environ)
 
 
 def procfs_private_files(account: Account, proc: str = "/proc") -> tuple[Path, ...]:
