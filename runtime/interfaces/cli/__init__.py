@@ -45,6 +45,7 @@ from codecoder.interfaces.cli.exit_codes import (
     EXIT_USAGE,
 )
 from codecoder.interfaces.cli.grammar import _parser as _parser
+from codecoder.interfaces.cli.grammar import parse
 from codecoder.interfaces.interruption import Terminated
 
 
@@ -96,7 +97,7 @@ def _reader_gone() -> bool:
 def _command(argv: list[str]) -> int:
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        args = _parsed(argv)
+        args = parse(argv)
         _place_project(args)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
@@ -128,23 +129,6 @@ def _place_project(args: argparse.Namespace) -> None:
     elif args.command != "hook":
         args.place = find_project()
         args.project = args.place.directory
-
-
-def _parsed(argv: list[str]) -> argparse.Namespace:
-    """The command line parsed. What follows `--` after the options of a command that takes a
-    call's arguments is its arguments (`call run_command --answer once -- ls -la`): argparse
-    alone would have matched the positional arguments before the options."""
-    parser = _parser()
-    args, rest = parser.parse_known_args(argv)
-    # `bench` takes the benchmarks' options (their own parser reads them, --help included).
-    args.passed_on = rest if args.command == "bench" else []
-    if args.command == "bench":
-        return args
-    if rest and rest[0] == "--" and isinstance(getattr(args, "arguments", None), list):
-        args.arguments = [*args.arguments, *rest[1:]]
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return args
 
 
 def _error(exc: BaseException, as_json: bool) -> None:

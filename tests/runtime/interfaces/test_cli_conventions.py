@@ -4,6 +4,7 @@ decision server."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -102,3 +103,58 @@ def test_a_broken_pipe_that_is_not_the_readers_is_an_error(
     )
     assert done.returncode == 1
     assert "BrokenPipeError" in done.stderr
+
+
+# --- options anywhere before `--` ----------------------------------------------------------
+
+
+def test_options_may_stand_between_the_tool_and_its_arguments(machine: Machine) -> None:
+    (machine.project / "README.md").write_text("hello\n")
+    for argv in (
+        ("call", "read_file", "--json", "README.md"),
+        ("call", "--json", "read_file", "README.md"),
+        ("call", "read_file", "README.md", "--json"),
+        ("call", "read_file", "--answer", "once", "--json", "README.md"),
+    ):
+        code, out, err = machine.run(*argv, daemon=False)
+        assert (code, err) == (0, ""), argv
+        assert json.loads(out)["result"]["output"] == "     1\thello\n", argv
+
+
+@pytest.mark.parametrize("daemon", [False, True], ids=["in-process", "served"])
+def test_every_word_after_the_first_double_dash_is_an_argument(
+    machine: Machine, daemon: bool
+) -> None:
+    code, out, err = machine.run(
+        "call", "run_command", "--answer", "once", "--json", "--", "echo", "--json", "--", "-x",
+        daemon=daemon,
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["result"]["data"]["stdout"] == "--json -- -x\n"
+    code, out, _ = machine.run("key", "--json", "--", "-rf", daemon=daemon)
+    assert (code, json.loads(out)["key"]) == (0, "run_command:-rf")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (("decide", "read_file", "--json", "README.md"), '"decision": "allow"'),
+        (("allowlist", "revoke", "--json", "run_command:make"), '"revoked": false'),
+        (("key", "git status", "--json"), '"key": "run_command:git:status"'),
+        (("log", "--json", "-n", "1"), ""),
+        (("trust", "--show", "--json"), '"state": "nothing to trust"'),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else None,
+)
+def test_every_command_takes_its_options_after_its_arguments(
+    machine: Machine, argv: tuple[str, ...], expected: str
+) -> None:
+    (machine.project / "README.md").write_text("hello\n")
+    code, out, err = machine.run(*argv, daemon=False)
+    assert "unrecognized arguments" not in err
+    assert code in (0, 1) and expected in out, (code, out, err)
+
+
+def test_an_unknown_option_anywhere_is_named(machine: Machine) -> None:
+    code, _, err = machine.run("call", "read_file", "--jsn", "README.md", daemon=False)
+    assert (code, err) == (2, "codecoder call: unrecognized arguments: --jsn\n")
