@@ -68,15 +68,15 @@ from codecoder.foundation.protected import is_protected_path
 from codecoder.foundation.state import overlapping_directory, project_state_directory
 from codecoder.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.chain import PROTECTED_NOTE, PermissionChain
+from codecoder.permissions.entries import ToolInfo, check_entry
 from codecoder.permissions.keys import (
     KeyStyle,
     PermissionKey,
     escape_literal,
     literal_of,
 )
-from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
-from codecoder.permissions.spellings import did_you_mean, foreign_key
+from codecoder.permissions.spellings import foreign_key
 from codecoder.tools.base import Tool, ToolDefinition
 from codecoder.tools.capability import (
     CapabilityTool,
@@ -444,29 +444,14 @@ class Session:
         unreadable = self.runtime.config.unreadable_reason
         if unreadable is not None:
             raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
-        try:
-            pattern = KeyPattern.parse(raw)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
-        if tool is None:
-            raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
-                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
-                + ", ".join(sorted(self.tools()))
-            )
-        try:
-            pattern.check(tool.key_style)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
-        if unmatchable is not None:
-            hint = (
-                f"; did you mean --allow {unmatchable.suggestion!r}?"
-                if unmatchable.suggestion
-                else ""
-            )
-            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
+        # `network:<host>` keys are checked as a tool's, though no agent can call it.
+        tools: dict[str, ToolInfo] = {**self.tools(), NETWORK.name: NETWORK}
+        checked = check_entry(raw, tools, deny=False)
+        if checked.problem is not None:
+            raise UsageError(checked.problem.as_option("--allow", raw))
+        pattern = checked.pattern
+        assert pattern is not None
+        tool = self.tools().get(pattern.tool) or NETWORK
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)

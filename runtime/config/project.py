@@ -172,9 +172,16 @@ def load_project(
         capabilities = (
             load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
         )
+    void: list[Diagnostic] = []
     if state is TrustState.UNTRUSTED:
         pf_in_effect = view
+        # An entry that can never match is an error whatever the trust: said as it would be
+        # were the file trusted, and not again as a widening that waits for trust.
+        as_if_trusted = _layered(root, tools, capabilities, user, pf, []).diagnostics
+        void = _never_matching(as_if_trusted, {entry.pattern for entry in pf.allowlist})
         for widening in found:
+            if any(d.key == widening.key for d in void):
+                continue
             diagnostics.append(
                 Diagnostic(
                     "warning",
@@ -189,6 +196,10 @@ def load_project(
     else:
         pf_in_effect = pf
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
+    if void:
+        config.diagnostics = tuple(
+            sorted((*config.diagnostics, *void), key=lambda d: (d.file or "", d.line or 0))
+        )
     config.file = pf
     config.credentials, config.diagnostics = _credentials(user, pf, config.diagnostics)
     config.user_file = user if user.exists else None
@@ -239,7 +250,7 @@ _NEVER: dict[str, frozenset[str]] = {
     "allowlist": frozenset(
         {
             *("ceiling_violation", "unknown_tool", "invalid_pattern", "never_matches"),
-            *("matches_nothing", "protected_path", "digest_not_approved"),
+            *("matches_nothing", "unknown_program", "protected_path", "digest_not_approved"),
             *("capability_not_pinned", "capability_wildcard", "unknown_capability"),
         }
     ),
@@ -247,6 +258,20 @@ _NEVER: dict[str, frozenset[str]] = {
     "read_roots": frozenset({"read_root_forbidden", "read_root_missing"}),
     "docker": frozenset({"invalid_docker_settings"}),
 }
+
+
+# What `permissions.entries` says of an entry that can never match a call.
+_UNMATCHABLE = frozenset(
+    {"invalid_pattern", "unknown_tool", "matches_nothing", "never_matches", "unknown_program"}
+)
+
+
+def _never_matching(diagnostics: Sequence[Diagnostic], entries: set[str]) -> list[Diagnostic]:
+    """What `diagnostics` say of the project file's allowlist `entries` that can never match
+    a call (its deny rules are checked whatever the trust)."""
+    return [
+        d for d in diagnostics if d.file is None and d.code in _UNMATCHABLE and d.key in entries
+    ]
 
 
 def _marked(widening: Widening, diagnostics: Sequence[Diagnostic]) -> Widening:
@@ -326,6 +351,7 @@ def _layered(
     granted = {entry.pattern for entry in pf.allowlist if entry.grants}
     for entry in pf.allowlist:
         where = {"line": entry.line, "column": entry.column}
+        before = len(diagnostics)
         pattern = checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
         if pattern is None or not entry.grants:
             continue
@@ -382,7 +408,9 @@ def _layered(
             continue
         # Kept even when it violates the ceiling: the engine reports it at every lookup it meets.
         grants.append(Grant(pattern, entry.line, entry.column, entry.digest))
-        rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
+        # A rule in effect only if it grants something (`codecoder check` lists the rules).
+        if not any(d.code in _NEVER["allowlist"] for d in diagnostics[before:]):
+            rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
 
     denies: list[Grant] = []
     unreadable = [
