@@ -338,12 +338,31 @@ class Runtime:
         asker: Asker | None = None,
         session_id: str | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> Session:
         """A new session. `lifetime` says, in the questions, what "this session" is where it
-        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        is asked (a `codecoder call`, an MCP server) and where its grants are kept;
+        `standing`, where its caller stands in the workspace (`standing_in`)."""
         return Session(
-            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+            self,
+            asker or self.asker,
+            session_id or uuid.uuid4().hex[:12],
+            lifetime=lifetime,
+            standing=standing,
         )
+
+    def standing_in(self, directory: str | os.PathLike[str] | None = None) -> str:
+        """Where a person in `directory` (this process's working directory by default) stands
+        in the workspace: its workspace-relative POSIX path ("." for the workspace, or for a
+        directory outside it, from where paths are read from the workspace itself). Relative
+        paths of that person's calls are read from there, and a command runs there
+        (`tools.files.paths`)."""
+        try:
+            here = Path(os.getcwd() if directory is None else directory)
+            inside = here.resolve().relative_to(self.project_dir)
+        except (OSError, ValueError):  # a directory removed, or outside the workspace
+            return "."
+        return inside.as_posix() or "."
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -381,9 +400,13 @@ class Session:
         agent_id: str | None = None,
         engine: PermissionChain | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> None:
         self.runtime = runtime
         self.id = session_id
+        # Where the caller stands in the workspace (Runtime.standing_in); a child agent, like
+        # any agent, stands at the workspace itself.
+        self.standing = standing
         self.toolset = toolset
         self.depth = depth
         self.agent_id = agent_id

@@ -12,8 +12,9 @@ cannot tell:
   which server and tool a call is for in the event's `mcp_context`: only that is believed.
   A tool of codecoder's own server is `own_server` (the server asks for it itself); the hook
   then checks that codecoder has such a tool.
-* Paths are resolved as the host will open them (`..`, symlinks); a path outside the workspace
-  is never mapped.
+* Paths are resolved as the host will open them (`..`, symlinks; a relative one from the
+  agent's working directory, the `cwd` of the hook's event, when that is in the workspace); a
+  path outside the workspace is never mapped. A shell command runs in that directory too.
 * URLs: every URL the host will fetch is judged (`urls`), not only the first: Gemini's
   `web_fetch` fetches each token of its prompt that holds `://`, Claude Code's `WebFetch` its
   `url`. Where URL parsers disagree (a backslash, which browsers read as `/`; userinfo;
@@ -67,6 +68,8 @@ class Mapped:
     shell: bool = False  # a shell command: the one thing `--sandbox` rewrites
     own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
     urls: tuple[str, ...] = ()
+    # Where a shell command runs, in the workspace (its paths are made workspace-relative).
+    standing: str = "."
 
 
 def map_call(
@@ -77,9 +80,15 @@ def map_call(
     sandbox: Sandbox | None = None,
     mcp_server: str = "codecoder",
     mcp_context: object = None,
+    cwd: Path | None = None,
 ) -> Mapped:
     """Map one host tool call (either host's names) onto a codecoder call. `mcp_context` is
-    what Gemini CLI's event says of an MCP tool's server and tool."""
+    what Gemini CLI's event says of an MCP tool's server and tool; `cwd`, the agent's working
+    directory, which relative paths are read from when it is in the workspace (otherwise, as
+    by default, the workspace itself: where the agent's file tools read them from)."""
+    here = workspace
+    if cwd is not None and Path(os.path.realpath(cwd)).is_relative_to(workspace):
+        here = Path(os.path.realpath(cwd))
     if host_tool in HOST_INTERNAL:
         return Mapped(None, {}, host_internal=True)
     own = _own_server_tool(host_tool, mcp_server, mcp_context)
@@ -93,30 +102,33 @@ def map_call(
         command = text.get("command")
         if command is None:
             return Mapped(None, {}, f"{host_tool} without a command")
-        where = text.get("dir_path") or text.get("directory")
-        if where is not None and _inside(workspace, where) is None:
+        where = text.get("dir_path") or text.get("directory") or str(here)
+        standing = _inside(workspace, where, here)
+        if standing is None:
             return Mapped(None, {}, f"the command runs in {where}, outside the workspace")
         tool = "run_container" if sandbox == "docker" else "run_command"
-        return Mapped(tool, {"command": command}, shell=True)
+        return Mapped(tool, {"command": command}, shell=True, standing=standing)
     if host_tool in ("Read", "read_file"):
-        return _on_path("read_file", text.get("file_path") or text.get("absolute_path"), workspace)
+        path = text.get("file_path") or text.get("absolute_path")
+        return _on_path("read_file", path, workspace, here)
     if host_tool in ("Write", "write_file"):
-        mapped = _on_path("write_file", text.get("file_path"), workspace)
+        mapped = _on_path("write_file", text.get("file_path"), workspace, here)
         return _with(mapped, content=text.get("content", ""))
     if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
         path = text.get("file_path") or text.get("notebook_path")
         # The key of an edit is its path; the strings only have to make a valid edit.
-        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
+        return _with(_on_path("edit_file", path, workspace, here), old_string="a", new_string="b")
     if host_tool in ("LS", "list_directory"):
-        return _on_path("list_dir", text.get("path") or text.get("dir_path") or ".", workspace)
+        listed = text.get("path") or text.get("dir_path") or "."
+        return _on_path("list_dir", listed, workspace, here)
     if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
-        base = text.get("path") or text.get("dir_path") or "."
+        start = text.get("path") or text.get("dir_path") or "."
         pattern = text.get("pattern", "")
         if host_tool in ("Glob", "glob") and (
             pattern.startswith(("/", "~")) or ".." in pattern.split("/")
         ):
             return Mapped(None, {}, f"the pattern {pattern!r} reaches outside the workspace")
-        return _on_path("list_dir", base, workspace)
+        return _on_path("list_dir", start, workspace, here)
     if host_tool in ("WebFetch", "web_fetch"):
         fetched = [text["url"]] if "url" in text else []
         if host_tool == "web_fetch":
@@ -192,22 +204,23 @@ def _with(mapped: Mapped, **args: Any) -> Mapped:
     return Mapped(mapped.tool, {**mapped.args, **args})
 
 
-def _on_path(tool: str, path: str | None, workspace: Path) -> Mapped:
+def _on_path(tool: str, path: str | None, workspace: Path, base: Path) -> Mapped:
     if not path:
         return Mapped(None, {}, f"{tool} without a path")
-    relative = _inside(workspace, path)
+    relative = _inside(workspace, path, base)
     if relative is None:
         return Mapped(None, {}, f"{path} is outside the workspace {workspace}")
     return Mapped(tool, {"path": relative})
 
 
-def _inside(workspace: Path, path: str) -> str | None:
-    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
+def _inside(workspace: Path, path: str, base: Path) -> str | None:
+    """`path` (relative ones read from `base`) relative to the workspace, after resolving `..`
+    and symlinks; None outside it."""
     if "\x00" in path:
         return None
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
-        candidate = workspace / candidate
+        candidate = base / candidate
     resolved = Path(os.path.realpath(candidate))
     try:
         relative = resolved.relative_to(workspace)

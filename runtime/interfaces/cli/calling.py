@@ -60,7 +60,9 @@ def call(args: argparse.Namespace) -> int:
         try:
             with (
                 interruptible(),
-                runtime.session(lifetime=Lifetime(CALL_LIFETIME)) as session,
+                runtime.session(
+                    lifetime=Lifetime(CALL_LIFETIME), standing=runtime.standing_in()
+                ) as session,
                 published(runtime.project_dir, "codecoder call", session.allowlist),
             ):
                 outcome = granted(session, args).call(
@@ -183,7 +185,12 @@ def exec_(args: argparse.Namespace) -> int:
     contained = args.sandbox == "bwrap"
     bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
     with Runtime(args.project, asker=asker, bindings=bindings, ahead=False) as runtime:
-        session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
+        # The host's shell runs `codecoder exec` where its agent stands (`cd src` included):
+        # the command runs there.
+        session = granted(
+            runtime.session(lifetime=Lifetime(EXEC_LIFETIME), standing=runtime.standing_in()),
+            args,
+        )
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
         tool = "run_command" if contained else "run_container"
