@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import stat
 import sys
 import threading
 import uuid
@@ -117,7 +118,7 @@ class Runtime:
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
-            raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
+            raise FileNotFoundError(_not_a_project(self.project_dir))
         overlap = overlapping_directory(self.project_dir)
         if overlap is not None:
             raise ConfigError(overlap)
@@ -555,6 +556,26 @@ def _notice_fallback(reason: str) -> None:
 @functools.cache
 def _notice_command_fallback(tag: EnvironmentTag, reason: str) -> None:
     print(f"codecoder: commands run in {tag.value} instead of @bwrap: {reason}", file=sys.stderr)
+
+
+def _not_a_project(path: Path) -> str:
+    """Why `path` (resolved) cannot be a project directory, saying what it is."""
+    if not os.path.lexists(path):
+        return f"project directory {path} does not exist"
+    mode = os.stat(path).st_mode if os.path.exists(path) else 0
+    what = (
+        "a file"
+        if stat.S_ISREG(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a pipe or socket"
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        else "a broken symbolic link"
+        if not mode
+        else "not a directory"
+    )
+    parent = f" (its directory is {path.parent})" if stat.S_ISREG(mode) else ""
+    return f"{path} is {what}, not a directory: a project is a directory{parent}"
 
 
 def default_asker() -> Asker:

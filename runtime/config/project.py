@@ -124,6 +124,13 @@ class ProjectConfig:
         return not any(d.severity == "error" for d in self.diagnostics)
 
     @property
+    def ignored(self) -> frozenset[str]:
+        """The project file's allowlist entries ignored because it is not trusted."""
+        if self.trust.obeyed:
+            return frozenset()
+        return frozenset(w.key for w in self.trust.widenings if w.section == "allowlist")
+
+    @property
     def unreadable_reason(self) -> str | None:
         """Why every call that needs permission is refused, or None when the rules are known."""
         return unreadable_reason(self.root / PROJECT_FILE, self.unreadable)
@@ -179,20 +186,8 @@ def load_project(
         # were the file trusted, and not again as a widening that waits for trust.
         as_if_trusted = _layered(root, tools, capabilities, user, pf, []).diagnostics
         void = _never_matching(as_if_trusted, {entry.pattern for entry in pf.allowlist})
-        for widening in found:
-            if any(d.key == widening.key for d in void):
-                continue
-            diagnostics.append(
-                Diagnostic(
-                    "warning",
-                    "untrusted",
-                    f"{widening.what}: ignored, because this codecoder.json is not trusted "
-                    "(review it with `codecoder trust`)",
-                    key=widening.key,
-                    line=widening.line,
-                    column=widening.column,
-                )
-            )
+        waiting = [w for w in found if not any(d.key == w.key for d in void)]
+        diagnostics += _untrusted(waiting, record)
     else:
         pf_in_effect = pf
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
@@ -215,6 +210,42 @@ def load_project(
         state, pf.digest, tuple(sorted(found, key=lambda w: (w.line or 0, w.column or 0)))
     )
     return config
+
+
+def _untrusted(widenings: list[Widening], record: trust.TrustRecord) -> list[Diagnostic]:
+    """What a file nobody trusted as it is now says of its widenings: each new one, and once
+    (not one line each) those the human trusted before an edit widened something new, which
+    wait for trust again with the rest."""
+    before = [w for w in widenings if record.covers([w.setting])]
+    new = [w for w in widenings if w not in before]
+    since = " (new since you trusted this file)" if before else ""
+    said = [
+        Diagnostic(
+            "warning",
+            "untrusted",
+            f"{w.what}{since}: ignored, because this codecoder.json is not trusted (review it "
+            "with `codecoder trust`)",
+            key=w.key,
+            line=w.line,
+            column=w.column,
+        )
+        for w in new
+    ]
+    if before:
+        shown = "; ".join((f"line {w.line}: " if w.line else "") + w.what for w in new[:3]) + (
+            "; …" if len(new) > 3 else ""
+        )
+        said.append(
+            Diagnostic(
+                "warning",
+                "untrusted_edit",
+                f"this codecoder.json changed since you trusted it: it now widens what you have "
+                f"not trusted ({shown}), so until you trust it again (`codecoder trust`), the "
+                f"{len(before)} widening(s) you trusted before are ignored too; an edit that "
+                "only narrows keeps the trust",
+            )
+        )
+    return said
 
 
 def _credentials(

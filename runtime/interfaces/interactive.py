@@ -268,9 +268,12 @@ class InteractiveSession:
         config = self.runtime.config
         self._say(f"project grants ({visible(str(self.runtime.project_file))}):")
         problems = {
-            d.key: d.code
-            for d in config.diagnostics
-            if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+            **dict.fromkeys(config.ignored, "untrusted"),
+            **{
+                d.key: d.code
+                for d in config.diagnostics
+                if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+            },
         }
         for entry in config.file.allowlist:
             state = "grants"

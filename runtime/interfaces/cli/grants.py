@@ -166,9 +166,12 @@ def _expiry(value: object) -> float | None:
 
 def _problems(runtime: Runtime) -> dict[str, str]:
     return {
-        d.key: d.code
-        for d in runtime.diagnostics
-        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+        **dict.fromkeys(runtime.config.ignored, "untrusted"),
+        **{
+            d.key: d.code
+            for d in runtime.diagnostics
+            if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+        },
     }
 
 
