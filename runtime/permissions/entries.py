@@ -19,6 +19,7 @@ nothing while looking as if it did. `check_entry` says why (`EntryProblem.code`)
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from codecoder.permissions.keys import KeyStyle
 from codecoder.permissions.patterns import WILDCARD, KeyPattern, PatternError, never_matches
 from codecoder.permissions.programs import PROGRAMS, canonical_name
 from codecoder.permissions.programs.git import GIT_BUILTINS
-from codecoder.permissions.spellings import close_names, did_you_mean
+from codecoder.permissions.spellings import close_names, did_you_mean, one_keystroke_apart
 
 __all__ = ["CheckedEntry", "EntryProblem", "ToolInfo", "check_entry"]
 
@@ -142,10 +143,34 @@ def _misspelt_program(pattern: KeyPattern) -> EntryProblem | None:
     program = pattern.levels[0] if pattern.levels else WILDCARD
     if program == WILDCARD or "/" in program or canonical_name(program) in PROGRAMS:
         return None
-    close = close_names(program, PROGRAMS)
-    if not close or shutil.which(program) is not None:
+    close = _known_program_near(program)
+    if close is None or shutil.which(program) is not None:
         return None
     parts = pattern.action.split(":")
-    meant = ":".join([pattern.tool, close[0], *parts[1:]])
+    meant = ":".join([pattern.tool, close, *parts[1:]])
     reason = f"{program} is no program on this PATH, nor one codecoder knows"
     return EntryProblem("unknown_program", reason, meant)
+
+
+@functools.cache
+def _programs_by_variant() -> dict[str, tuple[str, ...]]:
+    """The program table's names by each of their one-letter-shorter variants and themselves:
+    two names one keystroke apart always share one (symmetric deletion), so a name's
+    neighbours are found in a few lookups, however long the table."""
+    found: dict[str, set[str]] = {}
+    for name in PROGRAMS:
+        for variant in (name, *(name[:i] + name[i + 1 :] for i in range(len(name)))):
+            found.setdefault(variant, set()).add(name)
+    return {variant: tuple(sorted(names)) for variant, names in found.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_program_near(name: str) -> str | None:
+    """The program the table knows one keystroke from `name` (3 letters or more), or None:
+    checked for every command entry of a file that may hold thousands."""
+    if len(name) < 3:
+        return None
+    index = _programs_by_variant()
+    variants = (name, *(name[:i] + name[i + 1 :] for i in range(len(name))))
+    near = {known for variant in variants for known in index.get(variant, ())}
+    return next((known for known in sorted(near) if one_keystroke_apart(name, known)), None)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from codecoder.permissions.commandkey import key_command
 
-__all__ = ["close_names", "did_you_mean", "foreign_key"]
+__all__ = ["close_names", "did_you_mean", "foreign_key", "one_keystroke_apart"]
 
 # `Tool(specifier)`, the shape of Claude Code's and Gemini CLI's permission rules.
 _RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$", re.DOTALL)
@@ -58,11 +58,12 @@ def close_names(name: str, names: Iterable[str]) -> list[str]:
     names = list(names)
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.8)
     if len(name) >= 3:
-        close += [other for other in names if other not in close and _one_edit_apart(name, other)]
+        slips = [other for other in names if one_keystroke_apart(name, other)]
+        close += [other for other in slips if other not in close]
     return close[:3]
 
 
-def _one_edit_apart(a: str, b: str) -> bool:
+def one_keystroke_apart(a: str, b: str) -> bool:
     """Whether `b` is `a` with one letter added, dropped or changed, or two neighbours
     swapped (Damerau-Levenshtein distance 1)."""
     if a == b or abs(len(a) - len(b)) > 1:
