@@ -46,6 +46,7 @@ from codecoder.permissions.keys import CallSite
 from codecoder.permissions.prompt import Asker
 from codecoder.telemetry import ToolSpan, tool_span
 from codecoder.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.tools.files.paths import STANDING
 from codecoder.tools.liveoutput import LiveOutput
 from codecoder.tools.network import SessionNetwork
 
@@ -73,6 +74,10 @@ class DispatchingSession(CallingSession, Protocol):
 
     @property
     def id(self) -> str: ...
+    @property
+    def standing(self) -> str:
+        """Where the caller stands in the workspace ("." for the workspace itself)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -217,10 +222,15 @@ class Dispatcher:
         live = LiveOutput(output, progress, limit=self._runtime.config.limits.max_output)
         try:
             tool = self._tool(name)
-            params = validate_arguments(tool, args)
+            params = validate_arguments(tool, args, self._session.standing)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            site = CallSite(runtime.project_dir, tag, runtime.config.credential_hosts)
+            site = CallSite(
+                runtime.project_dir,
+                tag,
+                runtime.config.credential_hosts,
+                self._session.standing,
+            )
             permission = tool.permission_in(params, site)
             asking = time.monotonic()
             try:
@@ -257,6 +267,7 @@ class Dispatcher:
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
                 key=key,
+                standing=self._session.standing,
                 grant=decision.grant,
                 read_only=decision.source is Source.READ_ONLY,
                 progress=progress,
@@ -369,8 +380,10 @@ class _Clock:
             self.waited = time.monotonic() - asking
 
 
-def validate_arguments(tool: Tool[Any], args: Any) -> Any:
+def validate_arguments(tool: Tool[Any], args: Any, standing: str = ".") -> Any:
     """The tool's parameter model filled from `args`, or InvalidArguments naming each field.
+    Relative paths are read from `standing`, where the caller stands in the workspace
+    (`tools.files.paths`): a person at a terminal in a subdirectory means paths there.
 
     A null given for an optional field that does not take null means "the default": strict
     tool schemas (`runtime.interfaces.schemas.strict_schema`) make every field required and the
@@ -381,7 +394,9 @@ def validate_arguments(tool: Tool[Any], args: Any) -> Any:
             tool.name, [("(arguments)", f"must be a JSON object, got {type(args).__name__}")]
         )
     try:
-        return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
+        return tool.parameters.model_validate(
+            _without_null_defaults(tool.parameters, args), context={STANDING: standing}
+        )
     except ValidationError as exc:
         problems = [
             (".".join(str(p) for p in err["loc"]) or "(arguments)", _message(err["msg"]))

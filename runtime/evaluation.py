@@ -80,12 +80,15 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
     found = session.tools().get(tool)
     if found is None:
         raise UnknownTool(tool, list(session.tools()))
-    params = validate_arguments(found, args)
+    params = validate_arguments(found, args, session.standing)
     environment = session.runtime.environment_of(tool)
     # The key the dispatcher would compute where the call would run (a program found where a
     # sandbox writes, a word leading to a protected path through a symlink), not the bare one.
     site = CallSite(
-        session.runtime.project_dir, environment, session.runtime.config.credential_hosts
+        session.runtime.project_dir,
+        environment,
+        session.runtime.config.credential_hosts,
+        session.standing,
     )
     permission = found.permission_in(params, site)
     protected = permission.key.protected if permission.key is not None else False

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import stat
 import sys
 import threading
 import uuid
@@ -75,15 +76,15 @@ from codecoder.foundation.scratch import sweep_scratch
 from codecoder.foundation.state import overlapping_directory, project_state_directory
 from codecoder.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.chain import PROTECTED_NOTE, PermissionChain
+from codecoder.permissions.entries import ToolInfo, check_entry
 from codecoder.permissions.keys import (
     KeyStyle,
     PermissionKey,
     escape_literal,
     literal_of,
 )
-from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
-from codecoder.permissions.spellings import did_you_mean, foreign_key
+from codecoder.permissions.spellings import foreign_key
 from codecoder.tools.base import Tool, ToolDefinition
 from codecoder.tools.capability import (
     CapabilityTool,
@@ -129,7 +130,7 @@ class Runtime:
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
-            raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
+            raise FileNotFoundError(_not_a_project(self.project_dir))
         overlap = overlapping_directory(self.project_dir)
         if overlap is not None:
             raise ConfigError(overlap)
@@ -352,16 +353,32 @@ class Runtime:
         asker: Asker | AsyncAsker | None = None,
         session_id: str | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> Session:
         """A new session. `asker` answers its questions instead of the runtime's; `lifetime`
         says, in the questions, what "this session" is where it is asked (a `codecoder call`,
-        an MCP server) and where its grants are kept."""
+        an MCP server) and where its grants are kept; `standing`, where its caller stands in
+        the workspace (`standing_in`)."""
         return Session(
             self,
             answering(asker) if asker is not None else self.asker,
             session_id or uuid.uuid4().hex[:12],
             lifetime=lifetime,
+            standing=standing,
         )
+
+    def standing_in(self, directory: str | os.PathLike[str] | None = None) -> str:
+        """Where a person in `directory` (this process's working directory by default) stands
+        in the workspace: its workspace-relative POSIX path ("." for the workspace, or for a
+        directory outside it, from where paths are read from the workspace itself). Relative
+        paths of that person's calls are read from there, and a command runs there
+        (`tools.files.paths`)."""
+        try:
+            here = Path(os.getcwd() if directory is None else directory)
+            inside = here.resolve().relative_to(self.project_dir)
+        except (OSError, ValueError):  # a directory removed, or outside the workspace
+            return "."
+        return inside.as_posix() or "."
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -405,9 +422,13 @@ class Session:
         agent_id: str | None = None,
         engine: PermissionChain | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> None:
         self.runtime = runtime
         self.id = session_id
+        # Where the caller stands in the workspace (Runtime.standing_in); a child agent, like
+        # any agent, stands at the workspace itself.
+        self.standing = standing
         self.toolset = toolset
         self.depth = depth
         self.agent_id = agent_id
@@ -509,29 +530,14 @@ class Session:
         unreadable = self.runtime.config.unreadable_reason
         if unreadable is not None:
             raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
-        try:
-            pattern = KeyPattern.parse(raw)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
-        if tool is None:
-            raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
-                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
-                + ", ".join(sorted(self.tools()))
-            )
-        try:
-            pattern.check(tool.key_style)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
-        if unmatchable is not None:
-            hint = (
-                f"; did you mean --allow {unmatchable.suggestion!r}?"
-                if unmatchable.suggestion
-                else ""
-            )
-            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
+        # `network:<host>` keys are checked as a tool's, though no agent can call it.
+        tools: dict[str, ToolInfo] = {**self.tools(), NETWORK.name: NETWORK}
+        checked = check_entry(raw, tools, deny=False)
+        if checked.problem is not None:
+            raise UsageError(checked.problem.as_option("--allow", raw))
+        pattern = checked.pattern
+        assert pattern is not None
+        tool = self.tools().get(pattern.tool) or NETWORK
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)
@@ -628,6 +634,26 @@ def _notice_fallback(reason: str) -> None:
 @functools.cache
 def _notice_command_fallback(tag: EnvironmentTag, reason: str) -> None:
     print(f"codecoder: commands run in {tag.value} instead of @bwrap: {reason}", file=sys.stderr)
+
+
+def _not_a_project(path: Path) -> str:
+    """Why `path` (resolved) cannot be a project directory, saying what it is."""
+    if not os.path.lexists(path):
+        return f"project directory {path} does not exist"
+    mode = os.stat(path).st_mode if os.path.exists(path) else 0
+    what = (
+        "a file"
+        if stat.S_ISREG(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a pipe or socket"
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        else "a broken symbolic link"
+        if not mode
+        else "not a directory"
+    )
+    parent = f" (its directory is {path.parent})" if stat.S_ISREG(mode) else ""
+    return f"{path} is {what}, not a directory: a project is a directory{parent}"
 
 
 def default_asker() -> Asker:

@@ -204,19 +204,23 @@ def mentions_runtime_directory(text: str) -> bool:
     return any(directory in text for directory in runtime_directories())
 
 
-def reaches_protected(words: Iterable[str], workspace: Path) -> str | None:
+def reaches_protected(
+    words: Iterable[str], workspace: Path, directory: Path | None = None
+) -> str | None:
     """The first of `words` (a host command's arguments, with option values after `=` or a
     short option's letter) that names, once every symlink in it is followed, a protected path
     of `workspace` or a place in a runtime directory; None if none does. Said as
-    `WORD (leads to WHERE)` for the prompt.
+    `WORD (leads to WHERE)` for the prompt. Relative words lead from `directory`, where the
+    command runs (the workspace itself by default).
 
     Only words whose first component exists are followed (what does not exist cannot be a
     link), so a command costs about one lstat per word.
     """
     root = str(workspace)
+    base = str(directory) if directory is not None else root
     for word in words:
         for text in _path_candidates(word):
-            where = _protected_target(text, root)
+            where = _protected_target(text, root, base)
             if where is not None:
                 return f"{text} (leads to {where})"
     return None
@@ -232,13 +236,13 @@ def _path_candidates(word: str) -> Iterator[str]:
         yield word[2:]  # `-oFILE`
 
 
-def _protected_target(text: str, root: str) -> str | None:
+def _protected_target(text: str, root: str, base: str) -> str | None:
     if not text or "\x00" in text:
         return None
     if text.startswith("~"):
         text = os.path.expanduser(text)  # a compound command's words: bash expands these
-    path = text if text.startswith("/") else f"{root}/{text}"
-    if not text.startswith("/") and not os.path.lexists(f"{root}/{text.split('/', 1)[0]}"):
+    path = text if text.startswith("/") else f"{base}/{text}"
+    if not text.startswith("/") and not os.path.lexists(f"{base}/{text.split('/', 1)[0]}"):
         return None
     real = os.path.realpath(path)
     if real == root or real.startswith(root + "/"):

@@ -413,6 +413,15 @@ def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
     return find_project(start).directory.resolve()
 
 
+def _agent_directory(event: Mapping[str, Any]) -> Path | None:
+    """Where the agent stands: the `cwd` its host sends (Claude Code's follows the `cd`s of its
+    shell), which its relative paths and its shell commands are read from."""
+    cwd = event.get("cwd")
+    if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
+        return Path(cwd)
+    return None
+
+
 def _call_id(event: Mapping[str, Any], tool_name: str, tool_input: Mapping[str, Any]) -> str:
     """Claude Code names each call (`tool_use_id`); Gemini CLI does not, so its calls are
     told apart by what they are (a rewritten input is matched through its original)."""
@@ -473,6 +482,7 @@ def _pre_tool(
             mcp_server=options.mcp_server,
             mcp_context=event.get("mcp_context"),
             read_roots=runtime.config.read_roots,
+            cwd=_agent_directory(event),
         )
         judged.mapped = mapped
         if mapped.tool is None:
@@ -497,7 +507,8 @@ def _pre_tool(
             refused = _git_refusal(runtime)
         if refused is not None:
             return HookAnswer("deny", f"codecoder: {visible(refused)}")
-        session = runtime.session()
+        # A shell command runs where the agent stands; a path was made workspace-relative.
+        session = runtime.session(standing=mapped.standing)
         # While a rules file cannot be read, no key is granted: every call that needs
         # permission is refused with the file's error (calls that need none still run).
         if runtime.config.unreadable_reason is None:

@@ -12,8 +12,9 @@ cannot tell:
   which server and tool a call is for in the event's `mcp_context`: only that is believed.
   A tool of codecoder's own server is `own_server` (the server asks for it itself); the hook
   then checks that codecoder has such a tool.
-* Paths are resolved as the host will open them (`..`, symlinks); a path outside the workspace
-  is never mapped.
+* Paths are resolved as the host will open them (`..`, symlinks; a relative one from the
+  agent's working directory, the `cwd` of the hook's event, when that is in the workspace); a
+  path outside the workspace is never mapped. A shell command runs in that directory too.
 * URLs: every URL the host will fetch is judged (`urls`), not only the first: Gemini's
   `web_fetch` fetches each token of its prompt that holds `://`, Claude Code's `WebFetch` its
   `url`. Where URL parsers disagree (a backslash, which browsers read as `/`; userinfo;
@@ -71,6 +72,8 @@ class Mapped:
     shell: bool = False  # a shell command: the one thing `--sandbox` rewrites
     own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
     urls: tuple[str, ...] = ()
+    # Where a shell command runs, in the workspace (its paths are made workspace-relative).
+    standing: str = "."
 
 
 def map_call(
@@ -82,11 +85,18 @@ def map_call(
     mcp_server: str = "codecoder",
     mcp_context: object = None,
     read_roots: Mapping[str, Path] | None = None,
+    cwd: Path | None = None,
 ) -> Mapped:
     """Map one host tool call (either host's names) onto a codecoder call. `mcp_context` is
     what Gemini CLI's event says of an MCP tool's server and tool; `read_roots` the project's
-    extra read roots (a read there is `@name/path`, as codecoder's read tools take it)."""
+    extra read roots (a read there is `@name/path`, as codecoder's read tools take it); `cwd`,
+    the agent's working directory, which relative paths are read from when it is in the
+    workspace (otherwise, as by default, the workspace itself: where the agent's file tools read
+    them from)."""
     roots = dict(read_roots or {})
+    here = workspace
+    if cwd is not None and Path(os.path.realpath(cwd)).is_relative_to(workspace):
+        here = Path(os.path.realpath(cwd))
     if host_tool in HOST_INTERNAL:
         return Mapped(None, {}, host_internal=True)
     own = _own_server_tool(host_tool, mcp_server, mcp_context)
@@ -100,33 +110,34 @@ def map_call(
         command = text.get("command")
         if command is None:
             return _refused(f"{host_tool} without a command")
-        where = text.get("dir_path") or text.get("directory")
-        if where is not None and _inside(workspace, where) is None:
+        where = text.get("dir_path") or text.get("directory") or str(here)
+        standing = _inside(workspace, where, here)
+        if standing is None:
             return _refused(
                 f"the command runs in {where}, outside the workspace {workspace}: codecoder "
                 "runs commands in the workspace only"
             )
         tool = "run_container" if sandbox == "docker" else "run_command"
-        return Mapped(tool, {"command": command}, shell=True)
+        return Mapped(tool, {"command": command}, shell=True, standing=standing)
     if host_tool in ("Read", "read_file"):
         path = text.get("file_path") or text.get("absolute_path")
-        return _on_path("read_file", path, workspace, roots)
+        return _on_path("read_file", path, workspace, here, roots)
     if host_tool in ("Write", "write_file"):
-        mapped = _on_path("write_file", text.get("file_path"), workspace)
+        mapped = _on_path("write_file", text.get("file_path"), workspace, here)
         return _with(mapped, content=text.get("content", ""))
     if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
         path = text.get("file_path") or text.get("notebook_path")
         # The key of an edit is its path; the strings only have to make a valid edit.
-        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
+        return _with(_on_path("edit_file", path, workspace, here), old_string="a", new_string="b")
     if host_tool in ("LS", "list_directory"):
-        path = text.get("path") or text.get("dir_path") or "."
-        return _on_path("list_dir", path, workspace, roots)
+        listed = text.get("path") or text.get("dir_path") or "."
+        return _on_path("list_dir", listed, workspace, here, roots)
     if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
         base = text.get("path") or text.get("dir_path") or "."
         tool = "glob" if host_tool in ("Glob", "glob") else "grep"
         # The pattern is codecoder's to judge (a glob reaching out with `/` or `..` is refused
         # by its validation, as `codecoder decide glob` refuses it).
-        return _with(_on_path(tool, base, workspace, roots), pattern=text.get("pattern", ""))
+        return _with(_on_path(tool, base, workspace, here, roots), pattern=text.get("pattern", ""))
     if host_tool in ("WebFetch", "web_fetch"):
         fetched = [text["url"]] if "url" in text else []
         if host_tool == "web_fetch":
@@ -210,16 +221,20 @@ _READS = frozenset({"read_file", "list_dir", "glob", "grep"})
 
 
 def _on_path(
-    tool: str, path: str | None, workspace: Path, roots: Mapping[str, Path] | None = None
+    tool: str,
+    path: str | None,
+    workspace: Path,
+    base: Path,
+    roots: Mapping[str, Path] | None = None,
 ) -> Mapped:
     if not path:
         return _refused(f"{tool} without a path")
-    relative = _inside(workspace, path)
+    relative = _inside(workspace, path, base)
     if relative is not None:
         return Mapped(tool, {"path": relative})
     absolute = os.path.isabs(os.path.expanduser(path))
     for name, root in (roots or {}).items() if tool in _READS and absolute else ():
-        within = _inside(Path(os.path.realpath(root)), path)
+        within = _inside(Path(os.path.realpath(root)), path, base)
         if within is not None:
             return Mapped(tool, {"path": f"@{name}" + ("" if within == "." else f"/{within}")})
     readable = "the workspace and the read roots codecoder.json names" if roots else "the workspace"
@@ -229,13 +244,14 @@ def _on_path(
     )
 
 
-def _inside(workspace: Path, path: str) -> str | None:
-    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
+def _inside(workspace: Path, path: str, base: Path) -> str | None:
+    """`path` (relative ones read from `base`) relative to the workspace, after resolving `..`
+    and symlinks; None outside it."""
     if "\x00" in path:
         return None
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
-        candidate = workspace / candidate
+        candidate = base / candidate
     resolved = Path(os.path.realpath(candidate))
     try:
         relative = resolved.relative_to(workspace)

@@ -234,6 +234,9 @@ class PermissionChain:
         narrow, wide = levels[0], levels[1] if len(levels) > 1 and host is None else None
         widest = _widest(key, environment, host)
         choices, why_not = _choices(key, environment, host, wide is not None, widest is not None)
+        if self.session.lifetime.one_call:
+            # Nothing follows this call in its session: "for this session" is "once".
+            choices = tuple(choice for choice in choices if choice.scope is not Answer.SESSION)
         recorded_by = {
             Answer.SESSION: narrow,
             Answer.PROJECT: narrow,

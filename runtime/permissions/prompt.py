@@ -30,13 +30,20 @@ import inspect
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer, Decider, Decision, Source
-from codecoder.foundation.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.foundation.display import (
+    colours_for,
+    for_terminal,
+    lookalikes,
+    visible,
+    visible_lines,
+)
 from codecoder.foundation.errors import Unanswered
 from codecoder.foundation.terminal import open_terminal
 from codecoder.permissions.keys import GrantLevel, Preview
@@ -361,21 +368,72 @@ def laid_out(label: str, lines: list[str], width: int) -> list[str]:
     return [f"{label if i == 0 else pad:<{width}} {GUTTER}{line}" for i, line in enumerate(lines)]
 
 
-def render(request: AskRequest) -> str:
-    """The terminal prompt's text."""
+# Rows whose value is what will run or be written, shown exactly as it is: never re-wrapped, so
+# no break a terminal did not put there can pass for a line of it.
+_EXACT_ROWS = frozenset({"key", "runs", "path", "does", "on the host"})
+_DIFF_COLOURS = (("+++", ""), ("---", ""), ("+", "32"), ("-", "31"), ("@@", "36"))
+
+
+def render(request: AskRequest, width: int | None = None, colour: bool = False) -> str:
+    """The terminal prompt's text: its prose wrapped at word boundaries to `width` columns
+    (what is shown exactly is not: the key, the command or path, the preview's lines), and,
+    with `colour`, a diff's added and removed lines in green and red."""
     lines = ["codecoder: permission required"]
     for label, value in describe(request):
-        lines += [f"  {line}" for line in laid_out(label, value, 12)]
+        if label == "changes" and colour:
+            value = [value[0], *(_coloured(line) for line in value[1:])]
+        for line in laid_out(label, value, 12):
+            exact = label in _EXACT_ROWS or len(value) > 1
+            lines += [f"  {line}"] if exact else _wrapped(f"  {line}", width, 15)
     lines.append("")
     options = request.options()
-    width = max(len(choice.scope) for choice in options)
+    column = max(len(choice.scope) for choice in options)
     for choice in options:
-        lines.append(f"  [{choice.letter}] {choice.scope:<{width}}  {choice.grant}")
+        start = 8 + column
+        lines += _wrapped(
+            f"  [{choice.letter}] {choice.scope:<{column}}  {choice.grant}", width, start
+        )
         if choice.entry is not None:
-            lines.append(f"      {'':<{width}}  {choice.when}")
+            lines += _wrapped(f"      {'':<{column}}  {choice.when}", width, start)
     if request.why_not_project:
-        lines.append(f"  (AlwaysThisProject is not offered: {why_not_project(request)})")
+        note = f"  (AlwaysThisProject is not offered: {why_not_project(request)})"
+        lines += _wrapped(note, width, 3)
     return "\n".join(lines)
+
+
+def _wrapped(line: str, width: int | None, indent: int) -> list[str]:
+    """`line` broken at spaces to `width` columns, its next lines indented by `indent`; a word
+    longer than a line (a key, a path) is kept whole."""
+    if width is None or len(line) <= width:
+        return [line]
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [line]
+
+
+def _coloured(line: str) -> str:
+    """A diff line in its colour: added green, removed red, a hunk's header cyan (the line is
+    visible already: no escape of its own reaches the terminal)."""
+    for start, code in _DIFF_COLOURS:
+        if line.startswith(start):
+            return f"\x1b[{code}m{line}\x1b[0m" if code else line
+    return line
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width in columns (COLUMNS, else the terminal's own, else 80)."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 20:
+        return int(given)
+    try:
+        return max(os.get_terminal_size(stream.fileno()).columns, 20)
+    except (OSError, ValueError, AttributeError):
+        return 80
 
 
 class TerminalPrompt:
@@ -401,7 +459,7 @@ class TerminalPrompt:
     def __call__(self, request: AskRequest) -> Answer:
         stdin, stdout, opened = self._streams()
         try:
-            stdout.write(render(request) + "\n")
+            stdout.write(render(request, _columns(stdout), colours_for(stdout) == "on") + "\n")
             letters = {LETTERS[a]: a for a in request.choices}
             choice = "/".join(letters)
             while True:

@@ -1,5 +1,12 @@
 """The command line's grammar: every command, its options, and the handler that runs it (in the
-module of the command's concern)."""
+module of the command's concern), and how a command line is read against it (`parse`).
+
+Options may stand anywhere before `--`, between the tool and its arguments as well
+(`call read_file --json README.md`); every word after the first `--` is an argument, as
+written (`call run_command -- ls --json -- x`). argparse alone matches positional arguments
+greedily, before the options that follow them, and drops a `--` found among the arguments; so
+`parse` reads the options first and then hands the rest to the positional arguments in order.
+Completion (argcomplete) reads the same grammar."""
 
 from __future__ import annotations
 
@@ -400,6 +407,100 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=starting.SHELLS)
     p.set_defaults(handler=starting.completion)
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`argv` read against the grammar: options anywhere before `--`, then the positional
+    arguments in order (those before `--`, then every word after it). Errors are UsageErrors
+    naming the command (`_Parser.error`); `--help` and `--version` print and exit."""
+    parser = _parser()
+    commands = _commands(parser)
+    if not argv or argv[0] not in commands:
+        return parser.parse_args(argv)  # help, the version, or the error naming the commands
+    name, words = argv[0], argv[1:]
+    command = commands[name]
+    if name == "bench":
+        # `bench` takes the benchmarks' options (their own parser reads them, --help included).
+        args, rest = command.parse_known_args(words)
+        args.command, args.passed_on = name, rest
+        return args
+    cut = words.index("--") if "--" in words else len(words)
+    args, positional = _options(command, words[:cut])
+    _positionals(command, args, [*positional, *words[cut + 1 :]])
+    args.command, args.passed_on = name, []
+    return args
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(
+    command: argparse.ArgumentParser, words: list[str]
+) -> tuple[argparse.Namespace, list[str]]:
+    """The options among `words` (which hold no `--`) and the other words, in order; an
+    option the command does not have is an error. argparse's own first pass of
+    `parse_intermixed_args`: the positional arguments take nothing while the options are
+    read (restored at once: the grammar is shared)."""
+    positionals = [action for action in command._actions if not action.option_strings]
+    saved = [(action, action.nargs, action.default) for action in positionals]
+    try:
+        for action in positionals:
+            action.nargs = argparse.SUPPRESS
+            action.default = argparse.SUPPRESS
+        args, rest = command.parse_known_args(words)
+    finally:
+        for action, nargs, default in saved:
+            action.nargs, action.default = nargs, default
+    unknown = [word for word in rest if command._parse_optional(word) is not None]
+    if unknown:
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args, rest
+
+
+def _positionals(
+    command: argparse.ArgumentParser, args: argparse.Namespace, words: list[str]
+) -> None:
+    """Hand `words` to the command's positional arguments in order, each checked and
+    converted as argparse would (its choices, its type)."""
+    left = list(words)
+    missing: list[str] = []
+    for action in command._actions:
+        if action.option_strings:
+            continue
+        if action.nargs in (argparse.ZERO_OR_MORE, argparse.ONE_OR_MORE):
+            if action.nargs == argparse.ONE_OR_MORE and not left:
+                missing.append(_shown(action))
+            value: Any = [_value(command, action, word) for word in left]
+            left = []
+        elif left:
+            value = _value(command, action, left.pop(0))
+        elif action.nargs == argparse.OPTIONAL:
+            value = action.default
+        else:
+            missing.append(_shown(action))
+            continue
+        setattr(args, action.dest, value)
+    if missing:
+        command.error(f"the following arguments are required: {', '.join(missing)}")
+    if left:
+        command.error(f"unrecognized arguments: {' '.join(left)}")
+
+
+def _value(command: argparse.ArgumentParser, action: argparse.Action, word: str) -> Any:
+    try:
+        value = command._get_value(action, word)
+        command._check_value(action, value)
+    except argparse.ArgumentError as exc:
+        command.error(str(exc))  # as argparse reports it: `argument host: invalid choice: …`
+    return value
+
+
+def _shown(action: argparse.Action) -> str:
+    return str(action.metavar or action.dest)
 
 
 def complete() -> int:

@@ -383,8 +383,8 @@ def test_check_flags_every_entry_that_can_never_match_and_says_how_to_spell_it(
         ("error", "write_file:./x", 3),
         ("error", "write_file:/abs", 3),
         ("error", "write_file:dir/", 3),
-        ("warning", "web_fetch:*", 4),
-        ("warning", "run_wasm:tools/./fmt.wasm", 5),
+        ("error", "web_fetch:*", 4),
+        ("error", "run_wasm:tools/./fmt.wasm", 5),
     }
     text = codecoder("check", project=project).stdout
     assert "to mean that, write run_command:git:push" in text

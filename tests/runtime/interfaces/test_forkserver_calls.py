@@ -149,10 +149,10 @@ def test_a_question_is_asked_and_answered_on_the_clients_terminal(machine: Machi
     on_the_host(machine)
     child = spawn(machine, "call", "run_command", json.dumps({"command": "echo ran by $PPID"}))
     child.expect("permission required")
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")  # a one-shot call: no session choice
     assert "environment  @shell (host processes, not sandboxed)" in child.before
     child.sendline("x")
-    child.expect("please answer one of o/s/d")
+    child.expect("please answer one of o/d")
     child.sendline("o")
     child.expect(pexpect.EOF)
     child.close()
@@ -175,7 +175,7 @@ def test_with_arguments_on_stdin_the_question_goes_to_the_clients_controlling_te
         encoding="utf-8",
         timeout=60,
     )
-    child.expect(r"choice \[o/s/p/w/c/d\]: ")
+    child.expect(r"choice \[o/p/w/c/d\]: ")
     assert "key          write_file:src/asked.txt" in child.before
     child.sendline("o")
     child.expect(pexpect.EOF)

@@ -215,6 +215,8 @@ def test_bash_completes_commands_tool_names_and_choices(tmp_path: Path) -> None:
         complete_line "codecoder ini"
         complete_line "codecoder call run_c"
         complete_line "codecoder call run_command x --answer "
+        complete_line "codecoder call read_file --json --ans"
+        complete_line "codecoder call read_file --json --answer "
         complete_line "codecoder completion "
     """
     done = subprocess.run(
@@ -223,6 +225,8 @@ def test_bash_completes_commands_tool_names_and_choices(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [
         "init ",
         "run_capability run_command run_container",
+        "once session project deny",
+        "--answer ",
         "once session project deny",
         "bash zsh fish",
     ]
