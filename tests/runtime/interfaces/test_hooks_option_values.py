@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from codecoder.interfaces import hooks
-from codecoder.interfaces.cli import _parsed
+from codecoder.interfaces.cli.grammar import parse as _parsed
 from codecoder.interfaces.hooks import HookOptions, handle
 from tests.environments.bwrap_support import need_bwrap
 
