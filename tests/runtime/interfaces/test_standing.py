@@ -250,11 +250,14 @@ def test_a_hook_reads_relative_paths_from_where_the_agent_stands(tree: Path) -> 
     proc = codecoder("hook", "gemini", "--project", str(tree), stdin=json.dumps(event), cwd=tree)
     assert proc.returncode == 0, proc.stderr
     assert "write_file:src/x.txt" in json.loads(proc.stdout)["reason"]
-    # A shell command runs there: on the host, `../alias/config` is .git/config.
+    # A shell command runs there: on the host (`--host-shell`; contained, the sandbox itself
+    # keeps .git/config read-only), `../alias/config` is .git/config.
     (tree / "alias").symlink_to(".git")
     shell = {**event, "tool_name": "run_shell_command"}
     shell["tool_input"] = {"command": "touch ../alias/config"}
-    proc = codecoder("hook", "gemini", "--project", str(tree), stdin=json.dumps(shell), cwd=tree)
+    proc = codecoder(
+        "hook", "gemini", "--host-shell", "--project", str(tree), stdin=json.dumps(shell), cwd=tree
+    )
     reason = json.loads(proc.stdout)["reason"]
     assert "runs in src/ (where you stand in the workspace)" in reason
     assert "a protected path is never granted for longer" in reason
