@@ -125,7 +125,6 @@ def tunnel(path: Path, target: str, payload: bytes = b"ping") -> tuple[bytes, by
 # --- the proxy on its own ----------------------------------------------------------------------
 
 
-
 def connect_through(address: tuple[str, int], target: str) -> bytes:
     """CONNECT `target` through a TCP listener the proxy accepts on: its answer head."""
     with socket.create_connection(address, timeout=5) as sock:
