@@ -130,9 +130,14 @@ class DiskBudget:
         return self._measure(now, [])
 
     def _measure(self, now: int, pids: list[int]) -> int:
-        written = as_user(self.uid, self.gid, written_since, self.started_ns, pids)
-        self.written = int(written) if isinstance(written, int) else 0
+        try:
+            written = as_user(self.uid, self.gid, written_since, self.started_ns, pids)
+        except (OSError, RuntimeError, ValueError):
+            # What cannot be measured is not given the benefit of the doubt: all the growth
+            # since the last measurement counts, as before there was one.
+            written = now - (self.before or 0) - self.others
+        measured = self.written = int(written) if isinstance(written, int) else 0
         # Whatever else the file system grew by is not the call's: looked at again only once
         # it grew by another budget's worth.
-        self.others = max(now - self.before - self.written, 0)
-        return self.written
+        self.others = max(now - (self.before or 0) - measured, 0)
+        return measured
