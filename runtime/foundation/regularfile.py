@@ -21,6 +21,7 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_LIMIT",
+    "STATE_FILE_LIMIT",
     "FileTooLarge",
     "NotARegularFile",
     "open_regular",
@@ -30,6 +31,8 @@ __all__ = [
 # What a configuration or state file the runtime reads whole may hold: far more than any real
 # one (a 10,000-entry codecoder.json is about 500 KB), far less than memory.
 DEFAULT_LIMIT: Final = 64 * 1024 * 1024
+# A state file the runtime writes for itself (a session's grants, a server's pid file): small.
+STATE_FILE_LIMIT: Final = 16 * 1024 * 1024
 
 
 def _kind(mode: int) -> str:
