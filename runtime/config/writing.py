@@ -114,7 +114,10 @@ def _update(
                     trust.begin(root, after, record)
                 replace_atomically(path, after, mode)
                 if record is not None:
-                    trust.commit(root, record)
+                    # The change is made: the record names the new file already (`begin`).
+                    # Saying so alone can wait for the next writer or reader (`trust.settle`).
+                    with contextlib.suppress(ConfigError):
+                        trust.commit(root, record)
     except OSError as exc:
         raise ConfigError(f"cannot update {path.name}: {os_reason(exc)}", path) from exc
 
