@@ -59,6 +59,7 @@ FIGURE_NAMES = [
     "pool.session.first_call_vs_warm",
     "pool.process.first_call",
     "pool.process.first_call_in_process",
+    "pool.process.back_to_back",
     "pool.process.first_call_unpooled",
     "search.grep.small",
     "search.glob.small",
@@ -84,6 +85,9 @@ FIGURE_NAMES = [
     "agents.mcp.result_size",
     "questions.first.bwrap",
     "questions.later.bwrap",
+    "reliability.kills.survived",
+    "reliability.readers.refused",
+    "reliability.concurrent.p99",
 ]
 CHEAP = ["permission", "keying", "allowlists", "questions"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}
