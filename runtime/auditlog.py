@@ -184,7 +184,7 @@ class AuditLog:
 
     def _unavailable(self, exc: OSError) -> AuditUnavailable:
         reason = exc.strerror or str(exc)
-        return AuditUnavailable(f"the audit log {self.path} cannot be written: {reason}")
+        return AuditUnavailable(f"the audit log {self.path} cannot be used: {reason}")
 
     def tail(self, count: int = 20) -> list[dict[str, Any]]:
         return list(self.read())[-count:]

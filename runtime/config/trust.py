@@ -181,15 +181,15 @@ def read_with_file(
     file's): never a record a writer wrote after the file was read, nor before the file it
     read (see the module docstring). A write in flight that nobody finishes (its writer was
     killed) is settled here when no writer holds the lock."""
-    value = read()
-    before = after = _record_bytes(project)
+    before = _record_bytes(project)
+    value, after = read(), _record_bytes(project)
     for attempt in range(_READ_ATTEMPTS):
-        value = read()
-        after = _record_bytes(project)
         if after == before:
             break
-        before = after
+        # A writer changed the record while the file was read: read both again.
         time.sleep(0.001 * min(attempt + 1, 10))
+        before = after
+        value, after = read(), _record_bytes(project)
     document = _document(after)
     file_digest = digest(value)
     if document is not None and "pending" in document:
