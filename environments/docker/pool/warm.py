@@ -24,8 +24,8 @@ memory limits of the warm sandboxes never add up to more than half of what the e
 Sized by demand. A script or a CI loop claims back to back, faster than one sandbox is made: a
 pool of the size a session asks for would be empty every other claim. So each template keeps
 warm what its recent claims need (`_Template.demand`): the most claims that came within the
-time making one takes (measured, doubled), lately, and one more, never fewer than asked nor
-more than `MAX_SIZE`; while it is short of more than one, up to `MAKERS` are made at once. A
+time making one takes (measured, doubled), lately, never fewer than asked nor more than
+`MAX_SIZE`; while it is short of more than one, up to `MAKERS` are made at once. A
 template nobody claimed for `DEMAND_WINDOW` seconds goes back to the size asked (what it keeps
 beyond that is removed). A template whose sandboxes fail to start is retried later and later
 (up to a minute apart); a template nobody claimed for `key_idle` seconds is dropped with its
@@ -130,7 +130,7 @@ class _Template:
         # only if that many are.
         span = max(self.make_seconds, 0.1) * 2
         peak = max(sum(1 for other in recent if 0 <= at - other <= span) for at in recent)
-        return min(MAX_SIZE, max(self.want, peak + 1))
+        return min(MAX_SIZE, max(self.want, peak))
 
     def short(self, now: float) -> int:
         return self.demand(now) - len(self.ready) - self.creating
