@@ -333,13 +333,15 @@ class EgressProxy:
             self._loop.create_task(self._accepted(conn))
 
     async def _accepted(self, conn: socket.socket) -> None:
+        """Serve an accepted connection as an asyncio server would: the server side of its
+        streams (a brokered connection's TLS is the server's), `_handle` in a task of its own."""
         conn.setblocking(False)
+        reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=self._loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self._handle, loop=self._loop)
         try:
-            reader, writer = await asyncio.open_connection(sock=conn, limit=HEAD_LIMIT)
+            await self._loop.connect_accepted_socket(lambda: protocol, sock=conn)
         except OSError:
             conn.close()
-            return
-        await self._handle(reader, writer)
 
     def _end_call(self, call: int) -> None:
         """End every connection of `call`: tunnels closed, decisions still queued dropped."""
