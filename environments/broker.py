@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from codecoder.foundation.hosts import parse_host_entry
+from codecoder.foundation.regularfile import read_regular_file
 from codecoder.foundation.scratch import scratch_directory, scratch_root
 
 __all__ = [
@@ -543,7 +544,7 @@ async def _refuse(
 def _system_bundle() -> bytes:
     for candidate in SYSTEM_BUNDLES:
         with contextlib.suppress(OSError):
-            return Path(candidate).read_bytes()
+            return read_regular_file(candidate)
     return b""
 
 

@@ -216,7 +216,8 @@ class EgressProxy:
         self._deciders = concurrent.futures.ThreadPoolExecutor(
             DECIDERS, thread_name_prefix="codecoder-egress-decide"
         )
-        self._listeners: list[asyncio.AbstractServer] = []
+        # Listening sockets of sandboxes (@bwrap) this loop accepts on (`serve_listener`).
+        self._listeners: set[socket.socket] = set()
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(
@@ -249,16 +250,30 @@ class EgressProxy:
 
     def serve_listener(self, listener: socket.socket) -> None:
         """Also accept connections on `listener` (a socket listening inside a sandbox's own
-        network namespace, handed over by @bwrap's helper), decided like every other, until the
-        proxy closes."""
+        network namespace, handed over by @bwrap's helper), decided like every other, until
+        `release_listener` or the proxy closes.
+
+        Accepted here rather than by an asyncio server: the sandbox holds the same listening
+        socket and may shut it down at any moment, which wakes the loop to an accept that fails
+        (EINVAL); an asyncio server would print that as a crash report for a call that worked.
+        Here it only means the sandbox takes no more connections."""
         listener.setblocking(False)
 
         async def serve() -> None:
-            self._listeners.append(
-                await asyncio.start_server(self._handle, sock=listener, limit=HEAD_LIMIT)
-            )
+            self._listeners.add(listener)
+            self._loop.add_reader(listener.fileno(), self._accept_from, listener)
 
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
+
+    def release_listener(self, listener: socket.socket) -> None:
+        """Stop accepting on `listener` (before its owner closes it: a descriptor closed while
+        the loop still watched its number could be another socket's by then)."""
+
+        async def release() -> None:
+            self._forget_listener(listener)
+
+        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+            asyncio.run_coroutine_threadsafe(release(), self._loop).result(HEAD_SECONDS)
 
     def close(self) -> None:
         with self._lock:
@@ -299,15 +314,44 @@ class EgressProxy:
 
     def _stop(self) -> None:
         self._server.close()
-        for listener in self._listeners:
-            # @bwrap may have closed the listening socket already (the call ended first).
-            with contextlib.suppress(OSError, ValueError):
-                listener.close()
+        for listener in list(self._listeners):
+            self._forget_listener(listener)
         for tasks in self._open.values():
             for task in tasks:
                 task.cancel()
         # A moment for the handlers to see their connections end, then stop.
         self._loop.call_later(0.2, self._loop.stop)
+
+    def _forget_listener(self, listener: socket.socket) -> None:
+        """No more accepting on `listener` (in the loop's thread); its owner closes it."""
+        if listener in self._listeners:
+            self._listeners.discard(listener)
+            with contextlib.suppress(OSError, ValueError):
+                self._loop.remove_reader(listener.fileno())
+
+    def _accept_from(self, listener: socket.socket) -> None:
+        """Take the connections waiting on a sandbox's listener (see `serve_listener`)."""
+        for _ in range(64):
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Shut down or closed by the sandbox (EINVAL, EBADF): it takes no more.
+                self._forget_listener(listener)
+                return
+            self._loop.create_task(self._accepted(conn))
+
+    async def _accepted(self, conn: socket.socket) -> None:
+        """Serve an accepted connection as an asyncio server would: the server side of its
+        streams (a brokered connection's TLS is the server's), `_handle` in a task of its own."""
+        conn.setblocking(False)
+        reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=self._loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self._handle, loop=self._loop)
+        try:
+            await self._loop.connect_accepted_socket(lambda: protocol, sock=conn)
+        except OSError:
+            conn.close()
 
     def _end_call(self, call: int) -> None:
         """End every connection of `call`: tunnels closed, decisions still queued dropped."""

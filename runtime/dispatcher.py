@@ -32,6 +32,7 @@ from codecoder.environments.workspaceguard import quarantine, unresolved_quarant
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Decision, Source
 from codecoder.foundation.errors import (
+    AuditUnavailable,
     Cancelled,
     CodecoderError,
     ExecutionFailed,
@@ -258,6 +259,8 @@ class Dispatcher:
                 runtime.git_guard.baseline()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
+            # A call that could not be recorded does not run (runtime.auditlog).
+            self._audit.reserve()
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag, session=self._session.id),
@@ -353,16 +356,23 @@ class Dispatcher:
         so_far = error.output if isinstance(error, ToolError) else ""
         if not so_far and live is not None:
             so_far = live.text()
-        self._audit.record(
-            session=session.id,
-            tool=name,
-            decision=decision,
-            outcome=outcome,
-            duration=duration,
-            error=str(error) if error else interrupted,
-            agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
-            output=so_far[-AUDITED_OUTPUT:] if so_far else None,
-        )
+        try:
+            self._audit.record(
+                session=session.id,
+                tool=name,
+                decision=decision,
+                outcome=outcome,
+                duration=duration,
+                error=str(error) if error else interrupted,
+                agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
+                output=so_far[-AUDITED_OUTPUT:] if so_far else None,
+            )
+        except AuditUnavailable as exc:
+            # Room was set aside before the call ran, so this is a call that never ran (the
+            # reservation itself failed) or a log taken away meanwhile: said, never lost.
+            if error is not None and not isinstance(error, AuditUnavailable):
+                exc = AuditUnavailable(f"{exc} (the call ended: {error})")
+            error = exc
         span.finished(outcome, result, error, duration, clock.waited)
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 

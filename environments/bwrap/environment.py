@@ -639,6 +639,7 @@ def _serving(
             receiver.join(timeout=2)
             host_end.close()
             for listener in listeners:
+                proxy.release_listener(listener)  # before it is closed: see release_listener
                 with contextlib.suppress(OSError):
                     listener.shutdown(socket.SHUT_RDWR)
                 listener.close()

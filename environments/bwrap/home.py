@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from codecoder.foundation.regularfile import open_regular
 from codecoder.foundation.state import config_directory, state_directory
 
 __all__ = [
@@ -196,7 +197,7 @@ def _which(name: str, path: str, cwd: Path) -> Path | None:
 def _interpreter(program: Path, path: str, cwd: Path) -> Path | None:
     """The program a `#!` line names (through `env`), or None."""
     try:
-        with program.open("rb") as handle:
+        with os.fdopen(open_regular(program), "rb") as handle:
             head = handle.read(_SHEBANG_BYTES)
     except OSError:
         return None

@@ -40,6 +40,10 @@ from typing import Final
 from codecoder.environments.placeholders import Placeholders
 from codecoder.environments.workspaceguard import ProtectedChanges, ProtectedScan
 from codecoder.foundation.protected import AGENT_SETTINGS, PROTECTED_NAMES, is_git_name
+from codecoder.foundation.regularfile import read_regular_file
+
+# A `.git` file names its git directory on one line: more is not a gitdir file.
+_GITDIR_FILE_LIMIT: Final = 64 * 1024
 
 __all__ = ["GIT_SENSITIVE", "GIT_WRITES", "CallProtection", "Protection"]
 
@@ -122,7 +126,8 @@ def _gitdir_of(entry: Path) -> Path | None:
         return entry
     if stat.S_ISREG(st.st_mode):
         try:
-            first = entry.read_text(errors="replace").splitlines()[0]
+            head = read_regular_file(entry, limit=_GITDIR_FILE_LIMIT)
+            first = head.decode(errors="replace").splitlines()[0]
         except (OSError, IndexError):
             return None
         if not first.startswith("gitdir:"):
@@ -137,7 +142,7 @@ def _gitdir_of(entry: Path) -> Path | None:
 
 def _common_dir(gitdir: Path) -> Path | None:
     try:
-        written = (gitdir / "commondir").read_text().strip()
+        written = os.fsdecode(read_regular_file(gitdir / "commondir", limit=4096)).strip()
     except OSError:
         return None
     common = Path(written) if os.path.isabs(written) else gitdir / written

@@ -452,13 +452,14 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             hidden = hidden_bytes([self.workspace], channel.call_started_ns)
         else:
             hidden = hidden_in(self.workspace, changed)
-        # Used space of the whole filesystem: what others freed meanwhile must not hide this.
-        grew = max(int(response.get("disk_used") or 0), 0)
-        if hidden.bytes and grew + hidden.bytes > self.settings.disk_budget_bytes:
+        # What the files it changed take, never the shared file system's growth: others may
+        # write there meanwhile (environments.apparent).
+        taken = hidden.occupied
+        if hidden.bytes and taken + hidden.bytes > self.settings.disk_budget_bytes:
             raise ExecutionFailed(
                 f"`{call.summary}` wrote more than its disk budget of "
-                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: the "
-                f"filesystem grew by {grew:,} bytes, and what it wrote holds {hidden.bytes:,} "
+                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: what it "
+                f"changed takes {taken:,} bytes, and holds {hidden.bytes:,} "
                 f"bytes more that occupy no space yet (holes, more names of one file), which a "
                 f"copy of it would write: {hidden.describe()}. What it wrote is still there. A "
                 'project can raise "docker": {"disk_budget": ...} in codecoder.json'

@@ -60,9 +60,10 @@ class DockerSettings:
     `user` is `auto`: `environments.docker.workspacemode`). `extra_writable_paths` are more
     size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
     they never touch the host and are emptied between calls made under different grants.
-    `disk_budget` is how much a writable call may grow the workspace's filesystem before it is
-    stopped (and, in sync mode, how much may come back); when it ends, what it wrote counts at
-    apparent size too (a sparse file, more names of one file: `environments.apparent`). `pool`
+    `disk_budget` is how much a writable call may write to the workspace before it is stopped
+    (what it wrote, never how much a file system others share grew by; in sync mode, also how
+    much may come back); what it wrote counts at apparent size (a sparse file, more names of one
+    file: `environments.apparent`). `pool`
     is how many sandboxes of these settings the warm pool keeps ready for new sessions, per
     workspace and mode (0: none; `environments.docker.pool`).
     """

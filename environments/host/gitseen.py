@@ -49,6 +49,7 @@ from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.atomicfile import replace_atomically
 from codecoder.foundation.errors import ConfigError, ExecutionFailed
 from codecoder.foundation.protected import is_git_name
+from codecoder.foundation.regularfile import read_regular_file
 from codecoder.foundation.state import project_state_directory
 
 __all__ = [
@@ -172,7 +173,7 @@ class GitSeen:
         """The record; None when there is none. An unreadable one is an error (it could not
         be told apart from a record of nothing)."""
         try:
-            data = json.loads(self.path.read_bytes())
+            data = json.loads(read_regular_file(self.path))
             repositories = data["repositories"]
             if not isinstance(repositories, dict):
                 raise ValueError("repositories is not an object")
@@ -322,7 +323,7 @@ def _git_dir(entry: Path) -> Path | None:
 
 def _common_dir(git_dir: Path) -> Path:
     try:
-        named = (git_dir / "commondir").read_text().strip()
+        named = os.fsdecode(read_regular_file(git_dir / "commondir", limit=4096)).strip()
     except OSError:
         return git_dir
     return Path(os.path.realpath(git_dir / named)) if named else git_dir

@@ -164,8 +164,10 @@ def load_project(
     run_capability). `trusted` overrides the trust record (None: read it); `user_file`, the
     user file's place (None: `$XDG_CONFIG_HOME/codecoder/config.json`)."""
     user = load_user_file(user_file or user_file_path())
-    pf = load_project_file(root / PROJECT_FILE)
-    record = trust.read_record(root)
+    # The file and the record meant for it, even while another process grants or revokes.
+    pf, record = trust.read_with_file(
+        root, lambda: load_project_file(root / PROJECT_FILE), lambda pf: pf.digest
+    )
     base = LayerBelow.of(user)
     view, found = untrusted_view(pf, root, base, record.approved)
     if not found:

@@ -62,6 +62,7 @@ from codecoder.config.projectfile import (
 from codecoder.config.schema import COMMENT_PREFIX, ProjectFileModel, pattern_problem
 from codecoder.foundation.ceiling import Scope
 from codecoder.foundation.display import quoted as _quote
+from codecoder.foundation.regularfile import DEFAULT_LIMIT, read_regular_file
 from codecoder.foundation.state import config_directory
 from codecoder.permissions.spellings import did_you_mean
 
@@ -76,10 +77,14 @@ __all__ = [
 ]
 
 
+# A codecoder.json of 10,000 grants is about 500 KB; what is larger is not a file a person wrote.
+PROJECT_FILE_LIMIT = DEFAULT_LIMIT
+
+
 def load_project_file(path: Path) -> ProjectFile:
     """Read codecoder.json at `path`; problems with its content are reported, never raised."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, limit=PROJECT_FILE_LIMIT)
     except FileNotFoundError:
         return ProjectFile(path=path, exists=False, usable=True)
     except OSError as exc:
@@ -465,4 +470,6 @@ def _describe(parts: Parts) -> str:
 
 def os_reason(exc: OSError) -> str:
     """An OSError in words, for a message: `permission denied`."""
-    return exc.strerror.lower() if exc.strerror else str(exc)
+    if not exc.strerror:
+        return str(exc)
+    return exc.strerror[:1].lower() + exc.strerror[1:]

@@ -22,6 +22,7 @@ leak.
         ├── OutOfMemory             killed at its memory limit
         ├── OutOfFuel               a Wasm module ran out of fuel
         ├── SandboxUnavailable      the environment it is bound to cannot be reached
+        ├── AuditUnavailable        its audit record cannot be written: it does not run
         └── Cancelled               the caller cancelled the call; what it started was stopped
 """
 
@@ -154,6 +155,11 @@ class OutOfFuel(ToolError):
 
 class SandboxUnavailable(ToolError):
     """The environment the tool is bound to cannot be reached; the message says what to do."""
+
+
+class AuditUnavailable(ToolError):
+    """The call's audit record cannot be written (a full disk, a log that is not a file): a
+    call that cannot be audited does not run."""
 
 
 class Cancelled(ToolError):

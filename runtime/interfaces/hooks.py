@@ -100,6 +100,7 @@ from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer
 from codecoder.foundation.display import visible, visible_lines
 from codecoder.foundation.errors import CodecoderError, UsageError
+from codecoder.foundation.regularfile import STATE_FILE_LIMIT, read_regular_file
 from codecoder.foundation.state import project_state_directory
 from codecoder.interfaces.hookaudit import Judged, audit_ran, audit_verdict
 from codecoder.interfaces.hostcalls import HOST_INTERNAL, Mapped, Sandbox, map_call
@@ -148,7 +149,7 @@ class HookSessions:
 
     def _read(self, session_id: str) -> dict[str, Any]:
         try:
-            data = json.loads(self.path(session_id).read_text(encoding="utf-8"))
+            data = json.loads(read_regular_file(self.path(session_id), limit=STATE_FILE_LIMIT))
         except (OSError, ValueError):
             return {"grants": [], "pending": {}}
         if not isinstance(data, dict) or data.get("session") != session_id:
@@ -270,7 +271,7 @@ class HookSessions:
         found: list[tuple[str, dict[str, Any]]] = []
         for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else ():
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = json.loads(read_regular_file(path, limit=STATE_FILE_LIMIT))
             except (OSError, ValueError):
                 continue
             if not isinstance(data, dict) or data.get("host") != self.host:

@@ -99,8 +99,9 @@ from codecoder.foundation.errors import (
     DeniedByUser,
     Unanswered,
 )
+from codecoder.foundation.regularfile import STATE_FILE_LIMIT, read_regular_file
 from codecoder.foundation.state import workspace_directory
-from codecoder.interfaces.livegrants import Publisher, is_alive, start_time
+from codecoder.interfaces.livegrants import LiveProcess, Publisher, start_time
 from codecoder.interfaces.schemas import mcp_tool
 from codecoder.permissions.allowlist import Lifetime
 from codecoder.permissions.prompt import (
@@ -656,33 +657,38 @@ def _pid_file(project_dir: Path) -> Iterator[Path]:
 
 def live_servers(project_dir: Path) -> list[int]:
     """Pids of the servers running for this project; stale pid files are removed."""
-    found: list[int] = []
+    return [server.pid for server in _servers(project_dir)]
+
+
+def _servers(project_dir: Path) -> list[LiveProcess]:
+    """The servers running for this project, each confirmed by the kernel
+    (`livegrants.LiveProcess`): a damaged pid file (pid 0 would signal our own process group)
+    is never believed; stale and damaged ones are removed."""
+    found: list[LiveProcess] = []
     directory = pid_directory(Path(project_dir).resolve())
     for path in sorted(directory.glob("serve-*.pid")):
         try:
-            record = json.loads(path.read_text())
-            pid = int(record["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            continue
-        alive = is_alive(pid)
-        if alive is None:
+            record = json.loads(read_regular_file(path, limit=STATE_FILE_LIMIT))
+            process = LiveProcess.find(record["pid"], record.get("started"))
+            if record["pid"] != int(path.name.removeprefix("serve-").removesuffix(".pid")):
+                process = False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            process = False
+        if process is None:
             continue  # someone else's process: neither ours to signal nor to clean up
-        if not alive or (record.get("started") and start_time(pid) != record["started"]):
-            path.unlink(missing_ok=True)  # the server died, or its pid now names another process
+        if process is False:
+            # The server died, its pid now names another process, or the file is damaged.
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
             continue
-        found.append(pid)
+        assert isinstance(process, LiveProcess)
+        found.append(process)
     return found
 
 
 def signal_servers(project_dir: Path) -> list[int]:
     """Send SIGHUP to every live server of the project; returns the pids signalled."""
-    signalled: list[int] = []
-    for pid in live_servers(project_dir):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGHUP)
-            signalled.append(pid)
-    return signalled
+    return [server.pid for server in _servers(project_dir) if server.signal(signal.SIGHUP)]
 
 
 # --- serving ------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ FIGURE_NAMES = [
     "pool.session.first_call_vs_warm",
     "pool.process.first_call",
     "pool.process.first_call_in_process",
+    "pool.process.back_to_back",
     "pool.process.first_call_unpooled",
     "search.grep.small",
     "search.glob.small",
@@ -90,6 +91,9 @@ FIGURE_NAMES = [
     "frameworks.pydantic_ai",
     "frameworks.openai_agents",
     "frameworks.claude_agent_sdk",
+    "reliability.kills.survived",
+    "reliability.readers.refused",
+    "reliability.concurrent.p99",
 ]
 CHEAP = ["permission", "keying", "allowlists", "questions", "frameworks"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}

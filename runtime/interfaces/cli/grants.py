@@ -84,6 +84,8 @@ def allowlist(args: argparse.Namespace) -> int:
         for rule in runtime.config.rules
         if rule.kind == "deny"
     ]
+    # A rules file that cannot be read holds rules nobody knows: never listed as "none".
+    unreadable = runtime.config.unreadable_reason
     if args.json:
         print_json(
             {
@@ -91,9 +93,13 @@ def allowlist(args: argparse.Namespace) -> int:
                 "allowlist": entries,
                 "deny": denies,
                 "grants": [g.to_json() for g in grants],
+                **({"unreadable": unreadable} if unreadable else {}),
             }
         )
-        return EXIT_OK
+        return EXIT_FAILED if unreadable else EXIT_OK
+    if unreadable:
+        print(prefixed(unreadable), file=sys.stderr)
+        return EXIT_FAILED
     _print_list(runtime, grants, denies)
     return EXIT_OK
 

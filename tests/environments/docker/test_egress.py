@@ -125,6 +125,46 @@ def tunnel(address: str, target: str, payload: bytes = b"ping") -> tuple[bytes, 
 # --- the proxy on its own ----------------------------------------------------------------------
 
 
+def connect_through(address: tuple[str, int], target: str) -> bytes:
+    """CONNECT `target` through a TCP listener the proxy accepts on: its answer head."""
+    with socket.create_connection(address, timeout=5) as sock:
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return head
+
+
+def test_a_listener_the_sandbox_shuts_down_under_the_proxy_ends_quietly(
+    upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    # @bwrap hands the proxy the listening socket of its sandbox; the sandbox keeps it too and
+    # may shut it down while the proxy waits to accept (or the call ends and closes it): the
+    # accept fails (EINVAL). That is the sandbox taking no more connections, not a crash: no
+    # asyncio traceback (CI saw one call in five print one under load).
+    proxy = EgressProxy(Egress((upstream.entry,)))
+    gate = Gate(admitted=["127.0.0.1"])
+    try:
+        with proxy.call(gate):
+            for _ in range(10):
+                listener = socket.create_server(("127.0.0.1", 0))
+                sandbox_end = socket.socket(fileno=os.dup(listener.fileno()))
+                proxy.serve_listener(listener)
+                head = connect_through(listener.getsockname(), upstream.entry)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                sandbox_end.shutdown(socket.SHUT_RDWR)  # under the proxy, accept pending
+                time.sleep(0.2)
+                listener.close()
+                sandbox_end.close()
+    finally:
+        proxy.close()
+    crashes = [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+    assert crashes == [], [r.getMessage() for r in crashes]
+
+
 def test_a_listed_host_is_tunnelled_and_the_connection_recorded(upstream: Upstream) -> None:
     proxy = EgressProxy(Egress((upstream.entry,)))
     gate = Gate(admitted=["127.0.0.1"])

@@ -396,3 +396,25 @@ def running_call(machine: Machine) -> int:
 
 def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def test_a_call_ends_with_its_client_even_after_the_server_died(machine: Machine) -> None:
+    # The server used to be the only one watching the client: killed first, nobody was, and
+    # the call (and its sandbox) ran on for as long as its command did.
+    command, processes = sleeping(machine)
+    proc = machine.popen("call", "run_command", command, "--answer", "once")
+    try:
+        wait_until(lambda: (machine.project / "started").exists(), timeout=60)
+        server = machine.server_pid()
+        assert server is not None
+        child = running_call(machine)
+        assert processes()
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not alive(server))
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: not alive(child))
+        wait_until(lambda: processes() == [])
+    finally:
+        for pid in processes():
+            os.kill(pid, signal.SIGKILL)
