@@ -395,3 +395,28 @@ def test_python_examples_run(block: Block, project: Path) -> None:
         timeout=TIMEOUT,
     )
     assert proc.returncode == 0, f"{block.where}:\n{proc.stdout}{proc.stderr}"
+
+
+# --- the command's own help ---------------------------------------------------------------
+
+
+def test_the_examples_of_call_help_do_what_their_comments_say(project: Path) -> None:
+    """`codecoder call --help` shows examples with claims in the docs' form: each is run here
+    as the docs' examples are (its help once said `git status` asks; in @bwrap it does not)."""
+    if shutil.which("bwrap") is None and not IN_CI:
+        pytest.skip("the examples show commands contained in @bwrap: bubblewrap is not installed")
+    shown = subprocess.run(
+        ["codecoder", "call", "--help"],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=TIMEOUT,
+    ).stdout
+    examples = shown.split("examples", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    lines = [line.strip() for line in examples if line.strip().startswith("codecoder ")]
+    assert len(lines) >= 5, shown
+    (project / "args.json").write_text('{"path": "notes.txt", "content": "hello\\n"}')
+    for line in lines:
+        command, comment = split_comment(line)
+        run_line(command, claim(comment), project, "codecoder call --help")
