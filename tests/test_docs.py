@@ -17,8 +17,9 @@ from types import ModuleType
 
 import pytest
 
+from codecoder.interfaces.hookinstall import Agent, plan_install
 from codecoder.tools.names import BUILTIN_TOOL_NAMES
-from tests.docsblocks import REPO
+from tests.docsblocks import DOCS_CODECODER, REPO, recipe
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -144,3 +145,18 @@ def test_every_path_of_the_repository_the_docs_name_exists() -> None:
     assert len(named) > 50
     missing = [f"{page}: {path}" for page, path in sorted(named) if not (REPO / path).exists()]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("agent", "name"),
+    [("claude-code", "claude-hooks"), ("gemini", "gemini-hooks"), ("codex", "codex-mcp")],
+)
+def test_the_agents_recipes_are_what_hook_install_writes(
+    agent: Agent, name: str, tmp_path: Path
+) -> None:
+    """The recipes tests/integrations/ run are the product's: what `codecoder hook install
+    AGENT` writes into a settings file that was not there, for the codecoder the docs name
+    (`hook install --print` prints it; tests/runtime/interfaces/test_hook_install.py)."""
+    written = plan_install(agent, (DOCS_CODECODER,), project=tmp_path).after
+    assert recipe(name) == written, f"the recipe {name!r} is not what hook install writes"
+
