@@ -181,8 +181,14 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def project(tmp_path: Path, machine: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A git repository holding a committed README.md, as the examples assume; the module's
-    state directory and decision server, a configuration directory of the test's own."""
+    state directory and decision server; a configuration directory and a home of the test's own
+    (an example that installs an agent's hook writes `~/.claude/settings.json` there, never in
+    the home of whoever runs the tests)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(machine / "state"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for variable in ("CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.delenv("CODECODER_DAEMON", raising=False)
     root = tmp_path / "project"
     root.mkdir()
