@@ -160,3 +160,26 @@ def test_the_agents_recipes_are_what_hook_install_writes(
     written = plan_install(agent, (DOCS_CODECODER,), project=tmp_path).after
     assert recipe(name) == written, f"the recipe {name!r} is not what hook install writes"
 
+
+# Packages the layout page describes as a whole ("one module per layer", "one module per family
+# of programs") rather than module by module.
+DESCRIBED_AS_A_WHOLE = ("runtime/permissions/programs", "runtime/interfaces/escapes")
+
+
+def test_the_layout_page_names_every_module() -> None:
+    """A module added to runtime/ or environments/ is named on docs/layout.md (by its file
+    name), and a package by its folder: the page is where a newcomer looks for it."""
+    page = (DOCS / "layout.md").read_text(encoding="utf-8")
+    unnamed = []
+    for top in ("runtime", "environments"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            package = relative.parent.as_posix()
+            if package.startswith(DESCRIBED_AS_A_WHOLE):
+                if f"{relative.parent.name}/" not in page:
+                    unnamed.append(package + "/")
+            elif path.name != "__init__.py" and path.name not in page:
+                unnamed.append(relative.as_posix())
+            elif path.name == "__init__.py" and f"{relative.parent.name}/" not in page:
+                unnamed.append(package + "/")
+    assert unnamed == [], "docs/layout.md does not name: " + ", ".join(sorted(set(unnamed)))
