@@ -386,6 +386,18 @@ def test_user_files_are_valid(block: Block, project: Path) -> None:
 # --- Python ---------------------------------------------------------------------------------
 
 
+PYTHON_SHOWN = of("python", "no-run")
+
+
+@pytest.mark.parametrize("block", PYTHON_SHOWN, ids=_ids(PYTHON_SHOWN))
+def test_python_examples_not_run_compile(block: Block) -> None:
+    """A fragment shown, not run (it needs a model, or a variable of the page), is still Python:
+    it compiles, `await` at its top level allowed."""
+    import ast
+
+    compile(block.text, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
 PYTHON = of("python", "")
 
 
