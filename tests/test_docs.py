@@ -8,6 +8,7 @@ The examples in the pages are run by tests/test_docs_examples.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -183,3 +184,25 @@ def test_the_layout_page_names_every_module() -> None:
             elif path.name == "__init__.py" and f"{relative.parent.name}/" not in page:
                 unnamed.append(package + "/")
     assert unnamed == [], "docs/layout.md does not name: " + ", ".join(sorted(set(unnamed)))
+
+
+def test_the_escape_suite_page_counts_the_corpus() -> None:
+    """The numbers docs/security/escape-suite.md gives are the corpus's: attempts added to a
+    layer's file change them."""
+    layers = {
+        path.stem: len(json.loads(path.read_text())["attempts"])
+        for path in (REPO / "sandboxes" / "escapes").glob("*.json")
+    }
+    page = (DOCS / "security" / "escape-suite.md").read_text(encoding="utf-8")
+    found = re.search(
+        r"(\d+) attempts today\s+\(the docker layer's (\d+) run once under every runtime the "
+        r"engine has: (\d+) with runc and gVisor\)",
+        page,
+    )
+    assert found is not None, "the page no longer counts the attempts in the form this test reads"
+    total, docker, both = (int(n) for n in found.groups())
+    assert (total, docker, both) == (
+        sum(layers.values()),
+        layers["docker"],
+        sum(layers.values()) + layers["docker"],
+    )
