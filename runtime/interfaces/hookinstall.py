@@ -1,8 +1,8 @@
 """`codecoder hook install AGENT`: codecoder written into another agent's settings file.
 
-    codecoder hook install claude-code [--user | --project [DIR]] [--host-shell] [--yes]
-    codecoder hook install gemini      [--user | --project [DIR]] [--host-shell] [--yes]
-    codecoder hook install codex       [--user | --project [DIR]] [--yes]
+    codecoder hook install claude-code [--user | --project [DIR]] [--host-shell] [--yes | --print]
+    codecoder hook install gemini      [--user | --project [DIR]] [--host-shell] [--yes | --print]
+    codecoder hook install codex       [--user | --project [DIR]] [--yes | --print]
 
 What is written, and where (user level by default; `--project` for the project's own file):
 

@@ -1,7 +1,9 @@
 """codecoder as the permission engine of another agent: hooks for Claude Code and Gemini CLI.
 
-    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
-    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
+    codecoder hook claude-code|gemini [--project DIR] [--allow KEY ...] [--non-interactive]
+                                      [--sandbox bwrap|docker | --host-shell]
+
+(`codecoder hook install AGENT`, `interfaces.hookinstall`, writes it into the agent's settings.)
 
 The host runs the hook before each tool call with a JSON event on stdin, and reads the answer
 from stdout in its own format:

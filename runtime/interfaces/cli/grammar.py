@@ -246,6 +246,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--yes", action="store_true", help="with install: write without asking (the diff is shown)"
     )
+    p.add_argument(
+        "--print",
+        action="store_true",
+        help="with install: print the settings file as it would be written; write nothing",
+    )
     allow(p)
     where = p.add_mutually_exclusive_group()
     where.add_argument(
@@ -525,14 +530,17 @@ def _call_epilog() -> str:
     `codecoder tools`)."""
     from codecoder.tools.catalogue import builtin_tools
 
+    # Each example's comment is a claim tests/test_docs_examples.py checks by running it, as
+    # the docs' examples are (docs/writing-docs.md): in @bwrap, `git status` asks nothing.
     lines = [
-        "examples:",
-        '  codecoder call read_file \'{"path": "README.md"}\'',
-        '  codecoder call run_command \'{"command": "git status"}\'      asks in the terminal',
-        '  codecoder call run_command \'{"command": "npm test"}\' --allow run_command:npm:test',
-        '  codecoder call run_command \'{"command": "make"}\' --non-interactive --json',
-        "  codecoder call write_file @args.json                   the arguments from a file",
-        '  codecoder decide run_command \'{"command": "git push"}\'     the verdict, nothing runs',
+        "examples (in a git repository holding a README.md; commands in @bwrap):",
+        '  codecoder call read_file \'{"path": "README.md"}\'              # never asks',
+        "  codecoder call run_command -- git status                      # never asks: read-only",
+        '  codecoder call run_command \'{"command": "touch notes.txt"}\'   # asks in the terminal',
+        "  codecoder call run_command --allow run_command:touch -- touch notes.txt",
+        "  codecoder call run_command --non-interactive -- touch x       # exit 3: denied",
+        "  codecoder call write_file @args.json --allow write_file:notes.txt  # JSON from a file",
+        "  codecoder decide run_command -- git push                      # exit 4: it would ask",
         "",
         "a command's output is shown as it comes on a terminal; Ctrl-C stops it and keeps it.",
         "exit codes: 0 ok, 1 the tool failed, 2 usage, 3 denied, 130 interrupted.",

@@ -24,8 +24,10 @@ def hook(args: argparse.Namespace) -> int:
 
     if args.host == "install":
         return install_hook(args)
-    if args.agent is not None or args.user or args.yes:
-        raise UsageError("`hook HOST` takes no agent, --user or --yes (those are for install)")
+    if args.agent is not None or args.user or args.yes or args.print:
+        raise UsageError(
+            "`hook HOST` takes no agent, --user, --yes or --print (those are for install)"
+        )
 
     options = HookOptions(
         project=args.project,
@@ -101,7 +103,9 @@ def reload(args: argparse.Namespace) -> int:
 
 def install_hook(args: argparse.Namespace) -> int:
     """`hook install AGENT`: show the change to the agent's settings file, ask (or --yes),
-    write it; a settings file that cannot be read is reported and left as it is."""
+    write it; a settings file that cannot be read is reported and left as it is. `--print`
+    prints the whole file as it would be written (what the docs' recipes are) and writes
+    nothing."""
     from codecoder.interfaces.hookinstall import plan_install
     from codecoder.interfaces.installation import codecoder_command
 
@@ -118,6 +122,11 @@ def install_hook(args: argparse.Namespace) -> int:
     plan = plan_install(
         args.agent, codecoder_command(), project=project, host_shell=args.host_shell
     )
+    if args.print:
+        if args.yes:
+            raise UsageError("hook install: --print writes nothing; --yes is for writing")
+        sys.stdout.write(plan.after)
+        return EXIT_OK
     diff = plan.diff()
     written = False
     if plan.changed and (args.yes or _confirmed(diff, args.json)):

@@ -88,3 +88,27 @@ def test_codex_gets_codecoder_as_a_required_mcp_server_and_its_own_shell_off(
     program = codecoder_command()
     assert [server["command"], *server["args"]] == [*program, "serve"]
     assert server["required"] is True
+
+
+def test_print_shows_the_whole_file_as_it_would_be_written_and_writes_nothing(
+    tmp_path: Path, project: Path
+) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps({"permissions": {"allow": ["Bash(ls:*)"]}}))
+    shown = install(tmp_path, project, "claude-code", "--print")
+    assert shown.returncode == 0, shown.stderr
+    printed = json.loads(shown.stdout)
+    assert printed["permissions"] == {"allow": ["Bash(ls:*)"]}  # the user's own, kept
+    command = hook_command("claude-code", codecoder_command())
+    assert printed["hooks"]["PreToolUse"] == [
+        {"matcher": "*", "hooks": [{"type": "command", "command": command}]}
+    ]
+    assert json.loads(settings.read_text()) == {"permissions": {"allow": ["Bash(ls:*)"]}}
+    codex = install(tmp_path, project, "codex", "--project", "--print")
+    assert codex.returncode == 0, codex.stderr
+    server = tomllib.loads(codex.stdout)["mcp_servers"]["codecoder"]
+    assert server["command"] == codecoder_command()[0] and server["required"] is True
+    assert not (project / ".codex").exists()
+    both = install(tmp_path, project, "gemini", "--print", "--yes")
+    assert both.returncode == 2 and "--print writes nothing" in both.stderr
