@@ -14,9 +14,10 @@
 #   make docs        the documentation site, built strictly (mkdocs.yml)
 #   make bench       the benchmarks, every area (bench.json and the table)
 #
-# Use another interpreter with `make PYTHON=/path/to/python ...`.
+# The interpreter is the README's venv (.venv, scripts/install.sh) where there is one, else
+# python3 (an activated venv); use another with `make PYTHON=/path/to/python ...`.
 
-PYTHON ?= python3
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 FAST := not docker and not bwrap and not agents and not slow
 
 .PHONY: help setup lint format types layers check test test-fast docs bench

@@ -73,7 +73,7 @@ SPECS = (
 )
 
 
-# What profiling found, shown with each figure (README, "Benchmarks").
+# What profiling found, shown with each figure (docs/benchmarks.md).
 NOTES = {
     "docker_modes.runsc.vs_runc": (
         "Inside gVisor each exec costs milliseconds (Debian's runsc, ptrace platform): a call "

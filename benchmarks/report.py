@@ -260,7 +260,7 @@ class Report:
         }
 
     def table(self) -> str:
-        """A Markdown table of every figure of the areas that ran, ready for the README."""
+        """A Markdown table of every figure of the areas that ran, ready for docs/benchmarks.md."""
         rows = [
             "| figure | median (p25–p75), n | baseline | baseline median (p25–p75), n "
             "| ratio | target | result | note |",

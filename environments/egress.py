@@ -47,15 +47,14 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
@@ -67,6 +66,7 @@ from codecoder.foundation.hosts import (
     parse_host_entry,
     system_resolver,
 )
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["MAX_CONNECTIONS", "PROXY_PORT", "Egress", "EgressProxy"]
 
@@ -184,11 +184,19 @@ class EgressProxy:
         self._broker = broker
         self._resolver = resolver
         self.max_connections = max_connections
-        # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-egress-"))
+        # Outside the workspace, in the process's scratch (foundation.scratch).
+        self.directory = scratch_directory("codecoder-egress-")
         self.path = self.directory / SOCKET_NAME
+        # A Unix socket's address has at most 107 bytes, and the state directory may lie deep
+        # in a home: where the path is longer, it is reached through this descriptor.
+        self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.address = (
+            str(self.path)
+            if len(os.fsencode(self.path)) < 100
+            else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
+        )
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(self.path))
+        server.bind(self.address)
         # The container's root reaches it without any capability (it is not the owner when the
         # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
         # socket is in it. Inside the container a root-only tmpfs keeps commands out.
@@ -208,7 +216,8 @@ class EgressProxy:
         self._deciders = concurrent.futures.ThreadPoolExecutor(
             DECIDERS, thread_name_prefix="codecoder-egress-decide"
         )
-        self._listeners: list[asyncio.AbstractServer] = []
+        # Listening sockets of sandboxes (@bwrap) this loop accepts on (`serve_listener`).
+        self._listeners: set[socket.socket] = set()
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(
@@ -241,16 +250,30 @@ class EgressProxy:
 
     def serve_listener(self, listener: socket.socket) -> None:
         """Also accept connections on `listener` (a socket listening inside a sandbox's own
-        network namespace, handed over by @bwrap's helper), decided like every other, until the
-        proxy closes."""
+        network namespace, handed over by @bwrap's helper), decided like every other, until
+        `release_listener` or the proxy closes.
+
+        Accepted here rather than by an asyncio server: the sandbox holds the same listening
+        socket and may shut it down at any moment, which wakes the loop to an accept that fails
+        (EINVAL); an asyncio server would print that as a crash report for a call that worked.
+        Here it only means the sandbox takes no more connections."""
         listener.setblocking(False)
 
         async def serve() -> None:
-            self._listeners.append(
-                await asyncio.start_server(self._handle, sock=listener, limit=HEAD_LIMIT)
-            )
+            self._listeners.add(listener)
+            self._loop.add_reader(listener.fileno(), self._accept_from, listener)
 
         asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
+
+    def release_listener(self, listener: socket.socket) -> None:
+        """Stop accepting on `listener` (before its owner closes it: a descriptor closed while
+        the loop still watched its number could be another socket's by then)."""
+
+        async def release() -> None:
+            self._forget_listener(listener)
+
+        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+            asyncio.run_coroutine_threadsafe(release(), self._loop).result(HEAD_SECONDS)
 
     def close(self) -> None:
         with self._lock:
@@ -265,6 +288,8 @@ class EgressProxy:
         with contextlib.suppress(OSError):
             self.directory.chmod(0o700)
         shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._directory_fd)
 
     @property
     def active(self) -> int:
@@ -289,15 +314,44 @@ class EgressProxy:
 
     def _stop(self) -> None:
         self._server.close()
-        for listener in self._listeners:
-            # @bwrap may have closed the listening socket already (the call ended first).
-            with contextlib.suppress(OSError, ValueError):
-                listener.close()
+        for listener in list(self._listeners):
+            self._forget_listener(listener)
         for tasks in self._open.values():
             for task in tasks:
                 task.cancel()
         # A moment for the handlers to see their connections end, then stop.
         self._loop.call_later(0.2, self._loop.stop)
+
+    def _forget_listener(self, listener: socket.socket) -> None:
+        """No more accepting on `listener` (in the loop's thread); its owner closes it."""
+        if listener in self._listeners:
+            self._listeners.discard(listener)
+            with contextlib.suppress(OSError, ValueError):
+                self._loop.remove_reader(listener.fileno())
+
+    def _accept_from(self, listener: socket.socket) -> None:
+        """Take the connections waiting on a sandbox's listener (see `serve_listener`)."""
+        for _ in range(64):
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Shut down or closed by the sandbox (EINVAL, EBADF): it takes no more.
+                self._forget_listener(listener)
+                return
+            self._loop.create_task(self._accepted(conn))
+
+    async def _accepted(self, conn: socket.socket) -> None:
+        """Serve an accepted connection as an asyncio server would: the server side of its
+        streams (a brokered connection's TLS is the server's), `_handle` in a task of its own."""
+        conn.setblocking(False)
+        reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=self._loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self._handle, loop=self._loop)
+        try:
+            await self._loop.connect_accepted_socket(lambda: protocol, sock=conn)
+        except OSError:
+            conn.close()
 
     def _end_call(self, call: int) -> None:
         """End every connection of `call`: tunnels closed, decisions still queued dropped."""

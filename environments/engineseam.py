@@ -14,9 +14,9 @@ entrypoint, the command user, mounts, tmpfs, limits), and asks the engine to
 Everything else (the agent's protocol over the stream, the hardening of the template, the
 checks of what is in force inside, the workspace's protected paths) is the environment's own
 and is the same on every engine. `environments.docker.engine.DockerEngine` is the one engine
-today; a Kubernetes engine is one more module implementing this class (README, "Beyond one
-machine": a SandboxTemplate with a gVisor runtimeClass, a SandboxWarmPool behind `claim`, the
-agent over the pod's attach stream).
+today; a Kubernetes engine is one more module implementing this class
+(docs/environments/beyond-one-machine.md: a SandboxTemplate with a gVisor runtimeClass, a
+SandboxWarmPool behind `claim`, the agent over the pod's attach stream).
 
 Every engine must apply a template entirely and add nothing looser. Whatever the template says,
 it also applies: no new privileges (`no-new-privileges`), every capability dropped except the

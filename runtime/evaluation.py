@@ -2,6 +2,7 @@
 
     evaluation = evaluate(session, "run_command", {"command": "git push"})
     evaluation.decision        # "allow" | "deny" | "ask"
+    evaluation = await aevaluate(session, "run_command", {"command": "git push"})  # off the loop
 
 The call is prepared as every call is (`Dispatcher.prepare`, which `Session.call` runs): the
 same validation, the same key, the same deny rules, project and session grants and ceiling
@@ -23,7 +24,7 @@ from codecoder.permissions.prompt import AskRequest
 if TYPE_CHECKING:
     from codecoder.session import Session
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "aevaluate", "evaluate"]
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -124,3 +125,11 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
         protected=protected,
         escalated_from=decision.escalated_from,
     )
+
+
+async def aevaluate(session: Session, tool: str, args: Any) -> Evaluation:
+    """`evaluate()` in a worker thread, for an event loop (it may parse a long command, or look
+    once at what the machine can run)."""
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(evaluate, session, tool, args)

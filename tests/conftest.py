@@ -13,7 +13,8 @@ so in every process it starts.
 The markers (`docs/development.md`): `docker` (a Docker engine and the sandbox image), `bwrap`
 (real bubblewrap sandboxes), `agents` (the real agent CLIs from npm), `slow` (codecoder, a build
 or a suite started in processes of their own), `serial` (runs while no other test runs: give
-the reason). `make test-fast` runs what none of the first four marks; most are marked here, by
+the reason), `fresh_machine` (the README's set-up in a fresh container; also `docker`).
+`make test-fast` runs what none of the first four marks; most are marked here, by
 rule (`pytest_collection_modifyitems`).
 """
 
@@ -64,6 +65,8 @@ MARKERS = {
     "agents": "drives the real agent CLIs (Claude Code, Gemini CLI, Codex) from npm",
     "slow": "takes seconds: starts codecoder (or a build, a suite) in processes of its own",
     "serial": "serial(reason): runs while no other test of the run does",
+    "fresh_machine": "the README's set-up run verbatim in a fresh Debian 12 container (reaches"
+    " Debian's mirror and PyPI; tests/test_fresh_machine.py)",
 }
 # What the parent may have left ignored that Python itself ignores too (it restores them in
 # every child it starts).
@@ -106,7 +109,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         inside = path.relative_to(_TESTS).parts if path.is_relative_to(_TESTS) else ()
         fixtures = set(getattr(item, "fixturenames", ()))
         module = getattr(item, "module", None)
-        if fixtures & _DOCKER_FIXTURES:
+        if fixtures & _DOCKER_FIXTURES or item.get_closest_marker("fresh_machine"):
             item.add_marker(pytest.mark.docker)
         if inside[:1] == ("integrations",):
             item.add_marker(pytest.mark.agents)

@@ -19,7 +19,19 @@ def test_ci_runs_make_check_before_the_tests() -> None:
     script = (REPO / ".ci" / "run").read_text().splitlines()
     commands = [line.strip() for line in script if not line.lstrip().startswith(("#", "echo"))]
     assert "make check" in commands
-    assert commands.index("make check") < commands.index("python -m pytest -q")
+    # The tests are the README's command, read from its set-up block (.ci/run's setup_line).
+    assert commands.index("make check") < commands.index('bash -c "$test_command"')
+
+
+def test_make_test_is_the_readmes_test_command() -> None:
+    readme = (REPO / "README.md").read_text().split("<!-- set-up -->\n```sh\n", 1)[1]
+    test_command = readme.splitlines()[1].split("#", 1)[0].strip()
+    planned = subprocess.run(
+        ["make", "-n", "test"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert planned.endswith(test_command.removeprefix(".venv/bin/python"))
+    if (REPO / ".venv" / "bin" / "python").exists():
+        assert planned == test_command
 
 
 def test_make_check_is_lint_format_types_and_layers() -> None:

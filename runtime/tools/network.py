@@ -16,6 +16,7 @@ connection through the session's chain and writes each to the audit log.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Final
 
@@ -25,7 +26,7 @@ from codecoder.auditlog import AuditLog
 from codecoder.environments.base import Connection
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Decision
-from codecoder.foundation.errors import ExecutionFailed, PermissionDenied
+from codecoder.foundation.errors import AuditUnavailable, ExecutionFailed, PermissionDenied
 from codecoder.permissions.keys import (
     GrantLevel,
     Permission,
@@ -108,6 +109,11 @@ class SessionNetwork:
         # One question at a time: a client opening several connections at once asks once.
         with self._lock:
             try:
+                # A connection that could not be recorded is not made (runtime.auditlog).
+                self._audit.reserve()
+            except AuditUnavailable as exc:
+                return str(exc)
+            try:
                 key = network_key(host, port, credential=(host, port) in self._credential_hosts)
                 decision = self._engine.decide(
                     NETWORK.name, EnvironmentTag.DOCKER, Permission.ask(key)
@@ -123,6 +129,10 @@ class SessionNetwork:
 
     def record(self, connection: Connection) -> None:
         where = f" to {connection.address}" if connection.address else ""
+        with contextlib.suppress(AuditUnavailable):  # room was set aside when it was admitted
+            self._record(connection, where)
+
+    def _record(self, connection: Connection, where: str) -> None:
         self._audit.record(
             session=self._session,
             tool=NETWORK.name,

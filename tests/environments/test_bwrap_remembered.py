@@ -45,7 +45,9 @@ def programs_run(trace: Path) -> list[str]:
     for line in trace.read_text().splitlines():
         pid = line.split(" ", 1)[0]
         if 'execve("' in line:
-            program = os.path.basename(line.split('execve("', 1)[1].split('"', 1)[0])
+            path = line.split('execve("', 1)[1].split('"', 1)[0]
+            # bubblewrap runs the confine helper through the descriptor it was passed.
+            program = "confine" if path.startswith("/proc/self/fd/") else os.path.basename(path)
             if line.endswith("<unfinished ...>"):
                 pending[pid] = program
                 continue
@@ -83,11 +85,7 @@ def test_a_fresh_process_spawns_bubblewrap_and_the_command_only(tmp_path: Path) 
     # The first process found out (bwrap --version, a trial sandbox, git config for the
     # sandbox's ~/.gitconfig); the second knew.
     assert seen[0].count("bwrap") == 3 and seen[0].count("git") == 2
-    assert seen[1] == ["bwrap", "confine-x86_64", "ls"] or seen[1] == [
-        "bwrap",
-        "confine-aarch64",
-        "ls",
-    ]
+    assert seen[1] == ["bwrap", "confine", "ls"]
 
 
 def test_what_is_remembered_is_believed_only_under_its_key(

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import docsblocks
 from tests.integrations.standin import Call, Script, StandIn, _offered, _results
 
 HERE = Path(__file__).resolve().parent
@@ -52,20 +54,21 @@ GEMINI_USER_SETTINGS = {
 
 
 def recipe(name: str) -> str:
-    """The text of README.md's code block marked `<!-- recipe: NAME -->`: the tests run the
-    recipes exactly as the README gives them."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    marker = f"<!-- recipe: {name} -->\n"
-    assert marker in text, f"README.md has no recipe {name!r}"
-    block = text.split(marker, 1)[1]
-    assert block.startswith("```"), f"the recipe {name!r} is not followed by a code block"
-    return block.split("\n", 1)[1].split("```", 1)[0]
+    """The text of the code block marked `<!-- recipe: NAME -->` in README.md or docs/ (the
+    same wherever it is shown): the tests run the recipes exactly as the documentation gives
+    them, with this checkout's codecoder where they name the docs' one (`hook install` here
+    would write this text: tests/test_docs.py checks the docs' recipes are what it writes)."""
+    from codecoder.interfaces.installation import codecoder_command
+
+    program = codecoder_command()
+    assert len(program) == 1 and shlex.join(program) == program[0], (
+        f"the recipes name codecoder by one plain path, as hook install writes it: {program}"
+    )
+    return docsblocks.recipe(name).replace(docsblocks.DOCS_CODECODER, program[0])
 
 
 def shell_lines(text: str, **variables: str) -> list[list[str]]:
     """A shell recipe's commands as argv lists, with `$NAME` replaced from `variables`."""
-    import shlex
-
     commands = []
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):

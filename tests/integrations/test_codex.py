@@ -1,7 +1,7 @@
-"""Codex (the real CLI, from npm) with codecoder as its MCP server, as README.md's recipe sets
-it up, run headless (`codex exec`). The model is the stand-in on 127.0.0.1 (a custom
-`model_providers` entry speaking the Responses API, its key from an environment variable: no
-login); the network is closed (tests/integrations/agents.py)."""
+"""Codex (the real CLI, from npm) with codecoder as its MCP server, as the recipe of
+docs/integrations/agents.md sets it up, run headless (`codex exec`). The model is the stand-in
+on 127.0.0.1 (a custom `model_providers` entry speaking the Responses API, its key from an
+environment variable: no login); the network is closed (tests/integrations/agents.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def configure(env: dict[str, str], servers: str) -> None:
 
 
 def with_args(toml: str, *extra: str) -> str:
-    """The recipe with `extra` added to codecoder's `args`, as README says to grant a run."""
+    """The recipe with `extra` added to codecoder's `args`, as the docs say to grant a run."""
     old = 'args = ["serve"]'
     assert old in toml
     return toml.replace(old, "args = " + json.dumps(["serve", *extra]))

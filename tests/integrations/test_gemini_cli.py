@@ -1,6 +1,7 @@
-"""Gemini CLI (the real CLI, from npm) with codecoder, as README.md's recipes set it up: codecoder
-as its MCP server, and as its permission hook. The model is the stand-in on 127.0.0.1 playing a
-script of tool calls; the network is closed (tests/integrations/agents.py)."""
+"""Gemini CLI (the real CLI, from npm) with codecoder, as the recipes of
+docs/integrations/agents.md set it up: codecoder as its MCP server, and as its permission hook.
+The model is the stand-in on 127.0.0.1 playing a script of tool calls; the network is closed
+(tests/integrations/agents.py)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def responses(run: AgentRun) -> list[dict[str, Any]]:
 
 
 def mcp_recipe(project: Path) -> None:
-    """README's recipe: the settings and the Policy Engine rules they name."""
+    """The docs' recipe: the settings and the Policy Engine rules they name."""
     (project / ".gemini" / "settings.json").write_text(recipe("gemini-mcp"))
     (project / ".gemini" / "codecoder.toml").write_text(recipe("gemini-mcp-policy"))
 
@@ -116,7 +117,8 @@ def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_
             "deny": ["run_command:git:push"],
         },
     )
-    # Headless: nobody answers Gemini's prompt, so the hook runs --non-interactive (README).
+    # Headless: nobody answers Gemini's prompt, so the hook runs --non-interactive
+    # (docs/integrations/agents.md).
     hooks = recipe("gemini-hooks").replace(
         "codecoder hook gemini", "codecoder hook gemini --non-interactive --allow run_command:echo"
     )
@@ -142,7 +144,7 @@ def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_
         "'run_command:git:push' of codecoder.json line "
     )
     assert touch == {
-        "error": "Tool execution blocked: codecoder: run_command:touch on @shell needs approval, "
+        "error": "Tool execution blocked: codecoder: run_command:touch on @bwrap needs approval, "
         "and nobody can answer here; to allow it for a run: codecoder hook --allow "
         "run_command:touch"
     }
@@ -169,7 +171,13 @@ def test_in_a_terminal_allow_once_at_geminis_prompt_is_once_and_the_users_own_ru
         '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "ls"\n'
         'decision = "allow"\npriority = 100\n'
     )
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-hooks"))
+    # The host's shell on the host (`--host-shell`): Gemini's prompt shows a rewritten command
+    # cut at its width, wrapper first, so the contained default's questions would not show
+    # which command is asked about (an open item); this test is about Gemini's "Allow once".
+    hooks = recipe("gemini-hooks").replace(
+        "codecoder hook gemini", "codecoder hook gemini --host-shell"
+    )
+    (project / ".gemini" / "settings.json").write_text(hooks)
     run = run_agent(
         [str(cli("gemini")), "-i", "Make two files."],
         cwd=project,
