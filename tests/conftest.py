@@ -21,6 +21,7 @@ rule (`pytest_collection_modifyitems`).
 from __future__ import annotations
 
 import fcntl
+import inspect
 import json
 import os
 import re
@@ -109,7 +110,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         inside = path.relative_to(_TESTS).parts if path.is_relative_to(_TESTS) else ()
         fixtures = set(getattr(item, "fixturenames", ()))
         module = getattr(item, "module", None)
-        if fixtures & _DOCKER_FIXTURES or item.get_closest_marker("fresh_machine"):
+        if (
+            fixtures & _DOCKER_FIXTURES
+            or item.get_closest_marker("fresh_machine")
+            or _calls_need_docker(item)
+        ):
             item.add_marker(pytest.mark.docker)
         if inside[:1] == ("integrations",):
             item.add_marker(pytest.mark.agents)
@@ -122,6 +127,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 starts[str(path)] = False
         if starts[str(path)] or "/".join(inside) in _SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+def _calls_need_docker(item: pytest.Item) -> bool:
+    """A test whose own body calls a `need_docker()` (a module's own check for the engine)."""
+    function = getattr(item, "function", None)
+    if function is None:
+        return False
+    try:
+        return "need_docker(" in inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
