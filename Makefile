@@ -18,6 +18,8 @@
 # python3 (an activated venv); use another with `make PYTHON=/path/to/python ...`.
 
 PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+# scripts/typecheck.sh and scripts/lint-imports.sh run $PYTHON too.
+export PYTHON
 FAST := not docker and not bwrap and not agents and not slow
 
 .PHONY: help setup lint format types layers check test test-fast docs bench
