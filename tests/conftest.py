@@ -74,10 +74,37 @@ MARKERS = {
 _PYTHON_IGNORES = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
 
 
+# What the process environment says of the terminal's size, which overrides the terminal's own.
+_TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     restore_default_signal_dispositions()
+    given = getattr(config, "workerinput", {}).get("terminal_size")
+    if given is not None:
+        restore_terminal_size(given)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(pytest-xdist, in the controller) What the run was given of COLUMNS and LINES."""
+    node.workerinput["terminal_size"] = {name: os.environ.get(name) for name in _TERMINAL_SIZE}
+
+
+def restore_terminal_size(given: dict[str, str | None]) -> None:
+    """A worker's COLUMNS and LINES as the run was given them. A worker starts with COLUMNS=80
+    and LINES=24 that nobody set (the controller's C environment has them, from the readline
+    of a process without a terminal), and every program a test starts in a terminal of its own
+    size (pexpect's) would believe them instead of the terminal: a question shown at 220
+    columns was wrapped at 80."""
+    for name in _TERMINAL_SIZE:
+        value = given.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 # What marks a test without a marker of its own: where it lives, the fixtures it takes, what
