@@ -12,15 +12,18 @@ calls run one at a time: before each, the protected paths are looked up and boun
 after it, what it planted is quarantined and the call fails
 (`environments.bwrap.protection`, `environments.workspaceguard.quarantine`), as in @docker.
 
-With an egress allowlist (`docker.network.allow`, the project's one allowlist), the helper
-listens on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket
-to the runtime's egress proxy (`environments.egress`), which decides every connection through
-the permission chain (`network:<host>`) and audits it; HTTP(S)_PROXY point there.
+Every sandbox has the egress proxy (`environments.egress`, `Egress.asking`): its helper listens
+on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket to the
+environment's one proxy, which decides each connection through the call's gate (the permission
+chain's `network:<host>`, asked during the call) and audits it; HTTP(S)_PROXY and the common
+clients' own settings point there (`egress.client_variables`). A trusted allowlist
+(`docker.network.allow`) adds the ports and addresses it lists, and is what a credential route
+needs (`environments.broker`).
 
 Warm sandboxes (`environments.bwrap.warm`, on unless `warm=False`): after a call, the next
-call's sandbox is built in the background with the same plan; a call whose plan, computed at
-claim time, is the same takes it and sends only its request. A call with an egress allowlist or
-a snapshot always runs cold.
+call's sandbox is built in the background with the same plan, its egress listener already
+handed over; a call whose plan, computed at claim time, is the same takes it and sends only its
+request. A call with a snapshot always runs cold.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from codecoder.environments.bwrap.warm import (
     encode_request,
     identities,
 )
-from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
+from codecoder.environments.egress import Egress, EgressProxy, client_variables
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
@@ -73,7 +76,8 @@ log = logging.getLogger(__name__)
 
 BASH: Final = "/bin/bash"
 BUILD_ATTEMPTS: Final = 3
-_PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+# How long a call waits for its sandbox's egress listener (sent before the helper says ready).
+LISTENER_WAIT: Final = 5.0
 # Where the clients in the sandbox take their CA bundle from (the system's CAs and the broker's).
 _BUNDLE_VARIABLES: Final = (
     "GIT_SSL_CAINFO",
@@ -114,7 +118,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
         self.workspace = Path(workspace).resolve()
         self.settings = settings or BwrapSettings()
-        self.egress = egress
+        # `egress`: the project's trusted allowlist, if any; every sandbox has the proxy.
+        self.listed = egress
+        self.egress = Egress.asking(egress)
+        self._proxy: EgressProxy | None = None
         found = bwrap or bwrap_binary()
         helper = confine_binary()
         if found is None or helper is None:
@@ -130,6 +137,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self._shell = ShellEnvironment(BASH)
         self._protection = Protection(self.workspace)
         self._writing = threading.Lock()
+        self._starting = threading.Lock()
         self._gitconfig: bytes | None = None
         self._closed = False
         self.warm = warm
@@ -142,7 +150,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 upstream_ca=upstream_ca,
                 upstream_address=upstream_address,
             )
-            if credentials and egress is not None
+            if credentials and self.listed is not None
             else None
         )
 
@@ -175,8 +183,23 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     def close(self) -> None:
         self._closed = True
         self.warm_sandboxes.close()
+        with self._starting:
+            proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()
         if self.broker is not None:
             self.broker.close()
+
+    def proxy(self) -> EgressProxy:
+        """The egress proxy of every call of this environment (started at the first)."""
+        with self._starting:
+            if self._proxy is None:
+                if self._closed:
+                    raise SandboxUnavailable("this @bwrap environment was closed")
+                self._proxy = EgressProxy(
+                    self.egress, resolver=self._resolver, broker=self.broker, unix=False
+                )
+            return self._proxy
 
     def end_session(self, session: str) -> None:
         self.warm_sandboxes.end_session(session)
@@ -222,11 +245,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
-        extra = {}
-        if self.egress is not None:
-            url = f"http://127.0.0.1:{PROXY_PORT}"
-            extra = dict.fromkeys(_PROXY_VARIABLES, url)
-            extra["NO_PROXY"] = extra["no_proxy"] = "localhost,127.0.0.1,::1"
+        extra = client_variables()
         if self.broker is not None:
             plan.ca_bundle = self.broker.bundle
             extra.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
@@ -271,16 +290,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_r)
             stack.callback(_close, ready_w)
             gitconfig = self._gitconfig_fd(stack)
-            listen_fd = None
-            if self.egress is not None:
-                # A proxy of the call's own: the connections it admits are decided through
-                # this call's gate, whatever runs beside it.
-                proxy = EgressProxy(self.egress, resolver=self._resolver, broker=self.broker)
-                stack.callback(proxy.close)
-                host_end, child_end = socket.socketpair()
-                stack.callback(child_end.close)
-                stack.enter_context(_serving(proxy, host_end, request))
-                listen_fd = child_end.fileno()
+            # The sandbox's egress listener comes back over this pair; its connections are
+            # decided through this call's gate, whatever runs beside it.
+            host_end, child_end = socket.socketpair()
+            stack.callback(child_end.close)
+            stack.enter_context(_serving(self.proxy(), host_end, request))
+            listen_fd = child_end.fileno()
             argv = [
                 self.bwrap,
                 *NAMESPACE_OPTIONS,
@@ -301,8 +316,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
     def _warm_key(self, plan: SandboxPlan, request: CommandRequest) -> WarmKey | None:
         """What a warm sandbox must have been built with to serve `request`, or None when the
-        call must run cold (warm sandboxes off, an egress allowlist, a snapshot)."""
-        if not self.warm or self._closed or self.egress is not None or plan.snapshot is not None:
+        call must run cold (warm sandboxes off, a snapshot)."""
+        if not self.warm or self._closed or plan.snapshot is not None:
             return None
         mounts = plan.mounts(_GITCONFIG_FD)
         assert mounts[-2] == "--chdir"
@@ -320,7 +335,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             session=request.session,
             writable=plan.writable,
             mounts=tuple(mounts[:-2]),
-            helper=tuple(plan.helper_options(None, None)),
+            helper=tuple(plan.helper_options(None, _LISTEN_FD)),
             sources=sources,
         )
 
@@ -332,9 +347,11 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         built = dataclasses.replace(key, identities=identities(key.sources))
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        egress_end, egress_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.ExitStack() as stack:
             stack.callback(_close, ready_w)
             stack.callback(child_end.close)
+            stack.callback(egress_child.close)
             gitconfig = self._gitconfig_fd(stack)
             argv = [
                 self.bwrap,
@@ -342,7 +359,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *plan.mounts(gitconfig),
                 "--",
                 str(self.helper),
-                *plan.helper_options(ready_w, None),
+                *plan.helper_options(ready_w, egress_child.fileno()),
                 "--request",
                 str(child_end.fileno()),
                 "--",
@@ -358,14 +375,15 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=(ready_w, gitconfig, child_end.fileno()),
+                    pass_fds=(ready_w, gitconfig, child_end.fileno(), egress_child.fileno()),
                 )
             except OSError as exc:
                 log.info("a warm @bwrap sandbox could not start: %s", exc)
                 host_end.close()
+                egress_end.close()
                 _close(ready_r)
                 return None
-        return WarmSandbox(built, proc, host_end, ready_r)
+        return WarmSandbox(built, proc, host_end, ready_r, egress=egress_end)
 
     def _run_warm(
         self, sandbox: WarmSandbox, request: CommandRequest, payload: bytes
@@ -406,7 +424,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             proc.stdin = open(ours.pop(0), "wb")  # noqa: SIM115 - closed by collect
         proc.stdout = open(ours[0], "rb")  # noqa: SIM115
         proc.stderr = open(ours[1], "rb")  # noqa: SIM115
-        return self._shell.collect(proc, request, started)
+        with contextlib.ExitStack() as stack:
+            listener = sandbox.take_listener(LISTENER_WAIT)
+            if listener is None:
+                log.warning("a warm @bwrap sandbox handed over no egress listener")
+            else:
+                stack.callback(listener.close)
+                stack.enter_context(self.proxy().serving(listener, request.network))
+            return self._shell.collect(proc, request, started)
 
     def _unbuilt(self, result: CommandResult) -> Exception:
         said = (result.stderr or result.stdout).strip()
@@ -446,8 +471,9 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         return read
 
 
-# Any descriptor number: the key compares the mounts, not which descriptor carried the file.
+# Any descriptor numbers: the key compares the mounts, not which descriptor carried the file.
 _GITCONFIG_FD: Final = 3
+_LISTEN_FD: Final = 4
 
 
 def _described(
@@ -508,19 +534,22 @@ def _serving(
 ) -> Iterator[None]:
     """While the call runs: receive the sandbox's listening socket from its helper and let the
     proxy accept on it, deciding through the call's gate; when it ends, close it all."""
-    listeners: list[socket.socket] = []
+    with contextlib.ExitStack() as serving:
+        lock = threading.Lock()
+        ended = False
 
-    def receive() -> None:
-        try:
-            _, fds, _, _ = socket.recv_fds(host_end, 1, 1)
-        except OSError:
-            return
-        for fd in fds:
-            listener = socket.socket(fileno=fd)
-            listeners.append(listener)
-            proxy.serve_listener(listener)
+        def receive() -> None:
+            try:
+                _, fds, _, _ = socket.recv_fds(host_end, 1, 1)
+            except OSError:
+                return
+            for fd in fds:
+                listener = socket.socket(fileno=fd)
+                with lock:
+                    serving.callback(listener.close)
+                    if not ended:
+                        serving.enter_context(proxy.serving(listener, request.network))
 
-    with proxy.call(request.network):
         receiver = threading.Thread(target=receive, name="codecoder-bwrap-egress", daemon=True)
         receiver.start()
         try:
@@ -529,11 +558,9 @@ def _serving(
             with contextlib.suppress(OSError):
                 host_end.shutdown(socket.SHUT_RDWR)
             receiver.join(timeout=2)
+            with lock:
+                ended = True
             host_end.close()
-            for listener in listeners:
-                with contextlib.suppress(OSError):
-                    listener.shutdown(socket.SHUT_RDWR)
-                listener.close()
 
 
 @contextlib.contextmanager

@@ -451,7 +451,9 @@ def test_a_missing_working_directory_is_a_clear_error(bwrap: BwrapEnvironment, r
         bwrap.run(CommandRequest(cwd=repo / "missing-dir", argv=("true",)))
 
 
-def test_the_egress_proxy_serves_a_listed_host_and_refuses_the_rest(repo: Path) -> None:
+def test_the_egress_proxy_serves_a_listed_host_asks_for_any_https_host_and_refuses_other_ports(
+    repo: Path,
+) -> None:
     import socket
 
     need_bwrap()
@@ -472,7 +474,7 @@ def test_the_egress_proxy_serves_a_listed_host_and_refuses_the_rest(repo: Path) 
     class Gate:
         def admit(self, host: str, port: int) -> str | None:
             decided.append((host, port))
-            return None
+            return None if host == "127.0.0.1" else f"network:{host} was not allowed (test)"
 
         def record(self, connection: object) -> None:
             recorded.append(connection)
@@ -482,10 +484,11 @@ import os, socket
 def connect(target):
     s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
     s.sendall(f"CONNECT {{target}} HTTP/1.1\\r\\nHost: {{target}}\\r\\n\\r\\n".encode())
-    return s.recv(200).decode(errors="replace")
+    return s.recv(300).decode(errors="replace")
 print(os.environ["HTTPS_PROXY"])
 print(connect("127.0.0.1:{port}").splitlines()[0])
-print(connect("example.org:443").splitlines()[0])
+print(connect("example.org:443").splitlines()[-1])
+print(connect("example.org:25").splitlines()[-1])
 """
     env = BwrapEnvironment(repo, egress=Egress((f"127.0.0.1:{port}",)))
     try:
@@ -496,10 +499,13 @@ print(connect("example.org:443").splitlines()[0])
     assert result.stdout.splitlines() == [
         "http://127.0.0.1:3128",
         "HTTP/1.1 200 Connection established",
-        "HTTP/1.1 403 Refused",
+        "codecoder egress: network:example.org was not allowed (test)",
+        "codecoder egress: example.org:25: only port 443 (https) is reached from a sandbox, "
+        'unless a trusted codecoder.json lists "example.org:25" in docker.network.allow',
     ], result.stderr
-    assert decided == [("127.0.0.1", port)]
-    assert len(recorded) == 2
+    # Port 25 is refused before anyone is asked.
+    assert decided == [("127.0.0.1", port), ("example.org", 443)]
+    assert len(recorded) == 3
 
 
 def test_the_call_reports_the_toolchains_it_showed(repo: Path) -> None:
