@@ -110,7 +110,10 @@ def client_variables() -> dict[str, str]:
     (`NODE_USE_ENV_PROXY`); go reads `HTTPS_PROXY`. The loopback names stay direct (a test
     server the command starts). And the clients' own calls home are off (npm's and pip's
     checks for a newer version of themselves, telemetry): each would be a host question
-    nobody asked for, in every call (`npm test` alone would ask for registry.npmjs.org)."""
+    nobody asked for, in every call (`npm test` alone would ask for registry.npmjs.org). npm
+    writes no debug log: it would end with the sandbox's private home, while its last line
+    sent the human there ("A complete log of this run can be found in ..."); what it printed
+    is the call's output."""
     url = f"http://127.0.0.1:{PROXY_PORT}"
     direct = "localhost,127.0.0.1,::1"
     names = (
@@ -123,6 +126,7 @@ def client_variables() -> dict[str, str]:
     found["NODE_USE_ENV_PROXY"] = "1"
     found |= {
         "npm_config_update_notifier": "false",
+        "npm_config_logs_max": "0",
         "NO_UPDATE_NOTIFIER": "1",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "DO_NOT_TRACK": "1",

@@ -239,7 +239,8 @@ class Dispatcher:
                 if tag in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP)
                 else None,
             )
-            result = tool.execute(params, ctx)
+            with self._engine.grants_written_after():
+                result = tool.execute(params, ctx)
             if isinstance(ctx.network, SessionNetwork):
                 result = _with_refused_hosts(result, ctx.network.refusals())
             if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):

@@ -55,9 +55,12 @@ standing decision, or the question the human would be asked (`codecoder decide`,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import NoReturn, Protocol
 
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
@@ -73,6 +76,8 @@ from codecoder.permissions.allowlist import Grant, ProjectAllowlist, SessionAllo
 from codecoder.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
 from codecoder.permissions.patterns import ANY_COMMAND, KeyPattern
 from codecoder.permissions.prompt import Asker, AskRequest, non_interactive
+
+log = logging.getLogger(__name__)
 
 _SUBJECT_LABELS = {KeyStyle.COMMAND: "runs", KeyStyle.PATH: "path"}
 
@@ -115,6 +120,39 @@ class PermissionChain:
         self.user_file = user_file
         # Keys whose contained route was offered in this session (host_after_contained).
         self._contained_offered: set[str] = set()
+        # While a call runs (`grants_written_after`): the grants answered meanwhile, written
+        # when it ends.
+        self._deferred: list[tuple[GrantRecorder, str, str | None]] | None = None
+        self._deferring = threading.Lock()
+
+    @contextlib.contextmanager
+    def grants_written_after(self) -> Iterator[None]:
+        """While the block (a call) runs, hold the file writes of the grants answered meanwhile
+        (a host asked for during the call) and make them when it ends: they hold at once in
+        memory, and the sandbox the call runs in never sees codecoder.json change under it
+        (a protected path changed during a call is what its guard quarantines)."""
+        with self._deferring:
+            outer = self._deferred is not None
+            if not outer:
+                self._deferred = []
+        try:
+            yield
+        finally:
+            if not outer:
+                with self._deferring:
+                    pending, self._deferred = self._deferred or [], None
+                for record, entry, digest in pending:
+                    try:
+                        record(entry, digest)
+                    except (ConfigError, OSError, ValueError) as exc:
+                        log.warning("the grant %s holds for this session only: %s", entry, exc)
+
+    def _write(self, record: GrantRecorder, entry: str, digest: str | None) -> None:
+        with self._deferring:
+            if self._deferred is not None:
+                self._deferred.append((record, entry, digest))
+                return
+        record(entry, digest)
 
     def evaluate(
         self, tool: str, environment: EnvironmentTag, permission: Permission
@@ -377,7 +415,7 @@ class PermissionChain:
         where = self.user_file if every else self.project_file
         try:
             for each in level.entries:
-                record(each, key.digest)
+                self._write(record, each, key.digest)
         except ConfigError as exc:
             raise DeniedByUser(
                 f"{key.raw} was not granted: {where} is not usable and is left as it is ({exc})",

@@ -140,6 +140,7 @@ class SessionNetwork:
         self._environment = environment
         self._decisions: dict[str, Decision] = {}
         self._answered: dict[str, str | None] = {}
+        self._refused: dict[str, str] = {}  # refused by the proxy, after the chain admitted
         self._lock = threading.Lock()
 
     def admit(self, host: str, port: int) -> str | None:
@@ -173,11 +174,17 @@ class SessionNetwork:
         return None
 
     def refusals(self) -> dict[str, str]:
-        """Each host refused in this call, and why (the words its client was answered)."""
+        """Each host refused in this call, and why (the words its client was answered): by
+        the permission chain, or by the proxy after it (an address never reached)."""
         with self._lock:
-            return {host: why for host, why in self._answered.items() if why is not None}
+            found = dict(self._refused)
+            found.update((host, why) for host, why in self._answered.items() if why is not None)
+            return found
 
     def record(self, connection: Connection) -> None:
+        if not connection.allowed:
+            with self._lock:
+                self._refused.setdefault(connection.host, connection.reason)
         where = f" to {connection.address}" if connection.address else ""
         self._audit.record(
             session=self._session,
