@@ -58,7 +58,7 @@ CLIENTS = {
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_each_client_goes_through_the_proxy_and_a_refused_host_stops_it_at_once(
-    repo: Path,  # noqa: F811
+    repo: Path,
     client: str,
 ) -> None:
     need_bwrap()
@@ -85,7 +85,7 @@ def test_each_client_goes_through_the_proxy_and_a_refused_host_stops_it_at_once(
     assert "A complete log of this run can be found in" not in result.stdout + result.stderr
 
 
-def test_a_curl_client_is_told_the_refusal_and_its_key(repo: Path) -> None:  # noqa: F811
+def test_a_curl_client_is_told_the_refusal_and_its_key(repo: Path) -> None:
     need_bwrap()
     gate = RefusingGate()
     env = BwrapEnvironment(repo)
@@ -107,7 +107,7 @@ def test_a_curl_client_is_told_the_refusal_and_its_key(repo: Path) -> None:  # n
 
 
 def test_a_warm_sandbox_serves_its_egress_through_the_claiming_calls_gate(
-    repo: Path,  # noqa: F811
+    repo: Path,
 ) -> None:
     need_bwrap()
     upstream = socket.socket()
@@ -159,7 +159,7 @@ def test_a_warm_sandbox_serves_its_egress_through_the_claiming_calls_gate(
 
 
 def test_a_host_granted_for_the_project_during_a_writable_call_is_written_after_it(
-    repo: Path,  # noqa: F811
+    repo: Path,
 ) -> None:
     """The grant is written when the call ends: a codecoder.json changed under a running
     writable sandbox is what its guard quarantines."""
