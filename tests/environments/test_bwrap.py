@@ -292,11 +292,40 @@ def test_the_home_is_empty_but_for_the_toolchains_the_command_needs(
         plain = env.run(CommandRequest(cwd=repo, script="ls -A ~; echo $HOME"))
     finally:
         env.close()
-    assert listed.stdout.split() == [".gitconfig", ".tool"]
+    # The toolchains of the PATH are there for every command (it may run them by name);
+    # nothing else of the home, and no credential.
+    assert listed.stdout.split() == [".cargo", ".gitconfig", ".tool"]
     assert "No such file" in listed.stderr
     assert cargo_run.stdout.split() == ["bin", "config.toml", "credentials.toml"]
     assert "token" not in cargo_run.stdout
-    assert plain.stdout == f".gitconfig\n{home}\n"
+    assert plain.stdout == f".cargo\n.gitconfig\n.tool\n{home}\n"
+
+
+def test_a_program_the_command_runs_by_name_finds_its_home_toolchain(
+    repo: Path, tmp_path: Path
+) -> None:
+    """`make test` running `python` from ~/.pyenv (issue 34): no word of the command names it."""
+    need_bwrap()
+    home = tmp_path / "home"
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "greet").write_text("#!/bin/sh\necho greeted\n")
+    (shims / "greet").chmod(0o755)
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    (repo / "Makefile").write_text("test:\n\tgreet\n")
+    environ = {"HOME": str(home), "PATH": f"{shims}:{home / '.ssh'}:/usr/bin:/bin"}
+    env = BwrapEnvironment(repo, environ=environ)
+    try:
+        made = env.run(CommandRequest(cwd=repo, argv=("make", "-s", "test"), writable=True))
+        keys = env.run(CommandRequest(cwd=repo, script="cat ~/.ssh/id_rsa; ls -A ~"))
+    finally:
+        env.close()
+    assert (made.exit_code, made.stdout) == (0, "greeted\n"), made.stderr
+    assert made.extra["sandbox"]["toolchains"] == [str(home / ".pyenv")]
+    # A PATH entry that is a credential directory is never shown.
+    assert "PRIVATE KEY" not in keys.stdout
+    assert keys.stdout.split() == [".gitconfig", ".pyenv"]
 
 
 def test_a_trusted_home_entry_is_shown_read_only_and_a_credential_never(
@@ -508,9 +537,10 @@ print(connect("example.org:25").splitlines()[-1])
     assert len(recorded) == 3
 
 
-def test_the_call_reports_the_toolchains_it_showed(repo: Path) -> None:
+def test_the_call_reports_the_toolchains_it_showed(repo: Path, tmp_path: Path) -> None:
     need_bwrap()
-    env = BwrapEnvironment(repo)
+    (tmp_path / "home").mkdir()
+    env = BwrapEnvironment(repo, environ={"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
     try:
         result = env.run(CommandRequest(cwd=repo, argv=("true",)))
     finally:
