@@ -247,8 +247,13 @@ class EgressProxy:
         max_connections: int = MAX_CONNECTIONS,
         broker: CredentialBroker | None = None,
         unix: bool = True,
+        upstream: tuple[str, int] | None = None,
     ) -> None:
+        """`upstream`: where every admitted connection goes instead of the address decided
+        (a stand-in server on loopback, for the questions benchmark's replay; never set by the
+        runtime): everything up to the connection is decided as always."""
         self.egress = egress
+        self._upstream = upstream
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
         self._broker = broker
         self._resolver = resolver
@@ -489,8 +494,9 @@ class EgressProxy:
             route = self._broker.route_for(asked.host, asked.port) if self._broker else None
             if route is not None:
                 return await self._brokered(reader, writer, gate, call, asked, route)
+            target = self._upstream or (asked.address, asked.port)
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(asked.address, asked.port, limit=CHUNK), CONNECT_SECONDS
+                asyncio.open_connection(*target, limit=CHUNK), CONNECT_SECONDS
             )
         except _Refused as refused:
             with contextlib.suppress(OSError, RuntimeError):

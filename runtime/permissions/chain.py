@@ -495,7 +495,10 @@ def _for_every_project(key: PermissionKey, choices: tuple[Answer, ...]) -> bool:
     """Whether the question also offers its broadest contained grant for every project: where
     it offers a widest entry for the project (any command in the sandbox, any file), or a
     network grant (a host, a package index) for the project; never for a key pinned to what
-    was approved (a capability's digest: the project's own code)."""
+    was approved (a capability's digest: the project's own code). A host git reaches with the
+    user's credential may be granted for every project too: the credential goes there only
+    from a project whose trusted codecoder.json admits that host (`credential_hosts`), a
+    choice made per project already, and its question says what the grant carries."""
     if key.protected or key.digest is not None:
         return False
     return Answer.PROJECT_ANY in choices or (key.tool == "network" and Answer.PROJECT in choices)
