@@ -12,7 +12,8 @@ calls run one at a time: before each, the protected paths are looked up and boun
 after it, what it planted is quarantined and the call fails
 (`environments.bwrap.protection`, `environments.workspaceguard.quarantine`), as in @docker.
 
-Every sandbox has the egress proxy (`environments.egress`, `Egress.asking`): its helper listens
+Every writable sandbox has the egress proxy (`environments.egress`, `Egress.asking`; a
+read-only call, which ran with no question, has no way out at all): its helper listens
 on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket to the
 environment's one proxy, which decides each connection through the call's gate (the permission
 chain's `network:<host>`, asked during the call) and audits it; HTTP(S)_PROXY and the common
@@ -290,12 +291,15 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_r)
             stack.callback(_close, ready_w)
             gitconfig = self._gitconfig_fd(stack)
-            # The sandbox's egress listener comes back over this pair; its connections are
-            # decided through this call's gate, whatever runs beside it.
-            host_end, child_end = socket.socketpair()
-            stack.callback(child_end.close)
-            stack.enter_context(_serving(self.proxy(), host_end, request))
-            listen_fd = child_end.fileno()
+            listen_fd = None
+            if request.writable:
+                # The sandbox's egress listener comes back over this pair; its connections are
+                # decided through this call's gate, whatever runs beside it. A read-only call
+                # (one that ran unasked, SPEC §5) has no way out at all.
+                host_end, child_end = socket.socketpair()
+                stack.callback(child_end.close)
+                stack.enter_context(_serving(self.proxy(), host_end, request))
+                listen_fd = child_end.fileno()
             argv = [
                 self.bwrap,
                 *NAMESPACE_OPTIONS,
@@ -335,7 +339,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             session=request.session,
             writable=plan.writable,
             mounts=tuple(mounts[:-2]),
-            helper=tuple(plan.helper_options(None, _LISTEN_FD)),
+            helper=tuple(plan.helper_options(None, _LISTEN_FD if plan.writable else None)),
             sources=sources,
         )
 
@@ -347,6 +351,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         built = dataclasses.replace(key, identities=identities(key.sources))
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The egress listener's pair, for a writable sandbox (a read-only one has no way out).
         egress_end, egress_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.ExitStack() as stack:
             stack.callback(_close, ready_w)
@@ -359,7 +364,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *plan.mounts(gitconfig),
                 "--",
                 str(self.helper),
-                *plan.helper_options(ready_w, egress_child.fileno()),
+                *plan.helper_options(ready_w, egress_child.fileno() if plan.writable else None),
                 "--request",
                 str(child_end.fileno()),
                 "--",
@@ -383,6 +388,9 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 egress_end.close()
                 _close(ready_r)
                 return None
+        if not plan.writable:
+            egress_end.close()
+            return WarmSandbox(built, proc, host_end, ready_r)
         return WarmSandbox(built, proc, host_end, ready_r, egress=egress_end)
 
     def _run_warm(
@@ -425,10 +433,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         proc.stdout = open(ours[0], "rb")  # noqa: SIM115
         proc.stderr = open(ours[1], "rb")  # noqa: SIM115
         with contextlib.ExitStack() as stack:
-            listener = sandbox.take_listener(LISTENER_WAIT)
-            if listener is None:
+            listener = sandbox.take_listener(LISTENER_WAIT) if request.writable else None
+            if listener is None and request.writable:
                 log.warning("a warm @bwrap sandbox handed over no egress listener")
-            else:
+            elif listener is not None:
                 stack.callback(listener.close)
                 stack.enter_context(self.proxy().serving(listener, request.network))
             return self._shell.collect(proc, request, started)

@@ -147,7 +147,9 @@ class KeyPattern:
         if deny:
             return self._denies(key)
         if self.action == ANY_COMMAND and key.style is KeyStyle.COMMAND:
-            return True
+            # Never a command that needs the host (in @bwrap its question offers the host; in a
+            # container it fails): only its own key covers it.
+            return not key.needs_host
         if key.compound:
             return False
         if self.action == "*":

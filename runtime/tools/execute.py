@@ -125,7 +125,8 @@ class RunCommand(Tool[RunCommandParameters]):
     description = (
         "Run a command line in the project workspace and return its output and exit code. "
         "Runs in a kernel sandbox by default (@bwrap: the workspace writable, its protected "
-        "paths read-only, the user's secrets hidden, no network); a project may bind it to a "
+        "paths read-only, the user's secrets hidden, each network host asked); a project may "
+        "bind it to a "
         "container (@docker) or to the host (@shell)."
     )
     category = Category.EXECUTE

@@ -521,7 +521,9 @@ print(connect("example.org:25").splitlines()[-1])
 """
     env = BwrapEnvironment(repo, egress=Egress((f"127.0.0.1:{port}",)))
     try:
-        result = env.run(CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate()))
+        result = env.run(
+            CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate(), writable=True)
+        )
     finally:
         env.close()
         upstream.close()

@@ -98,6 +98,7 @@ def test_a_curl_client_is_told_the_refusal_and_its_key(repo: Path) -> None:
                 "python3 -c \"import socket,sys; s=socket.create_connection(('127.0.0.1',3128)); "
                 's.sendall(sys.stdin.buffer.read()); print(s.recv(600).decode())"',
                 network=gate,
+                writable=True,
             )
         )
     finally:
@@ -144,7 +145,11 @@ def test_a_warm_sandbox_serves_its_egress_through_the_claiming_calls_gate(
             results.append(
                 env.run(
                     CommandRequest(
-                        cwd=repo, argv=("python3", "-c", client), network=gate, session="s"
+                        cwd=repo,
+                        argv=("python3", "-c", client),
+                        network=gate,
+                        session="s",
+                        writable=True,
                     )
                 )
             )
@@ -205,3 +210,27 @@ def test_a_host_granted_for_the_project_during_a_writable_call_is_written_after_
     allowlist = json.loads((repo / "codecoder.json").read_text())["allowlist"]
     assert allowlist["network:127.0.0.1"] == "AlwaysThisProject"
     assert (repo / "made").exists()
+
+
+def test_a_read_only_call_has_no_way_out_at_all(repo: Path) -> None:
+    """A read-only command ran with no question (SPEC §5): not even the proxy is there, so a
+    wrong entry of the read-only table could not reach a host granted to other commands."""
+    need_bwrap()
+    gate = RefusingGate()
+    env = BwrapEnvironment(repo)
+    client = (
+        "import socket\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+        "    print('connected')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc.strerror)\n"
+    )
+    try:
+        result = env.run(
+            CommandRequest(cwd=repo, argv=("python3", "-c", client), network=gate, writable=False)
+        )
+    finally:
+        env.close()
+    assert result.stdout == "refused: Connection refused\n", result.stderr
+    assert not gate.asked

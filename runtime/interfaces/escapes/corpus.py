@@ -65,6 +65,7 @@ class KeyingEntry(_Entry):
     command: str
     innocent: str
     wildcard: bool = True
+    sandbox_grant: bool = False
     program_wide: bool = True
     deny: tuple[str, ...] = ()
     expect: Literal["refused", "argv"] = "refused"
@@ -262,7 +263,7 @@ class BwrapEntry(_Entry):
     blocked_by: tuple[ErrorName, ...] = ()
     watch: tuple[str, ...] = ()
     expect_output: str | None = None
-    stage: tuple[Literal["setuid-binary", "credential-route"], ...] = ()
+    stage: tuple[Literal["setuid-binary", "credential-route", "egress-admits-all"], ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # A second script, run in the same environment after a pause: the warm sandbox built after
     # the first call serves it (the checks look at what it printed and what both left).
