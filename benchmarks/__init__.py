@@ -21,7 +21,7 @@ One module per area:
     docker       @docker warm calls against exec_run and docker run --rm
     docker_modes @docker under gVisor (runsc) and in sync mode, against runc and bind mode
     pool         a new session's (and process's) first @docker call with the warm pool and
-                 without, against docker run --rm
+                 without, and new processes calling back to back, against docker run --rm
     many_sessions
                  100 concurrent sessions with a warm sandbox each: host memory per idle
                  sandbox, call latency (p50, p99) with all active, runc and gVisor
@@ -31,6 +31,10 @@ One module per area:
                  another agent) against `python -c pass`; an MCP result's size against its text
     questions    questions per 100 calls of four recorded agent sessions (sessions/*.json),
                  first and later session, run_command in @bwrap against @shell
+    frameworks   what each agent framework's adapter (pydantic-ai, the OpenAI Agents SDK, the
+                 Claude Agent SDK) and the async face add to a call, against Session.call
+    reliability  grants and revokes killed at random moments (survived per 100), readers
+                 refused while others grant, p99 of 70 concurrent calls on loaded cores
 
 `measure` holds the timing primitives, `report` the figures and their JSON and table, `runner`
 the loop over areas. Peak memory (the RSS high-water mark) is part of every report.
@@ -44,11 +48,13 @@ from codecoder.benchmarks import (
     bwrap,
     docker,
     dockermodes,
+    frameworks,
     keying,
     manysessions,
     permission,
     pool,
     questions,
+    reliability,
     search,
     shell,
     throughput,
@@ -74,4 +80,6 @@ AREAS: tuple[Area, ...] = (
     manysessions.AREA,
     agents.AREA,
     questions.AREA,
+    frameworks.AREA,
+    reliability.AREA,
 )

@@ -12,7 +12,9 @@ The project binds run_command to @docker and grants it, as the docker area does.
   as an agent runs it: answered by the decision server (`interfaces.forkserver.protocol`, started
   before the samples), so the client's start-up and the server's fork are part of it;
 * the same command line in its own process (`CODECODER_DAEMON=0`), the pool warm: the runtime
-  imported and the project read before the call.
+  imported and the project read before the call;
+* `BURST` such processes one after another, as a script or a CI loop makes them, the pool warm
+  only at first: per call, and how many of them claimed a warm sandbox.
 
 The pool's server and the decision server run on a state directory of the run's own and are
 stopped at the end.
@@ -41,6 +43,7 @@ from codecoder.session import Runtime
 __all__ = ["AREA"]
 
 COMMAND = "true"
+BURST = 8  # back-to-back calls of a script or a CI loop
 COLD_CLI = "docker run --rm (CLI, hardened flags)"
 WARM_CALL = "a warm call in a session that has its sandbox"
 
@@ -74,6 +77,13 @@ SPECS = (
     FigureSpec(
         "pool.process.first_call_in_process",
         "the same `codecoder call` in its own process (CODECODER_DAEMON=0), the pool warm",
+        "ms",
+        COLD_CLI,
+    ),
+    FigureSpec(
+        "pool.process.back_to_back",
+        f"{BURST} new processes calling @docker one after another (`codecoder call`, the "
+        "decision server), the pool warm at first: per call",
         "ms",
         COLD_CLI,
     ),
@@ -187,6 +197,18 @@ def _measure(
 
         return SelfTimed(probe)
 
+    def back_to_back() -> float:
+        """`BURST` calls, each in a new process, one right after the other: per call."""
+        _wait_warm()
+        served = _served()
+        started = time.perf_counter()
+        for _ in range(BURST):
+            _timed_process(pooled, env)
+        took = (time.perf_counter() - started) / BURST
+        found = claimed.setdefault("pool.process.back_to_back", [])
+        found += [True] * (_served() - served) + [False] * (BURST - (_served() - served))
+        return took
+
     def new_session(rt: Runtime) -> float:
         started = time.perf_counter()
         with rt.session() as session:
@@ -220,6 +242,7 @@ def _measure(
                 SelfTimed(lambda: _timed_process(unpooled, env)),
                 COLD_CLI,
             ),
+            "pool.process.back_to_back": (SelfTimed(back_to_back), COLD_CLI),
         },
         {COLD_CLI: lambda: subprocess.run(cli, capture_output=True, check=True)},
         rounds=ctx.rounds(9, 2),

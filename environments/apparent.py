@@ -1,12 +1,13 @@
 """What a writable call wrote that the filesystem's used space does not show.
 
-Disk budgets measure how much a call grew its filesystem (statvfs: allocated blocks). A copy of
-what it wrote costs more than that wherever apparent and allocated sizes differ: a sparse file
+Disk budgets measure what a call wrote: never how much its file system grew, which others share
+(another process writing 2 GB is not the call's doing). A copy of what it wrote costs more than
+the space it takes wherever apparent and allocated sizes differ: a sparse file
 (`truncate -s 1T`, a write past the end) allocates nothing for its holes, a second name of a
 file (a hard link) allocates nothing, a filesystem that compresses or shares extents
 allocates less than the bytes a reader gets. The sync of a workspace into a volume, a backup or
-a None-level reader pays the apparent size. So a budget counts, on top of the growth of used
-space, the bytes `hidden_bytes` finds in what the call changed:
+a None-level reader pays the apparent size. So a budget counts, on top of the space what the
+call changed takes (`Hidden.occupied`), the bytes `hidden_bytes` finds in it:
 
 * for each file changed since the call started (its ctime, which only the clock sets), its
   apparent size less what it occupies;
@@ -55,11 +56,13 @@ class Hidden:
 
     bytes: int = 0
     files: list[tuple[str, int]] = field(default_factory=list)
+    occupied: int = 0  # the space the changed files take (what their writes allocated)
 
     def count(self, path: str, info: os.stat_result) -> None:
         """Count one changed regular file: what its holes (or compression, or shared extents)
         hide, and for a file with several names, all of it (a copy of each name costs that)."""
         several = info.st_nlink > 1
+        self.occupied += 0 if several else info.st_blocks * 512
         extra = info.st_size if several else max(0, info.st_size - info.st_blocks * 512)
         if extra > 0:
             self.bytes += extra

@@ -54,6 +54,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from codecoder.foundation.hosts import parse_host_entry
+from codecoder.foundation.regularfile import read_regular_file
+from codecoder.foundation.scratch import scratch_directory, scratch_root
 
 __all__ = [
     "BUNDLE_PATH",
@@ -222,7 +224,7 @@ class CredentialBroker:
         )
         self.ca_pem = self._ca.public_bytes(serialization.Encoding.PEM)
         # Private to the runtime: the sandbox sees the bundle through a read-only bind only.
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-broker-"))
+        self.directory = scratch_directory("codecoder-broker-")
         self.bundle = self.directory / "ca-bundle.pem"
         self.bundle.write_bytes(_system_bundle() + b"\n" + self.ca_pem)
         self.ca_file = self.directory / "ca.pem"
@@ -345,7 +347,9 @@ class CredentialBroker:
         env = {k: v for k, v in self._environ.items() if not k.startswith("GIT_")}
         env.pop("SSH_ASKPASS", None)
         env["GIT_TERMINAL_PROMPT"] = "0"
-        with tempfile.TemporaryDirectory(prefix="codecoder-credential-") as neutral:
+        with tempfile.TemporaryDirectory(
+            prefix="codecoder-credential-", dir=scratch_root()
+        ) as neutral:
             env["GIT_CEILING_DIRECTORIES"] = str(Path(neutral).parent)
             try:
                 done = subprocess.run(
@@ -544,7 +548,7 @@ async def _refuse(
 def _system_bundle() -> bytes:
     for candidate in SYSTEM_BUNDLES:
         with contextlib.suppress(OSError):
-            return Path(candidate).read_bytes()
+            return read_regular_file(candidate)
     return b""
 
 

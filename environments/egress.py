@@ -54,10 +54,10 @@ import concurrent.futures
 import contextlib
 import ipaddress
 import logging
+import os
 import shutil
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -74,6 +74,7 @@ from codecoder.foundation.hosts import (
     parse_host_entry,
     system_resolver,
 )
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = [
     "DEFAULT_PORTS",
@@ -261,12 +262,22 @@ class EgressProxy:
         server: socket.socket | None = None
         self.directory: Path | None = None
         self.path: Path | None = None
+        self.address: str | None = None
+        self._directory_fd: int | None = None
         if unix:
-            # Short and outside the workspace: a Unix socket's path has at most 107 bytes.
-            self.directory = Path(tempfile.mkdtemp(prefix="codecoder-egress-"))
+            # Outside the workspace, in the process's scratch (foundation.scratch).
+            self.directory = scratch_directory("codecoder-egress-")
             self.path = self.directory / SOCKET_NAME
+            # A Unix socket's address has at most 107 bytes, and the state directory may lie
+            # deep in a home: where the path is longer, it is reached through this descriptor.
+            self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.address = (
+                str(self.path)
+                if len(os.fsencode(self.path)) < 100
+                else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
+            )
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            server.bind(str(self.path))
+            server.bind(self.address)
             # The container's root reaches it without any capability (it is not the owner when
             # the runtime is not root): the socket is 0666 and the directory 0555, read-only
             # once the socket is in it. Inside the container a root-only tmpfs keeps commands
@@ -290,7 +301,9 @@ class EgressProxy:
         self._deciders = concurrent.futures.ThreadPoolExecutor(
             DECIDERS, thread_name_prefix="codecoder-egress-decide"
         )
-        self._listeners: dict[int, asyncio.AbstractServer] = {}
+        # Listening sockets of sandboxes (@bwrap) this loop accepts on (`serving`), each with
+        # the call its connections belong to.
+        self._listeners: dict[socket.socket, int] = {}
         self._server: asyncio.AbstractServer | None = None
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -319,26 +332,31 @@ class EgressProxy:
     def serving(self, listener: socket.socket, gate: NetworkGate | None) -> Iterator[None]:
         """Accept connections on `listener` (a socket listening inside a sandbox's own network
         namespace, handed over by @bwrap's helper), decided through `gate`, while the block
-        runs; then stop listening, end them, and wait (a little) until each is recorded."""
+        runs; then stop accepting (its owner closes it), end them, and wait (a little) until
+        each is recorded.
+
+        Accepted here rather than by an asyncio server: the sandbox holds the same listening
+        socket and may shut it down at any moment, which wakes the loop to an accept that fails
+        (EINVAL); an asyncio server would print that as a crash report for a call that worked.
+        Here it only means the sandbox takes no more connections."""
         call = self._begin(gate)
         listener.setblocking(False)
 
         async def serve() -> None:
-            async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                await self._handle(reader, writer, call)
+            self._listeners[listener] = call
+            self._loop.add_reader(listener.fileno(), self._accept_from, listener)
 
-            self._listeners[call] = await asyncio.start_server(
-                handle, sock=listener, limit=HEAD_LIMIT
-            )
+        async def release() -> None:
+            self._forget_listener(listener)
 
         try:
             asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
             yield
         finally:
-            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
-                asyncio.run_coroutine_threadsafe(self._stop_listening(call), self._loop).result(
-                    HEAD_SECONDS
-                )
+            # Before its owner closes it: a descriptor closed while the loop still watched its
+            # number could be another socket's by then.
+            with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+                asyncio.run_coroutine_threadsafe(release(), self._loop).result(HEAD_SECONDS)
             self._end(call)
 
     def close(self) -> None:
@@ -355,6 +373,9 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 self.directory.chmod(0o700)
             shutil.rmtree(self.directory, ignore_errors=True)
+        if self._directory_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._directory_fd)
 
     @property
     def active(self) -> int:
@@ -410,25 +431,53 @@ class EgressProxy:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
 
-    async def _stop_listening(self, call: int) -> None:
-        listener = self._listeners.pop(call, None)
-        if listener is not None:
-            # @bwrap may have closed the listening socket already (the sandbox ended first).
-            with contextlib.suppress(OSError, ValueError):
-                listener.close()
-
     def _stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for listener in self._listeners.values():
-            with contextlib.suppress(OSError, ValueError):
-                listener.close()
-        self._listeners.clear()
+        for listener in list(self._listeners):
+            self._forget_listener(listener)
         for tasks in self._open.values():
             for task in tasks:
                 task.cancel()
         # A moment for the handlers to see their connections end, then stop.
         self._loop.call_later(0.2, self._loop.stop)
+
+    def _forget_listener(self, listener: socket.socket) -> None:
+        """No more accepting on `listener` (in the loop's thread); its owner closes it."""
+        if self._listeners.pop(listener, None) is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._loop.remove_reader(listener.fileno())
+
+    def _accept_from(self, listener: socket.socket) -> None:
+        """Take the connections waiting on a sandbox's listener (see `serving`)."""
+        call = self._listeners.get(listener)
+        if call is None:
+            return
+        for _ in range(64):
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Shut down or closed by the sandbox (EINVAL, EBADF): it takes no more.
+                self._forget_listener(listener)
+                return
+            self._loop.create_task(self._accepted(conn, call))
+
+    async def _accepted(self, conn: socket.socket, call: int) -> None:
+        """Serve an accepted connection as an asyncio server would: the server side of its
+        streams (a brokered connection's TLS is the server's), `_handle` in a task of its own."""
+        conn.setblocking(False)
+        reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=self._loop)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._handle(reader, writer, call)
+
+        protocol = asyncio.StreamReaderProtocol(reader, handle, loop=self._loop)
+        try:
+            await self._loop.connect_accepted_socket(lambda: protocol, sock=conn)
+        except OSError:
+            conn.close()
 
     def _end_call(self, call: int) -> None:
         """End every connection of `call`: tunnels closed, decisions still queued dropped."""

@@ -50,6 +50,7 @@ from codecoder.foundation.errors import (
     SandboxUnavailable,
 )
 from codecoder.foundation.openbeneath import openat2_available
+from codecoder.foundation.regularfile import open_regular
 from codecoder.sandboxes.landlock import worker as worker_protocol
 
 __all__ = [
@@ -116,7 +117,7 @@ def ripgrep_binary() -> Path | None:
 def _is_static_elf(path: Path) -> bool:
     """Whether `path` is a 64-bit little-endian ELF executable with no program interpreter."""
     try:
-        with path.open("rb") as handle:
+        with os.fdopen(open_regular(path), "rb") as handle:
             header = handle.read(64)
             if len(header) < 64 or header[:6] != b"\x7fELF\x02\x01":
                 return False

@@ -21,7 +21,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +31,7 @@ from codecoder.environments.host.git import guarded_environ
 from codecoder.environments.host.output import CappedBuffer
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import Cancelled, ExecutionFailed, ExecutionTimeout
+from codecoder.foundation.scratch import scratch_directory
 
 _DRAIN_AFTER_EXIT = 0.2  # seconds to read what is still buffered once the group is gone
 
@@ -206,7 +206,7 @@ def materialized(snapshot: Snapshot) -> Iterator[Path]:
     Nothing else can have written there between the check and the run (it is 0700 and new),
     so the command starts in exactly the approved code; the directory goes afterwards.
     """
-    directory = Path(tempfile.mkdtemp(prefix="codecoder-snapshot-"))
+    directory = scratch_directory("codecoder-snapshot-")
     try:
         for relative, data in snapshot.files.items():
             path = directory / relative

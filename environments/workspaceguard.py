@@ -37,7 +37,7 @@ from typing import Final
 
 from codecoder.foundation.atomicfile import replace_atomically
 from codecoder.foundation.errors import ExecutionFailed
-from codecoder.foundation.protected import is_protected_entry
+from codecoder.foundation.protected import is_protected_entry, is_protected_root
 from codecoder.foundation.state import project_state_directory, state_directory
 
 __all__ = [
@@ -93,10 +93,12 @@ def _join(parent: str, name: str) -> str:
 
 
 class ProtectedScan:
-    """The protected entries of a directory tree at every depth, kept up to date cheaply.
+    """The protected paths of a directory tree at every depth, kept up to date cheaply.
 
-    Creating one walks the whole tree (`entries` is then what exists); `changes()` says what
-    appeared or vanished since the previous look. Nothing inside a protected entry is looked
+    Creating one walks the whole tree (`entries` is then every entry where a protected path
+    begins, `foundation.protected.is_protected_root`: what a sandbox keeps read-only);
+    `changes()` says which protected entries (`is_protected_entry`: what no sandbox may create)
+    appeared or vanished since the previous look. Nothing inside a protected path is looked
     at: it is protected as a whole. Symbolic links are never followed.
     """
 
@@ -145,8 +147,8 @@ class ProtectedScan:
                 unreadable.append(rel or ".")
         after = self.entries
         return ProtectedChanges(
-            appeared=tuple(sorted(after - before)),
-            vanished=tuple(sorted(before - after)),
+            appeared=tuple(sorted(e for e in after - before if is_protected_entry(e))),
+            vanished=tuple(sorted(e for e in before - after if is_protected_entry(e))),
             unreadable=tuple(unreadable),
         )
 
@@ -163,7 +165,7 @@ class ProtectedScan:
         try:
             with os.scandir(path) as entries:
                 for entry in entries:
-                    if is_protected_entry(_join(rel, entry.name)):
+                    if is_protected_root(_join(rel, entry.name)):
                         state.protected.add(entry.name)
                     elif entry.is_dir(follow_symlinks=False):
                         state.subdirs.add(entry.name)

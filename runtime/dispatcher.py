@@ -8,7 +8,8 @@ output is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput)
 printed before it was interrupted, cancelled or killed at its deadline is kept: in the error
 (`ToolError.output`) and in the audit record (its tail). A call's
 duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
-measures the call, not the person.
+measures the call, not the person. Where the application traces with OpenTelemetry, each call is
+an `execute_tool` span too (runtime.telemetry, which imports nothing of OpenTelemetry itself).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from codecoder.environments.workspaceguard import quarantine, unresolved_quarant
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Decision, Source
 from codecoder.foundation.errors import (
+    AuditUnavailable,
     Cancelled,
     CodecoderError,
     ExecutionFailed,
@@ -38,10 +40,14 @@ from codecoder.foundation.errors import (
     PermissionDenied,
     ToolError,
     UnknownTool,
+    UsageError,
 )
 from codecoder.permissions.chain import PermissionChain
 from codecoder.permissions.keys import CallSite, PermissionKey
+from codecoder.permissions.prompt import Asker
+from codecoder.telemetry import ToolSpan, tool_span
 from codecoder.tools.base import CallingSession, Tool, ToolContext, ToolResult
+from codecoder.tools.files.paths import STANDING
 from codecoder.tools.liveoutput import LiveOutput
 from codecoder.tools.network import SessionNetwork
 
@@ -69,6 +75,10 @@ class DispatchingSession(CallingSession, Protocol):
 
     @property
     def id(self) -> str: ...
+    @property
+    def standing(self) -> str:
+        """Where the caller stands in the workspace ("." for the workspace itself)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -85,6 +95,30 @@ class CallOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None and self.result is not None and not self.result.is_error
+
+    @property
+    def text(self) -> str:
+        """The outcome as the model is shown it (MCP, the agent frameworks' adapters): the
+        tool's output, or what refused or stopped the call, with what a command printed
+        before it was stopped."""
+        error = self.error
+        if error is None:
+            assert self.result is not None
+            return self.result.output
+        if isinstance(error, PermissionDenied):
+            text = f"permission denied: {error}"
+        elif isinstance(error, UsageError):
+            text = f"invalid call: {error}"
+        elif isinstance(error, Cancelled):
+            text = f"cancelled: {error}"
+        elif isinstance(error, ToolError):
+            text = f"tool error: {error}"
+        else:
+            text = f"error: {error}"
+        if isinstance(error, ToolError) and error.output:
+            # What the command printed before it was stopped (its deadline, a cancel) is kept.
+            text += f"\noutput so far:\n{error.output}"
+        return text
 
     def unwrap(self) -> ToolResult:
         """The result, or the error raised."""
@@ -180,10 +214,27 @@ class Dispatcher:
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
         output: OutputListener | None = None,
+        asker: Asker | None = None,
+        call_id: str | None = None,
     ) -> CallOutcome:
         """Run one call. `cancel`, once set, stops it (the outcome is Cancelled); `progress`
         receives the tool's progress reports (a command's: its latest lines); `output` a
-        command's output as it comes."""
+        command's output as it comes; `asker` answers this call's question instead of the
+        session's; `call_id` is the caller's name for the call (an agent framework's), which
+        its span carries (runtime.telemetry)."""
+        with tool_span(name, call_id, self._session.id) as span:
+            return self._call(name, args, cancel, progress, output, asker, span)
+
+    def _call(
+        self,
+        name: str,
+        args: Any,
+        cancel: threading.Event | None,
+        progress: Callable[[float, float | None, str | None], None] | None,
+        output: OutputListener | None,
+        asker: Asker | None,
+        span: ToolSpan,
+    ) -> CallOutcome:
         started = time.monotonic()
         decision: Decision | None = None
         clock = _Clock(started)
@@ -191,14 +242,22 @@ class Dispatcher:
         live = LiveOutput(output, progress, limit=self._runtime.config.limits.max_output)
         try:
             tool = self._tool(name)
-            params = validate_arguments(tool, args)
+            params = validate_arguments(tool, args, self._session.standing)
             runtime = self._runtime
             tag = runtime.environment_of(name)
-            site = CallSite(runtime.project_dir, tag, runtime.config.credential_hosts)
+            site = CallSite(
+                runtime.project_dir,
+                tag,
+                runtime.config.credential_hosts,
+                self._session.standing,
+            )
             permission = tool.permission_in(params, site)
             asking = time.monotonic()
             try:
-                decision = self._engine.decide(name, tag, permission)
+                if span.live and permission.key is not None:
+                    asker = span.asking(asker or self._engine.asker)
+                decision = self._engine.decide(name, tag, permission, asker=asker)
+                span.decided(decision)
             finally:
                 if permission.key is not None:
                     clock.waited_since(asking, decision)
@@ -212,8 +271,15 @@ class Dispatcher:
                 # Host processes may run git: never while its hooks or configuration hold
                 # what the human has not seen (environments.host.gitseen).
                 runtime.git_guard.before()
+            elif tag is not EnvironmentTag.RUNTIME and tag is not EnvironmentTag.LANDLOCK:
+                # A sandbox may change what host git reads (a file .git/config includes):
+                # what the human had is recorded before the first sandbox runs, not at the
+                # first host command after it.
+                runtime.git_guard.baseline()
             if cancel is not None and cancel.is_set():
                 raise Cancelled(f"{name} was cancelled before it started")
+            # A call that could not be recorded does not run (runtime.auditlog).
+            self._audit.reserve()
             ctx = ToolContext(
                 workspace=runtime.project_dir,
                 environment=runtime.environment(tag, session=self._session.id),
@@ -223,6 +289,7 @@ class Dispatcher:
                 session=self._session,
                 extra={"read_roots": runtime.config.read_roots},
                 key=key,
+                standing=self._session.standing,
                 grant=decision.grant,
                 read_only=decision.source is Source.READ_ONLY,
                 progress=progress,
@@ -256,25 +323,26 @@ class Dispatcher:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
                 clock.waited_since(asking, decision)
+                span.decided(decision)
             if isinstance(exc, ToolError) and not exc.output and live.received:
                 exc.output = live.text()
-            return self._finish(name, None, exc, decision, clock)
+            return self._finish(name, None, exc, decision, clock, span)
         except Exception as exc:  # a tool's bug must not escape as a foreign exception
             error = ExecutionFailed(
                 f"{name} failed unexpectedly: {type(exc).__name__}: {exc}", output=live.text()
             )
             error.__cause__ = exc
-            return self._finish(name, None, error, decision, clock)
+            return self._finish(name, None, error, decision, clock, span)
         except (
             KeyboardInterrupt
         ) as exc:  # Ctrl-C, or SIGTERM (runtime.interfaces.cli): audit, go on
             self._finish(
-                name, None, None, decision, clock, interrupted=type(exc).__name__, live=live
+                name, None, None, decision, clock, span, interrupted=type(exc).__name__, live=live
             )
             raise
         finally:
             live.close()
-        return self._finish(name, result, None, decision, clock)
+        return self._finish(name, result, None, decision, clock, span)
 
     def _tool(self, name: str) -> Tool[Any]:
         tools = self._session.tools()
@@ -290,6 +358,7 @@ class Dispatcher:
         error: CodecoderError | None,
         decision: Decision | None,
         clock: _Clock,
+        span: ToolSpan,
         interrupted: str | None = None,
         live: LiveOutput | None = None,
     ) -> CallOutcome:
@@ -311,16 +380,24 @@ class Dispatcher:
         so_far = error.output if isinstance(error, ToolError) else ""
         if not so_far and live is not None:
             so_far = live.text()
-        self._audit.record(
-            session=session.id,
-            tool=name,
-            decision=decision,
-            outcome=outcome,
-            duration=duration,
-            error=str(error) if error else interrupted,
-            agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
-            output=so_far[-AUDITED_OUTPUT:] if so_far else None,
-        )
+        try:
+            self._audit.record(
+                session=session.id,
+                tool=name,
+                decision=decision,
+                outcome=outcome,
+                duration=duration,
+                error=str(error) if error else interrupted,
+                agent={"id": session.agent_id, "depth": session.depth} if session.depth else None,
+                output=so_far[-AUDITED_OUTPUT:] if so_far else None,
+            )
+        except AuditUnavailable as exc:
+            # Room was set aside before the call ran, so this is a call that never ran (the
+            # reservation itself failed) or a log taken away meanwhile: said, never lost.
+            if error is not None and not isinstance(error, AuditUnavailable):
+                exc = AuditUnavailable(f"{exc} (the call ended: {error})")
+            error = exc
+        span.finished(outcome, result, error, duration, clock.waited)
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 
 
@@ -337,8 +414,10 @@ class _Clock:
             self.waited = time.monotonic() - asking
 
 
-def validate_arguments(tool: Tool[Any], args: Any) -> Any:
+def validate_arguments(tool: Tool[Any], args: Any, standing: str = ".") -> Any:
     """The tool's parameter model filled from `args`, or InvalidArguments naming each field.
+    Relative paths are read from `standing`, where the caller stands in the workspace
+    (`tools.files.paths`): a person at a terminal in a subdirectory means paths there.
 
     A null given for an optional field that does not take null means "the default": strict
     tool schemas (`runtime.interfaces.schemas.strict_schema`) make every field required and the
@@ -349,7 +428,9 @@ def validate_arguments(tool: Tool[Any], args: Any) -> Any:
             tool.name, [("(arguments)", f"must be a JSON object, got {type(args).__name__}")]
         )
     try:
-        return tool.parameters.model_validate(_without_null_defaults(tool.parameters, args))
+        return tool.parameters.model_validate(
+            _without_null_defaults(tool.parameters, args), context={STANDING: standing}
+        )
     except ValidationError as exc:
         problems = [
             (".".join(str(p) for p in err["loc"]) or "(arguments)", _message(err["msg"]))

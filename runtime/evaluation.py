@@ -2,6 +2,7 @@
 
     evaluation = evaluate(session, "run_command", {"command": "git push"})
     evaluation.decision        # "allow" | "deny" | "ask"
+    evaluation = await aevaluate(session, "run_command", {"command": "git push"})  # off the loop
 
 The call goes through the same engine as every call (`PermissionChain.evaluate`): the same
 validation, the same key, the same deny rules, project and session grants and ceiling checks.
@@ -24,7 +25,7 @@ from codecoder.permissions.prompt import AskRequest
 if TYPE_CHECKING:
     from codecoder.session import Session
 
-__all__ = ["Evaluation", "evaluate"]
+__all__ = ["Evaluation", "aevaluate", "evaluate"]
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -79,12 +80,15 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
     found = session.tools().get(tool)
     if found is None:
         raise UnknownTool(tool, list(session.tools()))
-    params = validate_arguments(found, args)
+    params = validate_arguments(found, args, session.standing)
     environment = session.runtime.environment_of(tool)
     # The key the dispatcher would compute where the call would run (a program found where a
     # sandbox writes, a word leading to a protected path through a symlink), not the bare one.
     site = CallSite(
-        session.runtime.project_dir, environment, session.runtime.config.credential_hosts
+        session.runtime.project_dir,
+        environment,
+        session.runtime.config.credential_hosts,
+        session.standing,
     )
     permission = found.permission_in(params, site)
     protected = permission.key.protected if permission.key is not None else False
@@ -129,3 +133,11 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
         protected=protected,
         escalated_from=verdict.escalated_from,
     )
+
+
+async def aevaluate(session: Session, tool: str, args: Any) -> Evaluation:
+    """`evaluate()` in a worker thread, for an event loop (it may parse a long command, or look
+    once at what the machine can run)."""
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(evaluate, session, tool, args)

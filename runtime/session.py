@@ -1,9 +1,14 @@
-"""The Python API: a `Runtime` for a project directory, and its sessions.
+"""The Python API (`codecoder.Runtime`, `codecoder.Session`): a runtime for a project directory,
+and its sessions.
 
-    runtime = Runtime("path/to/project")
+    runtime = Runtime("path/to/project", asker=ask)
     with runtime.session() as session:
         outcome = session.call("run_command", {"command": "git status"})
         print(outcome.unwrap().output)
+        outcome = await session.acall("run_command", {"command": "pytest -q"})  # off the loop
+
+Questions go to the asker given (sync or async, `runtime.eventloop`); without one nobody is
+asked and whatever no rule grants is refused.
 
 A runtime reads the user's file and codecoder.json once; edits (and trust given with `codecoder
 trust`) are applied by `reload()` (never automatically), which returns the diagnostics of the
@@ -34,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import stat
 import sys
 import threading
 import uuid
@@ -56,6 +62,7 @@ from codecoder.config.writing import add_allow_entry, add_user_allow_entry
 from codecoder.dispatcher import CallOutcome, Dispatcher
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
+from codecoder.eventloop import AsyncAsker, answering, in_worker
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
 from codecoder.foundation.decision import Answer, Source
 from codecoder.foundation.errors import (
@@ -66,18 +73,19 @@ from codecoder.foundation.errors import (
     UsageError,
 )
 from codecoder.foundation.protected import is_protected_path
+from codecoder.foundation.scratch import sweep_scratch
 from codecoder.foundation.state import overlapping_directory, project_state_directory
 from codecoder.permissions.allowlist import Lifetime, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.chain import PROTECTED_NOTE, PermissionChain
+from codecoder.permissions.entries import ToolInfo, check_entry
 from codecoder.permissions.keys import (
     KeyStyle,
     PermissionKey,
     escape_literal,
     literal_of,
 )
-from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
 from codecoder.permissions.prompt import Asker, TerminalPrompt, in_ci, non_interactive
-from codecoder.permissions.spellings import did_you_mean, foreign_key
+from codecoder.permissions.spellings import foreign_key
 from codecoder.tools.base import Tool, ToolDefinition
 from codecoder.tools.capability import (
     CapabilityTool,
@@ -99,7 +107,7 @@ class Runtime:
         self,
         project_dir: str | os.PathLike[str],
         *,
-        asker: Asker | None = None,
+        asker: Asker | AsyncAsker | None = None,
         environments: Mapping[EnvironmentTag, Environment[Any, Any]] | None = None,
         audit_log: Path | object | None = _DEFAULT_AUDIT,
         tools: Mapping[str, Tool[Any]] | None = None,
@@ -114,20 +122,27 @@ class Runtime:
         override where tools run, over codecoder.json's (`codecoder audit` runs the read tools
         in their @wasm fallback too); each must be one the tool can be bound to. `ahead` False
         is for a process that makes one call and ends (`codecoder call`, `exec`): nothing is
-        built ahead for calls that will never come (a warm @bwrap sandbox)."""
+        built ahead for calls that will never come (a warm @bwrap sandbox).
+
+        `asker` answers the questions of the runtime's sessions (an `AsyncAsker` too: a
+        coroutine function, `runtime.eventloop`); without one nothing is asked, and whatever
+        no rule grants is denied (`non_interactive`). The command line passes its terminal
+        prompt (`default_asker()`)."""
         self.project_dir = Path(project_dir).resolve()
         self._trusted = trusted
         if not self.project_dir.is_dir():
-            raise FileNotFoundError(f"project directory {self.project_dir} does not exist")
+            raise FileNotFoundError(_not_a_project(self.project_dir))
         overlap = overlapping_directory(self.project_dir)
         if overlap is not None:
             raise ConfigError(overlap)
+        # What killed runtimes left in their scratch goes now (foundation.scratch).
+        sweep_scratch()
         self._catalogue: dict[str, Tool[Any]] = dict(
             tools if tools is not None else builtin_tools()
         )
         self.capabilities = CapabilitySet()
         self.tools: dict[str, Tool[Any]] = dict(self._catalogue)
-        self.asker: Asker = asker or default_asker()
+        self.asker: Asker = answering(asker or non_interactive)
         self._environments: dict[EnvironmentTag, Environment[Any, Any]] = dict(environments or {})
         self._bindings = dict(bindings or {})
         self._ahead = ahead
@@ -350,15 +365,35 @@ class Runtime:
     def session(
         self,
         *,
-        asker: Asker | None = None,
+        asker: Asker | AsyncAsker | None = None,
         session_id: str | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> Session:
-        """A new session. `lifetime` says, in the questions, what "this session" is where it
-        is asked (a `codecoder call`, an MCP server) and where its grants are kept."""
+        """A new session. `asker` answers its questions instead of the runtime's; `lifetime`
+        says, in the questions, what "this session" is where it is asked (a `codecoder call`,
+        an MCP server) and where its grants are kept; `standing`, where its caller stands in
+        the workspace (`standing_in`)."""
         return Session(
-            self, asker or self.asker, session_id or uuid.uuid4().hex[:12], lifetime=lifetime
+            self,
+            answering(asker) if asker is not None else self.asker,
+            session_id or uuid.uuid4().hex[:12],
+            lifetime=lifetime,
+            standing=standing,
         )
+
+    def standing_in(self, directory: str | os.PathLike[str] | None = None) -> str:
+        """Where a person in `directory` (this process's working directory by default) stands
+        in the workspace: its workspace-relative POSIX path ("." for the workspace, or for a
+        directory outside it, from where paths are read from the workspace itself). Relative
+        paths of that person's calls are read from there, and a command runs there
+        (`tools.files.paths`)."""
+        try:
+            here = Path(os.getcwd() if directory is None else directory)
+            inside = here.resolve().relative_to(self.project_dir)
+        except (OSError, ValueError):  # a directory removed, or outside the workspace
+            return "."
+        return inside.as_posix() or "."
 
     def close(self) -> None:
         for tag in list(self._owned):
@@ -376,6 +411,12 @@ class Runtime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _closed_in_worker(self.close)
 
 
 class Session:
@@ -396,9 +437,13 @@ class Session:
         agent_id: str | None = None,
         engine: PermissionChain | None = None,
         lifetime: Lifetime | None = None,
+        standing: str = ".",
     ) -> None:
         self.runtime = runtime
         self.id = session_id
+        # Where the caller stands in the workspace (Runtime.standing_in); a child agent, like
+        # any agent, stands at the workspace itself.
+        self.standing = standing
         self.toolset = toolset
         self.depth = depth
         self.agent_id = agent_id
@@ -433,14 +478,55 @@ class Session:
         cancel: threading.Event | None = None,
         progress: Callable[[float, float | None, str | None], None] | None = None,
         output: OutputListener | None = None,
+        asker: Asker | AsyncAsker | None = None,
+        call_id: str | None = None,
     ) -> CallOutcome:
         """Run one call through the whole chain. Never raises for the call's own failures:
         the outcome carries them (use `outcome.unwrap()` to raise). Setting `cancel` stops
         the call; `progress` receives the tool's progress reports (a command's latest lines);
-        `output` a command's output as it comes (`environments.base.OutputListener`)."""
-        outcome = self._dispatcher.call(tool, args, cancel=cancel, progress=progress, output=output)
+        `output` a command's output as it comes (`environments.base.OutputListener`);
+        `asker` answers this call's question instead of the session's; `call_id` names the
+        call in its OpenTelemetry span (`gen_ai.tool.call.id`, runtime.telemetry)."""
+        outcome = self._dispatcher.call(
+            tool,
+            args,
+            cancel=cancel,
+            progress=progress,
+            output=output,
+            asker=answering(asker) if asker is not None else None,
+            call_id=call_id,
+        )
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    async def acall(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+        output: OutputListener | None = None,
+        asker: Asker | AsyncAsker | None = None,
+        call_id: str | None = None,
+    ) -> CallOutcome:
+        """`call()` for an event loop (asyncio, or anyio on either backend): the call runs in
+        a worker thread, so the loop is not blocked. Cancelling the awaiting task stops the
+        call and what it started (a command's process tree, a container's process) before the
+        cancellation goes on. An async asker's questions are asked on this loop
+        (`runtime.eventloop`). `progress` and `output` are called from the worker thread."""
+
+        def run(cancel: threading.Event) -> CallOutcome:
+            return self.call(
+                tool,
+                args,
+                cancel=cancel,
+                progress=progress,
+                output=output,
+                asker=asker,
+                call_id=call_id,
+            )
+
+        return await in_worker(run)
 
     def grant(self, raw: str) -> PermissionKey:
         """Grant one key for this session before any call (`--allow KEY`): a session grant
@@ -461,29 +547,14 @@ class Session:
         unreadable = self.runtime.config.unreadable_reason
         if unreadable is not None:
             raise RulesUnreadable(f"--allow {raw!r} is refused: {unreadable}")
-        try:
-            pattern = KeyPattern.parse(raw)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        tool = self.tools().get(pattern.tool) or (NETWORK if pattern.tool == NETWORK.name else None)
-        if tool is None:
-            raise UsageError(
-                f"--allow {raw!r}: there is no tool named {pattern.tool!r}"
-                f"{did_you_mean(pattern.tool, self.tools())}; known tools: "
-                + ", ".join(sorted(self.tools()))
-            )
-        try:
-            pattern.check(tool.key_style)
-        except PatternError as exc:
-            raise UsageError(f"--allow {raw!r}: {exc}") from None
-        unmatchable = never_matches(pattern, tool.key_style, asks=tool.asks, deny=False)
-        if unmatchable is not None:
-            hint = (
-                f"; did you mean --allow {unmatchable.suggestion!r}?"
-                if unmatchable.suggestion
-                else ""
-            )
-            raise UsageError(f"--allow {raw!r} can never match a call: {unmatchable.reason}{hint}")
+        # `network:<host>` keys are checked as a tool's, though no agent can call it.
+        tools: dict[str, ToolInfo] = {**self.tools(), NETWORK.name: NETWORK}
+        checked = check_entry(raw, tools, deny=False)
+        if checked.problem is not None:
+            raise UsageError(checked.problem.as_option("--allow", raw))
+        pattern = checked.pattern
+        assert pattern is not None
+        tool = self.tools().get(pattern.tool) or NETWORK
         literal = pattern.action if pattern.is_exact_compound else literal_of(pattern.action)
         if literal is None:
             escaped = escape_literal(pattern.action)
@@ -557,6 +628,22 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await _closed_in_worker(self.close)
+
+
+async def _closed_in_worker(close: Callable[[], None]) -> None:
+    """`close()` off the event loop (it may stop containers), and finished even when the
+    awaiting task is cancelled: nothing is left running."""
+    import anyio
+    import anyio.to_thread
+
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(close)
+
 
 @functools.cache
 def _notice_fallback(reason: str) -> None:
@@ -569,6 +656,26 @@ def _notice_fallback(reason: str) -> None:
 @functools.cache
 def _notice_command_fallback(tag: EnvironmentTag, reason: str) -> None:
     print(f"codecoder: commands run in {tag.value} instead of @bwrap: {reason}", file=sys.stderr)
+
+
+def _not_a_project(path: Path) -> str:
+    """Why `path` (resolved) cannot be a project directory, saying what it is."""
+    if not os.path.lexists(path):
+        return f"project directory {path} does not exist"
+    mode = os.stat(path).st_mode if os.path.exists(path) else 0
+    what = (
+        "a file"
+        if stat.S_ISREG(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a pipe or socket"
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        else "a broken symbolic link"
+        if not mode
+        else "not a directory"
+    )
+    parent = f" (its directory is {path.parent})" if stat.S_ISREG(mode) else ""
+    return f"{path} is {what}, not a directory: a project is a directory{parent}"
 
 
 def default_asker() -> Asker:

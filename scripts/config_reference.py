@@ -148,7 +148,9 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "docker.workspace": (
         '`"bind"` (a bind mount), `"sync"` (a per-session volume kept in step), `"auto"` (sync '
-        "when `DOCKER_HOST` names another machine)."
+        "when `DOCKER_HOST` names another machine, or when root owns a workspace not everyone "
+        'may write and `"user"` is `"auto"`: commands then run as 10001, who could not write a '
+        "bind mount of it)."
     ),
     "docker.memory": "Memory limit, equal to memory+swap (`512m`, `1g`).",
     "docker.cpus": "CPU quota, in CPUs.",

@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The codecoder the agents' recipes name, as `codecoder hook install` writes it for a clone at
+# /home/you/codecoder set up by scripts/install.sh (tests/test_docs.py checks the recipes are
+# what it writes; tests/integrations/ run them with this checkout's codecoder in its place).
+DOCS_CODECODER = "/home/you/codecoder/.venv/bin/codecoder"
 LANGUAGES = ("sh", "json", "toml", "python", "text")
 _FENCE = re.compile(r"^```([A-Za-z0-9_-]*)\s*$")
 _MARKER = re.compile(r"^<!--\s*(.*?)\s*-->\s*$")

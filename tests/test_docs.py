@@ -8,6 +8,7 @@ The examples in the pages are run by tests/test_docs_examples.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -17,8 +18,9 @@ from types import ModuleType
 
 import pytest
 
+from codecoder.interfaces.hookinstall import Agent, plan_install
 from codecoder.tools.names import BUILTIN_TOOL_NAMES
-from tests.docsblocks import REPO
+from tests.docsblocks import DOCS_CODECODER, REPO, recipe
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -135,11 +137,72 @@ def test_the_specification_has_every_section_the_code_cites() -> None:
 
 def test_every_path_of_the_repository_the_docs_name_exists() -> None:
     """A module renamed or moved fails here until the pages that name it follow."""
-    folders = "|".join((*CODE, "scripts"))
+    folders = "|".join((*CODE, "scripts", "tests"))
     named = set()
     for page in [README, *DOCS.rglob("*.md")]:
         for path in re.findall(rf"`((?:{folders})/[^`\s]*)`", page.read_text()):
-            named.add((page.relative_to(REPO), path.rstrip("/")))
+            # `tests/x.py::test_name` names a test: the file must exist
+            named.add((page.relative_to(REPO), path.split("::")[0].rstrip("/")))
     assert len(named) > 50
     missing = [f"{page}: {path}" for page, path in sorted(named) if not (REPO / path).exists()]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    ("agent", "name"),
+    [("claude-code", "claude-hooks"), ("gemini", "gemini-hooks"), ("codex", "codex-mcp")],
+)
+def test_the_agents_recipes_are_what_hook_install_writes(
+    agent: Agent, name: str, tmp_path: Path
+) -> None:
+    """The recipes tests/integrations/ run are the product's: what `codecoder hook install
+    AGENT` writes into a settings file that was not there, for the codecoder the docs name
+    (`hook install --print` prints it; tests/runtime/interfaces/test_hook_install.py)."""
+    written = plan_install(agent, (DOCS_CODECODER,), project=tmp_path).after
+    assert recipe(name) == written, f"the recipe {name!r} is not what hook install writes"
+
+
+# Packages the layout page describes as a whole ("one module per layer", "one module per family
+# of programs") rather than module by module.
+DESCRIBED_AS_A_WHOLE = ("runtime/permissions/programs", "runtime/interfaces/escapes")
+
+
+def test_the_layout_page_names_every_module() -> None:
+    """A module added to runtime/ or environments/ is named on docs/layout.md (by its file
+    name), and a package by its folder: the page is where a newcomer looks for it."""
+    page = (DOCS / "layout.md").read_text(encoding="utf-8")
+    unnamed = []
+    for top in ("runtime", "environments"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            relative = path.relative_to(REPO)
+            package = relative.parent.as_posix()
+            if package.startswith(DESCRIBED_AS_A_WHOLE):
+                if f"{relative.parent.name}/" not in page:
+                    unnamed.append(package + "/")
+            elif path.name != "__init__.py" and path.name not in page:
+                unnamed.append(relative.as_posix())
+            elif path.name == "__init__.py" and f"{relative.parent.name}/" not in page:
+                unnamed.append(package + "/")
+    assert unnamed == [], "docs/layout.md does not name: " + ", ".join(sorted(set(unnamed)))
+
+
+def test_the_escape_suite_page_counts_the_corpus() -> None:
+    """The numbers docs/security/escape-suite.md gives are the corpus's: attempts added to a
+    layer's file change them."""
+    layers = {
+        path.stem: len(json.loads(path.read_text())["attempts"])
+        for path in (REPO / "sandboxes" / "escapes").glob("*.json")
+    }
+    page = (DOCS / "security" / "escape-suite.md").read_text(encoding="utf-8")
+    found = re.search(
+        r"(\d+) attempts today\s+\(the docker layer's (\d+) run once under every runtime the "
+        r"engine has: (\d+) with runc and gVisor\)",
+        page,
+    )
+    assert found is not None, "the page no longer counts the attempts in the form this test reads"
+    total, docker, both = (int(n) for n in found.groups())
+    assert (total, docker, both) == (
+        sum(layers.values()),
+        layers["docker"],
+        sum(layers.values()) + layers["docker"],
+    )

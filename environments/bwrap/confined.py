@@ -7,7 +7,12 @@ host's own file system:
     reads     beneath the system's directories (/usr, /bin, /lib*, /etc, /opt, /proc, /sys,
               /dev, /nix, /snap where they exist), the workspace, the toolchains the command
               needs (`environments.bwrap.home`) and what a trusted file adds; the home, every
-              other home, /tmp, /run and the runtime's own directories are unreadable
+              other home, /tmp, /run and the runtime's own directories are unreadable; what
+              the host keeps private (`environments.privatefiles`) is left out of those roots
+              (a root holding a private entry is granted entry by entry around it: a directory
+              on the way can be passed through but not listed)
+    privileges  none: the helper drops every capability, so a command run as root reads
+              what root owns and what every account may, never another owner's files
     writes    beneath the workspace (when the call may write), a private home and a private
               TMPDIR made for the call (removed after it), and /dev/null
     network   no IPv4 or IPv6 socket at all (seccomp: no UDP either), and no TCP bind or
@@ -31,7 +36,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,10 +46,12 @@ from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
 from codecoder.environments.bwrap.home import home_directories, program_words, toolchains
 from codecoder.environments.bwrap.settings import BwrapSettings
+from codecoder.environments.privatefiles import Account, machine_private_files, readable_roots
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import ProtectedScan, new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["SYSTEM_READS", "ConfinedEnvironment"]
 
@@ -106,8 +112,12 @@ class ConfinedEnvironment(Environment[CommandRequest, CommandResult]):
             if request.script is not None:
                 words = program_words(request.script)
             path = environ.get("PATH", os.defpath)
-            reads = [p for p in SYSTEM_READS if os.path.isdir(p)]
             found = toolchains(words, homes, path, Path(request.cwd), self.workspace)
+            private = machine_private_files(environ).view(
+                Account.current(), shown=[self.workspace, *found]
+            )
+            system = [Path(p) for p in SYSTEM_READS if os.path.isdir(p)]
+            reads = [str(p) for p in readable_roots(system, private)]
             reads += [str(t) for t in found]
             for user_home in homes:
                 reads += [str(p) for p in self.settings.home_paths(user_home) if p.exists()]
@@ -155,7 +165,7 @@ def _guard(workspace: Path, scan: ProtectedScan) -> None:
 @contextlib.contextmanager
 def _private_directories() -> Iterator[tuple[Path, Path]]:
     """A home and a TMPDIR of the call's own, gone when it ends."""
-    root = Path(tempfile.mkdtemp(prefix="codecoder-confined-"))
+    root = scratch_directory("codecoder-confined-")
     try:
         (root / "home").mkdir(mode=0o700)
         (root / "tmp").mkdir(mode=0o700)

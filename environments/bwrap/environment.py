@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -45,11 +46,16 @@ from typing import Final
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, CredentialRoute
 from codecoder.environments.bwrap.environ import contained_environ
-from codecoder.environments.bwrap.helper import CONFINE_FAILED, CONFINE_PREFIX, confine_binary
+from codecoder.environments.bwrap.helper import (
+    CONFINE_FAILED,
+    CONFINE_PREFIX,
+    confine_binary,
+    helper_command,
+)
 from codecoder.environments.bwrap.home import (
+    configuration_in,
     hidden_paths,
     home_directories,
-    masked_files,
     masked_in_toolchain,
     program_words,
     toolchains,
@@ -65,11 +71,20 @@ from codecoder.environments.bwrap.warm import (
     identities,
 )
 from codecoder.environments.egress import Egress, EgressProxy, client_variables
+from codecoder.environments.placeholders import is_placeholder
+from codecoder.environments.privatefiles import (
+    SHOWN_SYS,
+    Account,
+    MachinePrivateFiles,
+    machine_private_files,
+    procfs_private_files,
+)
 from codecoder.environments.shell import ShellEnvironment, materialized
 from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import Cancelled, ExecutionFailed, SandboxUnavailable
 from codecoder.foundation.hosts import Resolver, system_resolver
+from codecoder.foundation.state import state_directory
 
 __all__ = ["BwrapEnvironment"]
 
@@ -95,7 +110,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     the environment a request without its own inherits (the runtime's), `resolver` what the
     egress proxy resolves names with, `warm` whether calls may take a sandbox built in the
     background after the previous one (`environments.bwrap.warm`; the attribute can be changed
-    between calls). Safe to use from several threads.
+    between calls), `private_files` what finds the host's private entries (the machine's, by
+    default: `environments.privatefiles`). Safe to use from several threads.
     """
 
     tag = EnvironmentTag.BWRAP
@@ -114,6 +130,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         credentials: tuple[CredentialRoute, ...] = (),
         upstream_ca: Path | None = None,
         upstream_address: tuple[str, int] | None = None,
+        private_files: MachinePrivateFiles | None = None,
     ) -> None:
         from codecoder.environments.bwrap.probe import bwrap_binary
 
@@ -133,6 +150,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self.bwrap = found
         self.helper = helper
         self._environ = dict(os.environ if environ is None else environ)
+        self._private_files = private_files or machine_private_files(self._environ)
         self._resolver = resolver or system_resolver
         self._tmp_size = tmp_size
         self._shell = ShellEnvironment(BASH)
@@ -176,7 +194,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                             raise failure from exc
                         log.warning("while interrupted: %s", failure)
                     raise
-                failure = self._guard(call, request)
+                failure = self._guard(call, request) or self._new_repository(result, request)
                 if failure is not None:
                     raise failure
                 return result
@@ -190,6 +208,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             proxy.close()
         if self.broker is not None:
             self.broker.close()
+        # A call still running keeps its placeholders a while (its check after the call
+        # catches what it would make of them); the last user removes them.
+        held = self._writing.acquire(timeout=5)
+        try:
+            self._protection.placeholders.release()
+        finally:
+            if held:
+                self._writing.release()
 
     def proxy(self) -> EgressProxy:
         """The egress proxy of every call of this environment (started at the first)."""
@@ -216,25 +242,45 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             words = program_words(request.script)
         path = environ.get("PATH", os.defpath)
         needed = list(toolchains(words, homes, path, Path(request.cwd), self.workspace))
+        named: list[Path] = []
         for home in homes:
             for extra in self.settings.home_paths(home):
                 if extra.exists() and extra not in needed:
                     needed.append(extra)
+                named.append(extra)
         covered: list[Path] = []
+        emptied: list[Path] = []
         for toolchain in needed:
             if toolchain.is_dir():
                 covered += masked_in_toolchain(toolchain, homes)
+                emptied += [
+                    c
+                    for c in configuration_in(toolchain, homes, named)
+                    if c not in covered and c not in needed and c not in emptied
+                ]
+        hidden = hidden_paths(environ, homes)
+        writable_extra = list(call.writable) if call is not None else []
+        account = Account.current()
+        private = self._private_files.view(
+            account, shown=[self.workspace, *writable_extra, *needed], hidden=hidden
+        )
+        kernel_private = _kernel_private(account)
         return SandboxPlan(
             workspace=self.workspace,
             cwd=Path(request.cwd),
             writable=request.writable,
             homes=homes,
-            hidden=hidden_paths(environ, homes),
-            masked=masked_files(),
+            hidden=hidden,
+            private=private,
+            kernel_private=kernel_private,
+            sys_shown=_sys_shown(),
             toolchains=tuple(needed),
             covered=covered,
+            emptied=emptied,
+            empty_file=_empty_file() if emptied or private.files or kernel_private else None,
             read_only=list(call.read_only) if call is not None else [],
-            writable_extra=list(call.writable) if call is not None else [],
+            writable_extra=writable_extra,
+            pinned=list(call.pinned) if call is not None else [],
             tmp_size=self._tmp_size,
         )
 
@@ -246,13 +292,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         plan = self.plan(request, call)
         plan.snapshot = snapshot
         environ = self._environ if request.env is None else request.env
-        extra = client_variables()
         if self.broker is not None:
             plan.ca_bundle = self.broker.bundle
-            extra.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
-            extra["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
         home = str(plan.homes[0]) if plan.homes else "/tmp"
-        env = contained_environ(environ, home=home, passed=self.settings.env, extra=extra)
+        env = contained_environ(
+            environ, home=home, passed=self.settings.env, injected=self._injected()
+        )
         command = (
             list(request.argv)
             if request.argv is not None
@@ -281,6 +326,18 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             log.info("the @bwrap sandbox could not be built, trying again: %s", result.stderr)
         raise AssertionError("unreachable")
 
+    def _injected(self) -> dict[str, str]:
+        """The variables the runtime itself sets in the sandbox, over the caller's: where the
+        egress proxy listens, and the credential broker's CA bundle. (Settings the runtime
+        gives package managers belong here too.) Every sandbox has the proxy (a writable call
+        reaches it; a read-only one has no way out at all), so the clients' settings are always
+        set (`egress.client_variables`)."""
+        injected = client_variables()
+        if self.broker is not None:
+            injected.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
+            injected["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
+        return injected
+
     def _attempt(
         self, plan: SandboxPlan, request: CommandRequest, env: dict[str, str], command: list[str]
     ) -> tuple[CommandResult, bool]:
@@ -291,6 +348,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(_close, ready_r)
             stack.callback(_close, ready_w)
             gitconfig = self._gitconfig_fd(stack)
+            helper, helper_fd = helper_command(self.helper, stack)
             listen_fd = None
             if request.writable:
                 # The sandbox's egress listener comes back over this pair; its connections are
@@ -305,12 +363,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                helper,
                 *plan.helper_options(ready_w, listen_fd),
                 "--",
                 *command,
             ]
-            fds = [fd for fd in (ready_w, gitconfig, listen_fd) if fd is not None]
+            fds = [fd for fd in (ready_w, gitconfig, helper_fd, listen_fd) if fd is not None]
             # bubblewrap itself starts in the workspace; the command in its --chdir.
             outer = dataclasses.replace(request, cwd=self.workspace)
             result = self._shell.run_process(argv, outer, env, pass_fds=fds)
@@ -329,11 +387,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             self.workspace,
             *plan.homes,
             *plan.hidden,
-            *plan.masked,
+            *plan.sys_shown,
             *plan.toolchains,
             *plan.covered,
+            *plan.emptied,
+            *([plan.empty_file] if plan.empty_file is not None else []),
             *plan.read_only,
             *plan.writable_extra,
+            *plan.pinned,
         )
         return WarmKey(
             session=request.session,
@@ -358,12 +419,13 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             stack.callback(child_end.close)
             stack.callback(egress_child.close)
             gitconfig = self._gitconfig_fd(stack)
+            helper, helper_fd = helper_command(self.helper, stack)
             argv = [
                 self.bwrap,
                 *NAMESPACE_OPTIONS,
                 *plan.mounts(gitconfig),
                 "--",
-                str(self.helper),
+                helper,
                 *plan.helper_options(ready_w, egress_child.fileno() if plan.writable else None),
                 "--request",
                 str(child_end.fileno()),
@@ -380,7 +442,13 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=(ready_w, gitconfig, child_end.fileno(), egress_child.fileno()),
+                    pass_fds=(
+                        ready_w,
+                        gitconfig,
+                        helper_fd,
+                        child_end.fileno(),
+                        egress_child.fileno(),
+                    ),
                 )
             except OSError as exc:
                 log.info("a warm @bwrap sandbox could not start: %s", exc)
@@ -463,6 +531,26 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         where = quarantine(self.workspace, planted, why) if planted else "nothing to move"
         return ExecutionFailed(f"{why}. Quarantined: {where}{new_repository_hint(planted)}")
 
+    def _new_repository(
+        self, result: CommandResult, request: CommandRequest
+    ) -> ExecutionFailed | None:
+        """A command that tried to make the workspace a repository (`git init`, `git clone
+        URL .`) found its placeholder `.git` read-only: say why, and what to do instead."""
+        git_dir = f"{self.workspace}/.git/"
+        if result.exit_code == 0 or git_dir not in result.stderr:
+            return None
+        if "Read-only file system" not in result.stderr:
+            return None
+        if not is_placeholder(self.workspace, ".git"):
+            return None
+        summary = " ".join(request.argv) if request.argv is not None else request.script or ""
+        return ExecutionFailed(
+            f"a writable @bwrap call (`{summary[:200]}`) could not make the workspace a git "
+            "repository: it has none, and a sandbox may not create its .git"
+            + new_repository_hint([".git"]),
+            output=result.stdout + result.stderr,
+        )
+
     # -- what calls share -------------------------------------------------------------------
 
     def _gitconfig_fd(self, stack: contextlib.ExitStack) -> int:
@@ -494,6 +582,34 @@ def _described(
     if warm:
         log.debug("the call ran in a warm sandbox")
     return result
+
+
+@functools.cache
+def _kernel_private(account: Account) -> tuple[Path, ...]:
+    """The kernel's files in /proc the account could read only as their owner (the same in
+    every procfs of this kernel: looked up once)."""
+    return procfs_private_files(account)
+
+
+@functools.cache
+def _sys_shown() -> tuple[Path, ...]:
+    return tuple(Path(p) for p in SHOWN_SYS if os.path.isdir(p))
+
+
+def _empty_file() -> Path:
+    """An empty read-only regular file in the runtime's state directory, bound over the
+    configuration a sandbox must not read (`plan.SandboxPlan.emptied`)."""
+    path = state_directory() / "bwrap-empty"
+    try:
+        if os.lstat(path).st_size == 0:
+            return path
+        os.unlink(path)  # not empty: never show what someone put there
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444))
+    return path
 
 
 def _close_all(fds: Sequence[int]) -> None:
@@ -536,6 +652,11 @@ def _user_git_config(key: str, environ: Mapping[str, str]) -> str | None:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _shut_down(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+
+
 @contextlib.contextmanager
 def _serving(
     proxy: EgressProxy, host_end: socket.socket, request: CommandRequest
@@ -554,7 +675,10 @@ def _serving(
             for fd in fds:
                 listener = socket.socket(fileno=fd)
                 with lock:
+                    # Undone last to first: the proxy stops accepting, then it is shut down
+                    # and closed.
                     serving.callback(listener.close)
+                    serving.callback(_shut_down, listener)
                     if not ended:
                         serving.enter_context(proxy.serving(listener, request.network))
 

@@ -17,12 +17,24 @@ codecoder.json adds (`"bwrap": {"home": [...]}`):
   `~/.git-credentials`, `~/.config/gh`, `~/.docker`, `~/.kube`, ...): a toolchain or an entry
   that is one or lies in one is left out, and one that holds one has it covered (an empty file
   or directory over it), as are the credential files tools keep inside their own directories
-  (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`).
+  (`~/.cargo/credentials.toml`, a Node prefix's `etc/npmrc`);
+* nor a toolchain's own configuration (`configuration_in`): a tool keeps its settings, and the
+  passwords and tokens among them, in files at the top of its directory (`~/.m2/settings.xml`
+  and `settings-security.xml`, `~/.gradle/gradle.properties`, `~/.cargo/config.toml` with a
+  `[registry] token`, `~/.config/pip/pip.conf`), and its caches, installed packages and
+  programs in directories below (`~/.m2/repository`, `~/.gradle/caches`, `~/.cargo/registry`,
+  `~/.cargo/bin`). So every file at the top of a shown directory is covered by an empty one,
+  whatever its name, unless it is a program (executable: `~/.local/bin/*`), one of the few
+  files a toolchain needs to run at all (`TOOLCHAIN_STATE`: rustup's default toolchain,
+  pyenv's global version), or a file the user's own settings name themselves
+  (`"home": ["~/.m2", "~/.m2/settings.xml"]`). An unknown tool's secrets are hidden by
+  default; a setting it misses is one line in the user's file.
 
 Outside the home, `hidden_paths` lists what is replaced by an empty tmpfs (the other homes,
 `/run` with every service's socket, the runtime's state and configuration directories wherever
-XDG puts them, the session bus and agent sockets' directories) and `masked_files` the host's
-own secrets (`/etc/shadow`, SSH host keys), covered by an empty file.
+XDG puts them, the session bus and agent sockets' directories). The host's own secrets
+(`/etc/shadow`, SSH host keys, a service's TLS keys, whatever their names) are found by a rule,
+not listed here: `environments.privatefiles`.
 """
 
 from __future__ import annotations
@@ -35,15 +47,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+from codecoder.foundation.regularfile import open_regular
 from codecoder.foundation.state import config_directory, state_directory
 
 __all__ = [
     "CREDENTIALS",
+    "TOOLCHAIN_STATE",
+    "configuration_in",
     "credential_in",
     "credentials_within",
     "hidden_paths",
     "home_directories",
-    "masked_files",
     "masked_in_toolchain",
     "program_words",
     "toolchains",
@@ -103,6 +117,9 @@ _TOOLCHAIN_CREDENTIALS: Final = (
     "auth.json",
     "hosts.yml",
 )
+# Files at the top of a toolchain's directory that it needs to run, and that hold no secret:
+# rustup's default toolchain, pyenv's global version (relative to the home).
+TOOLCHAIN_STATE: Final = frozenset({".rustup/settings.toml", ".pyenv/version"})
 # Directories under the home that hold many tools' directories: a toolchain is one level deeper.
 _SHARED: Final = frozenset({".local", ".config", ".cache", ".var"})
 _COMPANIONS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -182,7 +199,7 @@ def _which(name: str, path: str, cwd: Path) -> Path | None:
 def _interpreter(program: Path, path: str, cwd: Path) -> Path | None:
     """The program a `#!` line names (through `env`), or None."""
     try:
-        with program.open("rb") as handle:
+        with os.fdopen(open_regular(program), "rb") as handle:
             head = handle.read(_SHEBANG_BYTES)
     except OSError:
         return None
@@ -215,6 +232,8 @@ def toolchains(
             return
         if workspace is not None and (workspace == root or root in workspace.parents):
             return
+        if any(other == root or root in other.parents for other in homes if other != home):
+            return  # it holds the other home ($HOME inside the account's): shown by its own
         roots.append(root)
         relative = str(root.relative_to(home))
         for companion in _COMPANIONS.get(relative, ()):
@@ -257,6 +276,35 @@ def masked_in_toolchain(root: Path, homes: tuple[Path, ...] = ()) -> list[Path]:
     return found
 
 
+def configuration_in(root: Path, homes: tuple[Path, ...], named: Iterable[Path] = ()) -> list[Path]:
+    """The files at the top of a shown directory to cover as its configuration (see the module
+    docstring): every regular file there but programs, `TOOLCHAIN_STATE` and the files in
+    `named` (what the user's settings name themselves)."""
+    keep = {Path(os.path.realpath(p)) for p in named}
+    for home in homes:
+        keep.update(home / state for state in TOOLCHAIN_STATE)
+    found: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return found
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            if not entry.is_file(follow_symlinks=True):
+                continue
+            real = Path(os.path.realpath(path))
+            if not (real == root or root in real.parents) or real in keep or path in keep:
+                continue  # a link out of the directory is mounted where it leads, if at all
+            if os.access(real, os.X_OK):
+                continue  # a program, not a setting
+        except OSError:
+            continue
+        if real not in found:
+            found.append(real)
+    return sorted(found)
+
+
 def program_words(script: str) -> list[str]:
     """The words of a compound command that could name a program (the runtime keyed and showed
     the whole string; here only the toolchains it may need are looked for)."""
@@ -278,12 +326,9 @@ def _split_operators(token: str) -> list[str]:
 def hidden_paths(environ: Mapping[str, str], homes: tuple[Path, ...]) -> list[Path]:
     """The directories replaced by an empty tmpfs, outermost first: every home, `/run` (and
     what links there), the runtime's state and configuration directories, the runtime
-    directory of the session, the host's TLS keys where the account can read them; those that
-    exist."""
+    directory of the session; those that exist."""
     candidates: list[Path] = [*homes, Path("/root"), Path("/home"), Path("/run"), Path("/var/run")]
     candidates += [state_directory(environ), config_directory(environ)]
-    if os.access("/etc/ssl/private", os.R_OK | os.X_OK):
-        candidates.append(Path("/etc/ssl/private"))  # the host's TLS keys, where readable
     for name in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME"):
         value = environ.get(name, "")
         if value and os.path.isabs(value):
@@ -295,15 +340,4 @@ def hidden_paths(environ: Mapping[str, str], homes: tuple[Path, ...]) -> list[Pa
             found.append(real)
     found.sort(key=lambda p: len(p.parts))
     # One inside another is hidden with it (but kept: the workspace may be bound in between).
-    return found
-
-
-def masked_files() -> list[Path]:
-    """The host's own secrets that the account can read, covered by an empty file."""
-    found: list[Path] = []
-    patterns = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
-    for pattern in (*patterns, "/etc/ssh/ssh_host_*_key"):
-        for match in glob.glob(pattern):
-            if os.path.isfile(match) and os.access(match, os.R_OK):
-                found.append(Path(match))
     return found

@@ -4,21 +4,38 @@ Mounts are made in this order, each over what came before (`SandboxPlan.argv`):
 
     --ro-bind / /                  the whole file system, read-only
     --dev /dev, --proc /proc       a minimal /dev (null, zero, random, tty, shm ...), a procfs of
-                                   the sandbox's PID namespace, its /proc/sys read-only
+                                   the sandbox's PID namespace, its /proc/sys read-only, and
+                                   the kernel's files there only root may read covered
+    --tmpfs /sys                   of the kernel's /sys, only the parts commands read
+                                   (`environments.privatefiles.SHOWN_SYS`), read-only
+    --tmpfs /tmp, /var/tmp         private, writable, bounded (before the homes: a home beneath
+                                   /tmp is mounted in it, not covered by it)
     --tmpfs HIDDEN                 every home, /root, /home, /run (the Docker socket, D-Bus,
                                    every service's socket), the runtime's state and configuration
-                                   directories wherever XDG puts them; a private /tmp and /var/tmp
-    --ro-bind /dev/null SECRET     the host's own secrets the account can read (/etc/shadow ...)
+                                   directories wherever XDG puts them
+    --tmpfs PRIVATE, --ro-bind EMPTY PRIVATE
+                                   what the host keeps private (not readable by every account)
+                                   and the account could read, whatever its name: an empty
+                                   tmpfs over a directory, an empty file over a file
+                                   (`environments.privatefiles`)
     --ro-bind TOOLCHAIN            what the command needs of the home, read-only, the credentials
-                                   in it covered (`environments.bwrap.home`)
+                                   in it covered (`environments.bwrap.home`), its configuration
+                                   files replaced by an empty file
     --file FD ~/.gitconfig         a generated git identity and `safe.directory`
     --bind WORKSPACE               writable, or --ro-bind for a read-only call; git directories
-                                   outside it that a linked worktree writes
+                                   outside it that a linked worktree writes; each git directory
+                                   inside it bound onto itself (a mount point: it cannot be
+                                   renamed or replaced)
     --tmpfs HIDDEN-INSIDE          what lies in the workspace but must stay hidden, again
     --ro-bind PROTECTED            every protected path inside (`environments.bwrap.protection`)
     --ro-bind BUNDLE               the credential broker's CA bundle, at /run/codecoder/ (its
                                    key stays in the runtime's memory: `environments.broker`)
     --chdir CWD
+
+The confine helper is handed to bubblewrap as an open descriptor and run as /proc/self/fd/N
+(`environments.bwrap.helper.helper_command`): wherever codecoder is installed (a venv in a home
+or under /tmp, which every sandbox hides), whatever the sandbox shows, the helper runs, and it
+closes the descriptor with every other inherited one before the command starts.
 
 Namespaces: user (the caller's uid and gid mapped to themselves; no capability, and no further
 user namespace), mount, PID (bubblewrap's init is PID 1: when the command ends, the kernel
@@ -36,6 +53,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from codecoder.environments.privatefiles import PrivateView
 
 __all__ = ["NAMESPACE_OPTIONS", "SandboxPlan"]
 
@@ -66,11 +85,16 @@ class SandboxPlan:
     writable: bool
     homes: tuple[Path, ...] = ()
     hidden: list[Path] = field(default_factory=list)
-    masked: list[Path] = field(default_factory=list)  # the host's secret files
+    private: PrivateView = field(default_factory=PrivateView)  # the host's private entries
+    kernel_private: tuple[Path, ...] = ()  # in /proc (environments.privatefiles)
+    sys_shown: tuple[Path, ...] = ()  # the parts of /sys shown
     toolchains: tuple[Path, ...] = ()
     covered: list[Path] = field(default_factory=list)  # credentials inside the toolchains
+    emptied: list[Path] = field(default_factory=list)  # their configuration files
+    empty_file: Path | None = None  # an empty regular file of the runtime's, bound over those
     read_only: list[Path] = field(default_factory=list)  # protected paths inside
     writable_extra: list[Path] = field(default_factory=list)  # git directories outside
+    pinned: list[Path] = field(default_factory=list)  # git directories inside, onto themselves
     snapshot: Path | None = None
     tmp_size: int = 1024**3
     ca_bundle: Path | None = None  # the credential broker's CA bundle (environments.broker)
@@ -78,6 +102,16 @@ class SandboxPlan:
     def mounts(self, gitconfig_fd: int | None) -> list[str]:
         args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        empty = str(self.empty_file or "/dev/null")
+        for secret in self.kernel_private:
+            args += ["--ro-bind", empty, str(secret)]
+        args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", "/sys"]
+        for shown in self.sys_shown:
+            args += ["--ro-bind", str(shown), str(shown)]
+        # The private /tmp first: a home or hidden directory beneath it (HOME=/tmp/...) is then
+        # mounted in it, rather than covered by it.
+        for path in _PRIVATE_TMP:
+            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
         writable_roots = [self.workspace, *self.writable_extra]
         hidden_outside = [
             h
@@ -88,12 +122,13 @@ class SandboxPlan:
             if path in self.homes:
                 continue  # below, with a size and the user's permissions
             args += ["--size", str(_HIDDEN_SIZE), "--perms", "0755", "--tmpfs", str(path)]
-        for home in self.homes:
+        # Outermost first: a $HOME inside the account's home is mounted over it, not under.
+        for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
-        for path in _PRIVATE_TMP:
-            args += ["--size", str(self.tmp_size), "--perms", "1777", "--tmpfs", str(path)]
-        for secret in self.masked:
-            args += ["--ro-bind", "/dev/null", str(secret)]
+        for directory in self.private.directories:
+            args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(directory)]
+        for secret in self.private.files:
+            args += ["--ro-bind", empty, str(secret)]
         for toolchain in self.toolchains:
             args += ["--ro-bind", str(toolchain), str(toolchain)]
         for secret in self.covered:
@@ -101,6 +136,10 @@ class SandboxPlan:
                 args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(secret)]
             else:
                 args += ["--ro-bind", "/dev/null", str(secret)]
+        for setting in self.emptied:
+            # An empty regular file (a tool reads "no settings"), never the device, which a
+            # nodev mount makes unreadable (a tool would fail on its configuration).
+            args += ["--ro-bind", empty, str(setting)]
         if gitconfig_fd is not None and self.homes:
             args += ["--perms", "0600", "--file", str(gitconfig_fd), f"{self.homes[0]}/.gitconfig"]
         args += [
@@ -109,7 +148,7 @@ class SandboxPlan:
             str(self.workspace),
         ]
         if self.writable:
-            for extra in self.writable_extra:
+            for extra in (*self.writable_extra, *self.pinned):
                 args += ["--bind", str(extra), str(extra)]
         for path in self.hidden:
             if any(_inside(path, root) and path != root for root in writable_roots):

@@ -1,7 +1,9 @@
 """Which environment contains commands on this machine, and why (`command_sandbox`).
 
-Tried, not guessed: bubblewrap is run once with the very namespaces and helper every call uses
-(`bwrap ... confine -- /bin/true`); where that fails (bubblewrap missing, unprivileged user
+Tried, not guessed: bubblewrap is run once with the very namespaces, hidden directories and
+helper every call uses (`bwrap ... /proc/self/fd/N -- /bin/true`, the helper passed by
+descriptor from wherever codecoder is installed: a trial that saw more of the host than a call
+does would pass where every call fails); where that fails (bubblewrap missing, unprivileged user
 namespaces turned off, a seccomp or AppArmor policy refusing them), the confine helper is run
 alone with Landlock required; where that fails too, commands run on the host (@shell). The
 answer is kept for the life of the process (the decision server asks once, before it forks).
@@ -13,14 +15,18 @@ answer is kept for the life of the process (the decision server asks once, befor
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
-from codecoder.environments.bwrap.helper import confine_binary, confine_problem
-from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS
+from codecoder.environments.bwrap.helper import confine_binary, confine_problem, helper_command
+from codecoder.environments.bwrap.home import hidden_paths, home_directories
+from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.sandboxes.landlock.worker import landlock_abi
 
@@ -77,10 +83,22 @@ def probe(bwrap: str | None = None) -> CommandSandbox:
         version = None
     else:
         version = _version(found)
-        mounts = ("--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc")
-        failed = _trial(
-            [found, *NAMESPACE_OPTIONS, *mounts, "--", helper, "--write", "/dev", "--", "/bin/true"]
-        )
+        plan = _trial_plan()
+        with contextlib.ExitStack() as stack:
+            inside, fd = helper_command(Path(helper), stack)
+            failed = _trial(
+                [
+                    found,
+                    *NAMESPACE_OPTIONS,
+                    *plan.mounts(None),
+                    "--",
+                    inside,
+                    *plan.helper_options(None, None),
+                    "--",
+                    "/bin/true",
+                ],
+                pass_fds=(fd,),
+            )
         if failed is None:
             return CommandSandbox(
                 EnvironmentTag.BWRAP,
@@ -119,7 +137,22 @@ def probe(bwrap: str | None = None) -> CommandSandbox:
     )
 
 
-def _trial(argv: list[str]) -> str | None:
+def _trial_plan() -> SandboxPlan:
+    """A read-only sandbox that hides what a call's hides (the homes, /run, /tmp, the
+    runtime's own directories). Its workspace is /usr,
+    which every sandbox shows read-only anyway (binding / again would undo the hiding)."""
+    homes = home_directories(os.environ)
+    return SandboxPlan(
+        workspace=Path("/usr"),
+        cwd=Path("/"),
+        writable=False,
+        homes=homes,
+        hidden=hidden_paths(os.environ, homes),
+        tmp_size=1024**2,
+    )
+
+
+def _trial(argv: list[str], pass_fds: tuple[int, ...] = ()) -> str | None:
     """None when `argv` ran and exited 0; else what went wrong, in a line."""
     try:
         done = subprocess.run(
@@ -129,6 +162,7 @@ def _trial(argv: list[str]) -> str | None:
             text=True,
             timeout=TRIAL_SECONDS,
             check=False,
+            pass_fds=pass_fds,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)

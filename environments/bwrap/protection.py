@@ -1,23 +1,31 @@
 """The protected paths of a workspace, as a writable @bwrap call sees them, and what a call left.
 
-Mounts keep what exists: every protected entry (`foundation.protected`: `codecoder.json`,
-`.codecoder/`, every `.gitmodules`, every `gitdir:` file) and the agents' settings at the top
-(`AGENT_SETTINGS`) are bound read-only over the writable workspace. A `.git` directory is not
-bound whole, since git's own writes (index, objects, refs, logs, the lock files it renames into
-place) must work: inside every git directory (each `.git` at any depth, the target of a
-`gitdir:` file, and, for a linked worktree, the parts of the main repository it writes) the
-entries from which git reads configuration or runs programs are bound read-only
-(`GIT_SENSITIVE`: `config`, `config.worktree`, `commondir`, `gitdir`, `hooks/`, `info/`,
-`modules/`, `worktrees/`). (`objects/` stays writable, `objects/info/alternates` included: it can
-only add places to read objects from, and a call could write those objects itself.)
+Mounts keep what exists: every protected path where it begins (`foundation.protected`:
+`codecoder.json`, `.codecoder/`, every `.gitmodules`, every `gitdir:` file, the agents' settings
+at every depth but beneath node_modules) is bound read-only over the writable workspace.
 
-What does not exist cannot be a mount point without creating it on the host, so creating one is
-caught after the call instead (`Protection.planted`), and fails it: a protected entry created or
-moved at any depth (`environments.workspaceguard.ProtectedScan`), an agent's settings or a
-top-level protected name that appeared or was replaced, and in a git directory any new entry at
-its top whose name is not one git itself leaves there (`GIT_WRITES`: `HEAD`, `index`,
-`ORIG_HEAD`, `logs/`, `refs/`, `*.lock` ...). That last is an allow-list on purpose: a new
-`hooks/`, `config`, `commondir` or anything git might learn to read tomorrow fails closed.
+A `.git` directory cannot be bound read-only whole, since git's own writes (index, objects,
+refs, logs, the lock files it renames into place) must work. It is bound onto itself instead
+(`CallProtection.pinned`): a mount point cannot be renamed or replaced (EBUSY), so `mv .git
+.git-old` fails and the repository stays where the host's git and this check look for it; then
+inside every git directory (each `.git` at any depth, the target of a `gitdir:` file, and, for
+a linked worktree, the parts of the main repository it writes) the entries from which git reads
+configuration or runs programs are bound read-only (`GIT_SENSITIVE`: `config`,
+`config.worktree`, `commondir`, `gitdir`, `hooks/`, `info/`, `modules/`, `worktrees/`).
+(`objects/` stays writable, `objects/info/alternates` included: it can only add places to read
+objects from, and a call could write those objects itself.)
+
+What does not exist cannot be a mount point without making it on the host. At the top of the
+workspace the runtime makes each missing agent setting, `.codecoder/` and `.git` as an inert
+placeholder first (`environments.placeholders`), bound read-only like the rest, so none can
+appear on the host with a sandbox's content even while the call runs. Deeper, and for the
+names without a placeholder, creating one is caught after the call instead
+(`Protection.planted`), and fails it: a protected entry created or moved at any depth
+(`environments.workspaceguard.ProtectedScan`), a protected path that appeared or was replaced
+where one was before, and in a git directory any new entry at its top whose name is not one
+git itself leaves there (`GIT_WRITES`: `HEAD`, `index`, `ORIG_HEAD`, `logs/`, `refs/`,
+`*.lock` ...). That last is an allow-list on purpose: a new `hooks/`, `config`, `commondir` or
+anything git might learn to read tomorrow fails closed.
 """
 
 from __future__ import annotations
@@ -29,8 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from codecoder.environments.placeholders import Placeholders
 from codecoder.environments.workspaceguard import ProtectedChanges, ProtectedScan
 from codecoder.foundation.protected import AGENT_SETTINGS, PROTECTED_NAMES, is_git_name
+from codecoder.foundation.regularfile import read_regular_file
+
+# A `.git` file names its git directory on one line: more is not a gitdir file.
+_GITDIR_FILE_LIMIT: Final = 64 * 1024
 
 __all__ = ["GIT_SENSITIVE", "GIT_WRITES", "CallProtection", "Protection"]
 
@@ -113,7 +126,8 @@ def _gitdir_of(entry: Path) -> Path | None:
         return entry
     if stat.S_ISREG(st.st_mode):
         try:
-            first = entry.read_text(errors="replace").splitlines()[0]
+            head = read_regular_file(entry, limit=_GITDIR_FILE_LIMIT)
+            first = head.decode(errors="replace").splitlines()[0]
         except (OSError, IndexError):
             return None
         if not first.startswith("gitdir:"):
@@ -128,7 +142,7 @@ def _gitdir_of(entry: Path) -> Path | None:
 
 def _common_dir(gitdir: Path) -> Path | None:
     try:
-        written = (gitdir / "commondir").read_text().strip()
+        written = os.fsdecode(read_regular_file(gitdir / "commondir", limit=4096)).strip()
     except OSError:
         return None
     common = Path(written) if os.path.isabs(written) else gitdir / written
@@ -142,6 +156,8 @@ class CallProtection:
 
     read_only: list[Path] = field(default_factory=list)  # bound read-only, in this order
     writable: list[Path] = field(default_factory=list)  # git directories outside the workspace
+    pinned: list[Path] = field(default_factory=list)  # git directories inside, bound onto
+    # themselves (writable, but no longer an entry that can be renamed or replaced)
     identities: dict[str, _Identity | None] = field(default_factory=dict)  # relative path ->
     gitdirs: dict[Path, frozenset[str]] = field(default_factory=dict)  # name -> entries before
 
@@ -152,6 +168,7 @@ class Protection:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
         self._scan: ProtectedScan | None = None
+        self.placeholders = Placeholders(workspace)
 
     @property
     def scan(self) -> ProtectedScan:
@@ -161,6 +178,7 @@ class Protection:
 
     def before(self) -> CallProtection:
         """The mounts for a writable call now, and the state to compare after it."""
+        inert = set(self.placeholders.hold())
         scan = self.scan
         scan.changes()  # what the host changed since the last call is the host's business
         call = CallProtection()
@@ -170,6 +188,9 @@ class Protection:
         gitdirs: list[tuple[Path, bool]] = []  # (git directory, whole: its top is written)
         for relative in sorted(scan.entries):
             entry = ws / relative
+            if entry in inert:
+                self._read_only(call, entry)  # a placeholder (an empty `.git` among them)
+                continue
             if os.path.islink(entry):
                 # A mount would land where it leads; the link itself is compared afterwards.
                 gitdir = _gitdir_of(entry) if _names_repository(entry.name) else None
@@ -194,6 +215,8 @@ class Protection:
                 else:
                     # The main repository of a linked worktree: what a commit writes there.
                     call.writable += [gitdir / d for d in ("objects", "refs", "logs")]
+            elif whole and gitdir != ws and gitdir not in call.pinned:
+                call.pinned.append(gitdir)
             for sensitive in GIT_SENSITIVE:
                 path = gitdir / sensitive
                 call.identities[self._shown(path)] = _identity(path)

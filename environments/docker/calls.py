@@ -136,7 +136,7 @@ def call_result(
         raise ExecutionFailed(
             f"`{call.summary}` wrote more than its disk budget of "
             f"{settings.disk_budget} to the workspace"
-            + (f" (the workspace's filesystem grew by {grew:,} bytes)" if grew else "")
+            + (f" (it wrote {grew:,} bytes)" if grew else "")
             + " and was stopped; what it wrote is still there. A project can raise "
             '"docker": {"disk_budget": ...} in codecoder.json'
         )

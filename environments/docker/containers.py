@@ -16,8 +16,9 @@ warns about anything `DockerSettings.looser_than_default()` reports):
   `.git`, `.gitmodules`) is mounted read-only over itself, and after each writable call, once
   every process of it is gone, the workspace is checked for protected paths the call created or
   moved (`workspaceguard`): any are quarantined, the call fails and the container is replaced;
-- a disk budget for writable calls (the growth of the workspace's filesystem, watched during
-  the call); the Docker socket is never mounted; docker-init reaps orphans;
+- a disk budget for writable calls (what the call wrote to the workspace, watched during the
+  call: never the growth of a file system others share, sandboxes/image/agent/diskbudget.py);
+  the Docker socket is never mounted; docker-init reaps orphans;
 - labels on every container (`codecoder=1`, the session, the host process:
   `environments.docker.labels`), so the runtime can remove its own containers and the
   leftovers of runtimes that died.

@@ -48,11 +48,12 @@ from codecoder.environments.docker.calls import (
 )
 from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGone
 from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
-from codecoder.environments.docker.engine import DockerEngine, _engine_errors, engine_is_local
+from codecoder.environments.docker.engine import DockerEngine, _engine_errors
 from codecoder.environments.docker.labels import LABEL_SESSION
 from codecoder.environments.docker.pool.client import pool_for
 from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
 from codecoder.environments.docker.sync import WorkspaceVolume
+from codecoder.environments.docker.workspacemode import workspace_mode
 from codecoder.environments.workspaceguard import quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
@@ -125,9 +126,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         # Sync mode (environments.docker.sync): the workspace is a volume the host keeps in
         # step, which a remote engine needs. Its calls are serialized across both modes, so that
         # what one call brings back is never mistaken for what another changed.
-        self.sync = self.settings.workspace == "sync" or (
-            self.settings.workspace == "auto" and not engine_is_local()
-        )
+        # A root-owned workspace is synced too (environments.docker.workspacemode says why).
+        self.sync = workspace_mode(self.settings, self.workspace).sync
         self._containers = SandboxContainers(
             self.workspace,
             self.settings,
@@ -452,13 +452,14 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             hidden = hidden_bytes([self.workspace], channel.call_started_ns)
         else:
             hidden = hidden_in(self.workspace, changed)
-        # Used space of the whole filesystem: what others freed meanwhile must not hide this.
-        grew = max(int(response.get("disk_used") or 0), 0)
-        if hidden.bytes and grew + hidden.bytes > self.settings.disk_budget_bytes:
+        # What the files it changed take, never the shared file system's growth: others may
+        # write there meanwhile (environments.apparent).
+        taken = hidden.occupied
+        if hidden.bytes and taken + hidden.bytes > self.settings.disk_budget_bytes:
             raise ExecutionFailed(
                 f"`{call.summary}` wrote more than its disk budget of "
-                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: the "
-                f"filesystem grew by {grew:,} bytes, and what it wrote holds {hidden.bytes:,} "
+                f"{self.settings.disk_budget} to the workspace, counting apparent sizes: what it "
+                f"changed takes {taken:,} bytes, and holds {hidden.bytes:,} "
                 f"bytes more that occupy no space yet (holes, more names of one file), which a "
                 f"copy of it would write: {hidden.describe()}. What it wrote is still there. A "
                 'project can raise "docker": {"disk_budget": ...} in codecoder.json'

@@ -32,6 +32,7 @@ import json
 import re
 import tarfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
@@ -47,6 +48,7 @@ from codecoder.environments.docker.engine import (
     transport,
 )
 from codecoder.environments.docker.settings import DEFAULT_IMAGE, DockerSettings
+from codecoder.environments.docker.workspacemode import workspace_mode
 from codecoder.foundation.errors import SandboxUnavailable
 
 __all__ = ["BuiltImage", "SandboxStatus", "build_sandbox_image", "dockerfile", "sandbox_status"]
@@ -225,6 +227,7 @@ class SandboxStatus:
     reachable: bool = False
     transport: EngineTransport | None = None
     warnings: list[str] = field(default_factory=list)
+    workspace_reason: str | None = None  # why sync, when not the plain default
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -236,6 +239,7 @@ class SandboxStatus:
             "runtime": self.runtime,
             "engine_runtimes": list(self.runtimes),
             "workspace": self.workspace,
+            "workspace_reason": self.workspace_reason,
             "network": self.network,
             "problems": self.problems,
             "warnings": self.warnings,
@@ -253,23 +257,31 @@ class SandboxStatus:
         engine = self.transport.describe() if self.transport else self.engine
         return (
             f"@docker: engine {engine}, image {self.image} (agent {self.agent or 'missing'}), "
-            f"runtime {self.runtime}{kernel}, workspace {self.workspace}, network {network}"
+            f"runtime {self.runtime}{kernel}, workspace {self.workspace}"
+            + (f" ({self.workspace_reason})" if self.workspace_reason else "")
+            + f", network {network}"
         )
 
 
-def sandbox_status(settings: DockerSettings, *, client: Any = None) -> SandboxStatus:
-    """What the engine at DOCKER_HOST would run the sandbox with, and what stops it."""
+def sandbox_status(
+    settings: DockerSettings, *, client: Any = None, workspace: Path | None = None
+) -> SandboxStatus:
+    """What the engine at DOCKER_HOST would run the sandbox with (on `workspace`, when given),
+    and what stops it."""
     import docker.errors
 
-    sync = settings.workspace == "sync" or (settings.workspace == "auto" and not engine_is_local())
+    mode = workspace_mode(settings, workspace)
     egress = settings.egress
     status = SandboxStatus(
         engine=_engine_address(),
         image=settings.image,
-        workspace="sync" if sync else "bind",
+        workspace=mode.mode,
+        workspace_reason=mode.reason,
         network=egress.to_json() if egress is not None else str(settings.network),
         transport=transport(),
     )
+    if mode.warning is not None:
+        status.warnings.append(mode.warning)
     if status.transport is not None and status.transport.risk:
         status.warnings.append(status.transport.risk)
     own = client is None

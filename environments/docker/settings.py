@@ -56,12 +56,14 @@ class DockerSettings:
     the commands' reach). `network` is `none`, or an `Egress` allowlist (given as `{"allow":
     [...]}`). `workspace` is how the workspace reaches the container: `bind` (a bind mount),
     `sync` (a per-session volume kept in step with the workspace, which a remote engine needs),
-    `auto` (sync when DOCKER_HOST names another machine). `extra_writable_paths` are more
+    `auto` (sync when DOCKER_HOST names another machine, or when the workspace belongs to root and
+    `user` is `auto`: `environments.docker.workspacemode`). `extra_writable_paths` are more
     size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
     they never touch the host and are emptied between calls made under different grants.
-    `disk_budget` is how much a writable call may grow the workspace's filesystem before it is
-    stopped (and, in sync mode, how much may come back); when it ends, what it wrote counts at
-    apparent size too (a sparse file, more names of one file: `environments.apparent`). `pool`
+    `disk_budget` is how much a writable call may write to the workspace before it is stopped
+    (what it wrote, never how much a file system others share grew by; in sync mode, also how
+    much may come back); what it wrote counts at apparent size (a sparse file, more names of one
+    file: `environments.apparent`). `pool`
     is how many sandboxes of these settings the warm pool keeps ready for new sessions, per
     workspace and mode (0: none; `environments.docker.pool`).
     """

@@ -32,6 +32,7 @@ was not seen is refused.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -43,10 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.atomicfile import replace_atomically
 from codecoder.foundation.errors import ConfigError, ExecutionFailed
 from codecoder.foundation.protected import is_git_name
+from codecoder.foundation.regularfile import read_regular_file
 from codecoder.foundation.state import project_state_directory
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
 ACCEPT_COMMAND: Final = "codecoder trust --git"
 RECORD: Final = "git-seen.json"
 _MAX_HOOK: Final = 4 << 20  # bytes of a hook read for its digest (its size counts as well)
+_MAX_INCLUDE_DEPTH: Final = 10  # git's own limit on nested includes
 
 # Configuration that cannot make git run a program or read another file: changing it needs
 # nobody's acceptance. Everything else does (fail closed: an unknown key is a program until
@@ -146,12 +150,12 @@ def repository_state(workspace: Path, git_entry: str) -> RepositoryState:
     if git_dir is None:
         return RepositoryState(config=(("unreadable", f"{git_entry} names no git directory"),))
     common = _common_dir(git_dir)
+    work_tree = (workspace / git_entry).parent
     config: list[tuple[str, str]] = []
     for path in (common / "config", git_dir / "config.worktree"):
-        config += _code_running(path)
+        config += _code_running(path, workspace, work_tree)
     hooks_path = next((value for key, value in config if key == "core.hookspath"), None)
     if hooks_path is not None:
-        work_tree = (workspace / git_entry).parent
         hooks_dir = work_tree / os.path.expanduser(hooks_path)
     else:
         hooks_dir = common / "hooks"
@@ -169,7 +173,7 @@ class GitSeen:
         """The record; None when there is none. An unreadable one is an error (it could not
         be told apart from a record of nothing)."""
         try:
-            data = json.loads(self.path.read_bytes())
+            data = json.loads(read_regular_file(self.path))
             repositories = data["repositories"]
             if not isinstance(repositories, dict):
                 raise ValueError("repositories is not an object")
@@ -215,7 +219,9 @@ class GitGuard:
                 self._scan = ProtectedScan(self.workspace)
             else:
                 appeared = self._scan.changes().appeared
-                self._planted.update(e for e in appeared if not _is_git(e))
+                self._planted.update(
+                    e for e in appeared if not _is_git(e) and not is_placeholder(self.workspace, e)
+                )
             return sorted(e for e in self._scan.entries if _is_repository(e))
 
     def after(self) -> tuple[list[str], list[str]]:
@@ -243,6 +249,16 @@ class GitGuard:
             for rel, state in current.items()
             for change in state.unseen(seen.get(rel))
         ]
+
+    def baseline(self) -> None:
+        """Record what git would run now, unless a record exists: called before any sandboxed
+        call, so that what a sandbox changes (a file `.git/config` includes, a script a config
+        value names) is judged against what was there before any sandbox ran, whatever the
+        order of calls. A record that cannot be read is left to the host's check (which
+        refuses, saying why)."""
+        with contextlib.suppress(ConfigError):
+            if self.seen.read() is None:
+                self.seen.write(self.current())
 
     def before(self) -> None:
         """Refuse a host command while git would run something the human has not seen."""
@@ -307,7 +323,7 @@ def _git_dir(entry: Path) -> Path | None:
 
 def _common_dir(git_dir: Path) -> Path:
     try:
-        named = (git_dir / "commondir").read_text().strip()
+        named = os.fsdecode(read_regular_file(git_dir / "commondir", limit=4096)).strip()
     except OSError:
         return git_dir
     return Path(os.path.realpath(git_dir / named)) if named else git_dir
@@ -369,7 +385,14 @@ def _small_file(path: Path, limit: int = _MAX_HOOK) -> bytes | None:
         os.close(fd)
 
 
-def _code_running(path: Path) -> list[tuple[str, str]]:
+def _code_running(
+    path: Path, workspace: Path, work_tree: Path, depth: int = 0
+) -> list[tuple[str, str]]:
+    """The entries of a configuration file that are not harmless; an included file's entries
+    follow its include (to git's own depth limit), and a value naming a file of the workspace
+    (`core.sshCommand = ./tools/ssh.sh`, `core.fsmonitor = .husky/fsmonitor`,
+    `core.attributesFile = .gitattributes-extra`) is followed by that file's digest: a sandbox
+    may write those files, and git would run or read them."""
     if not os.path.lexists(path):
         return []
     data = _small_file(path)
@@ -382,8 +405,27 @@ def _code_running(path: Path) -> list[tuple[str, str]]:
             continue
         if key in ("include.path",) or (key.startswith("includeif.") and key.endswith(".path")):
             included = path.parent / os.path.expanduser(value)
-            value = f"{value} ({_digest(included)})"
+            found.append((key, f"{value} ({_digest(included)})"))
+            if depth < _MAX_INCLUDE_DEPTH:
+                found += _code_running(included, workspace, work_tree, depth + 1)
+            continue
         found.append((key, value))
+        for named in _files_named(value, workspace, work_tree):
+            shown = os.path.relpath(named, workspace)
+            found.append((f"{key} names", f"{shown} ({_digest(named)})"))
+    return found
+
+
+def _files_named(value: str, workspace: Path, work_tree: Path) -> list[Path]:
+    """The files of the workspace that the words of a configuration value name as paths."""
+    found = []
+    for word in value.lstrip("!").replace("'", " ").replace('"', " ").split():
+        if "/" not in word and not word.startswith("."):
+            continue  # a program looked up on PATH, not a file of the workspace
+        candidate = Path(os.path.expanduser(word))
+        real = Path(os.path.realpath(work_tree / candidate))
+        if real.is_relative_to(workspace) and real.is_file() and real not in found:
+            found.append(real)
     return found
 
 

@@ -112,7 +112,7 @@ class DiskCache:
         path = self.directory / _SECRET_NAME
         for _ in range(2):
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except FileNotFoundError:
                 self._create_secret(path)
                 continue
@@ -157,7 +157,7 @@ class DiskCache:
             return None
         path = self._entry(key)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             return None
         except OSError:

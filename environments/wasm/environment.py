@@ -87,6 +87,7 @@ from codecoder.foundation.errors import (
     SandboxUnavailable,
 )
 from codecoder.foundation.openbeneath import NotBeneath, check_pinned
+from codecoder.foundation.scratch import scratch_directory
 
 __all__ = ["WasmEnvironment"]
 
@@ -150,7 +151,8 @@ class WasmEnvironment(Environment[WasmRequest, WasmResult]):
         self._lock = threading.Lock()
         self._modules: dict[str, wasmtime.InstancePre] = {}
         self._path_digests: dict[tuple[object, ...], str] = {}
-        self._scratch = Path(tempfile.mkdtemp(prefix="codecoder-wasm-"))  # mode 0700
+        # The pipes of its calls: in the process's scratch, gone with it even if never closed.
+        self._scratch = scratch_directory("codecoder-wasm-")  # mode 0700
         self._pump = OutputPump(self._scratch)
         self._closed = False
 

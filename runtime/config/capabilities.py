@@ -73,6 +73,7 @@ from codecoder.environments.docker.settings import parse_size
 from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import ConfigError
+from codecoder.foundation.regularfile import open_regular
 from codecoder.foundation.state import workspace_directory
 from codecoder.permissions.keys import KeyStyle, PermissionKey
 
@@ -560,7 +561,7 @@ def _read_tree(directory: Path) -> dict[str, bytes]:
 
 def _read_file(path: Path, limit: int) -> bytes:
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        descriptor = open_regular(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
         raise ConfigError(f"{path}: {_reason(exc)}") from None
     with os.fdopen(descriptor, "rb") as file:

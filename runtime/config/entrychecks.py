@@ -1,11 +1,11 @@
 """The entries of a project or user file checked against the tools they name.
 
-Each allowlist entry and deny rule must be a pattern (`KeyPattern`) for a tool the runtime has,
-read the way that tool's keys read; otherwise it is reported (`invalid_pattern`,
-`unknown_tool`) and grants or denies nothing. A pattern that names a tool alone
-(`matches_nothing`) or can never match a call (`never_matches`: an error for a deny rule, which
-would protect nothing while looking as if it did) is reported too. The tools are seen through
-`ToolInfo`, which a `runtime.tools.base.Tool` is.
+Each allowlist entry and deny rule is checked as every entry is, wherever it is accepted
+(`runtime.permissions.entries`): one that is not a pattern for a tool the runtime has, or can
+never match a call, is an error with its line and column (`invalid_pattern`, `unknown_tool`,
+`matches_nothing`, `never_matches`, `unknown_program`), and grants or denies nothing; a deny
+rule so is a rule lost, and the file fails closed (`runtime.config.project`). The tools are
+seen through `ToolInfo`, which a `runtime.tools.base.Tool` is.
 
 Grants for capabilities (`run_capability:<name>`) are checked against the capability they name
 (`runtime.config.capabilities`): its environment gives the ceiling (a @shell capability's entry is a
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from codecoder.config.capabilities import (
     APPROVALS_DIR,
@@ -36,26 +36,11 @@ from codecoder.config.capabilities import (
     is_approved,
 )
 from codecoder.config.projectfile import AllowEntry, Diagnostic, Severity
-from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.protected import AGENT_SETTINGS, PROTECTED_NAMES
-from codecoder.permissions.keys import KeyStyle
-from codecoder.permissions.patterns import KeyPattern, PatternError, never_matches
+from codecoder.permissions.entries import ToolInfo, check_entry
+from codecoder.permissions.patterns import KeyPattern
 
 __all__ = ["ToolInfo", "capability_entry_holds", "checked_pattern", "only_protected"]
-
-
-class ToolInfo(Protocol):
-    """What the configuration needs to know of a tool to check an entry for it (a
-    `runtime.tools.base.Tool` is one): where it runs, where it may be bound, how its keys read."""
-
-    @property
-    def environment(self) -> EnvironmentTag: ...
-    @property
-    def bindable(self) -> frozenset[EnvironmentTag]: ...
-    @property
-    def key_style(self) -> KeyStyle: ...
-    @property
-    def asks(self) -> bool: ...
 
 
 def capability_entry_holds(
@@ -127,56 +112,17 @@ def checked_pattern(
     *,
     deny: bool,
 ) -> KeyPattern | None:
-    try:
-        pattern = KeyPattern.parse(raw)
-    except PatternError as exc:
-        diagnostics.append(Diagnostic("error", "invalid_pattern", str(exc), key=raw, **where))
-        return None
-    tool = tools.get(pattern.tool)
-    if tool is None:
-        diagnostics.append(
-            Diagnostic(
-                "error",
-                "unknown_tool",
-                f"{raw}: there is no tool named {pattern.tool!r}; known tools: "
-                + ", ".join(sorted(tools)),
-                key=raw,
-                **where,
-            )
-        )
-        return None
-    try:
-        pattern.check(tool.key_style)
-    except PatternError as exc:
-        diagnostics.append(Diagnostic("error", "invalid_pattern", str(exc), key=raw, **where))
-        return None
-    if not pattern.action and tool.asks and tool.key_style is not KeyStyle.NAME:
-        diagnostics.append(
-            Diagnostic(
-                "warning",
-                "matches_nothing",
-                f"{raw} names the tool alone, which matches no call; did you mean {raw}:* ?",
-                key=raw,
-                **where,
-            )
-        )
-        return pattern
-    problem = never_matches(pattern, tool.key_style, asks=tool.asks, deny=deny)
-    if problem is not None:
-        # A deny rule that can never match protects nothing while looking as if it did: an
-        # error. An allow entry that can never match only grants nothing: a warning.
-        what = "deny rule" if deny else "entry"
-        suggestion = f"; to mean that, write {problem.suggestion}" if problem.suggestion else ""
-        diagnostics.append(
-            Diagnostic(
-                "error" if deny else "warning",
-                "never_matches",
-                f"{raw}: this {what} can never match a call: {problem.reason}{suggestion}",
-                key=raw,
-                **where,
-            )
-        )
-    return pattern
+    """The entry's pattern, or None when it is no pattern or can never match a call (an error
+    added to `diagnostics`, at `where`)."""
+    checked = check_entry(raw, tools, deny=deny)
+    problem = checked.problem
+    if problem is None:
+        return checked.pattern
+    what = "deny rule" if deny else "entry"
+    diagnostics.append(
+        Diagnostic("error", problem.code, problem.describe(raw, what), key=raw, **where)
+    )
+    return None
 
 
 def only_protected(pattern: KeyPattern) -> bool:

@@ -125,6 +125,13 @@ class ProjectConfig:
         return not any(d.severity == "error" for d in self.diagnostics)
 
     @property
+    def ignored(self) -> frozenset[str]:
+        """The project file's allowlist entries ignored because it is not trusted."""
+        if self.trust.obeyed:
+            return frozenset()
+        return frozenset(w.key for w in self.trust.widenings if w.section == "allowlist")
+
+    @property
     def unreadable_reason(self) -> str | None:
         """Why every call that needs permission is refused, or None when the rules are known."""
         return unreadable_reason(self.root / PROJECT_FILE, self.unreadable)
@@ -158,8 +165,10 @@ def load_project(
     run_capability). `trusted` overrides the trust record (None: read it); `user_file`, the
     user file's place (None: `$XDG_CONFIG_HOME/codecoder/config.json`)."""
     user = load_user_file(user_file or user_file_path())
-    pf = load_project_file(root / PROJECT_FILE)
-    record = trust.read_record(root)
+    # The file and the record meant for it, even while another process grants or revokes.
+    pf, record = trust.read_with_file(
+        root, lambda: load_project_file(root / PROJECT_FILE), lambda pf: pf.digest
+    )
     base = LayerBelow.of(user)
     view, found = untrusted_view(pf, root, base, record.approved)
     if not found:
@@ -173,23 +182,22 @@ def load_project(
         capabilities = (
             load_capabilities(root, taken=tools) if RUN_CAPABILITY in tools else CapabilitySet()
         )
+    void: list[Diagnostic] = []
     if state is TrustState.UNTRUSTED:
         pf_in_effect = view
-        for widening in found:
-            diagnostics.append(
-                Diagnostic(
-                    "warning",
-                    "untrusted",
-                    f"{widening.what}: ignored, because this codecoder.json is not trusted "
-                    "(review it with `codecoder trust`)",
-                    key=widening.key,
-                    line=widening.line,
-                    column=widening.column,
-                )
-            )
+        # An entry that can never match is an error whatever the trust: said as it would be
+        # were the file trusted, and not again as a widening that waits for trust.
+        as_if_trusted = _layered(root, tools, capabilities, user, pf, []).diagnostics
+        void = _never_matching(as_if_trusted, {entry.pattern for entry in pf.allowlist})
+        waiting = [w for w in found if not any(d.key == w.key for d in void)]
+        diagnostics += _untrusted(waiting, record)
     else:
         pf_in_effect = pf
     config = _layered(root, tools, capabilities, user, pf_in_effect, diagnostics)
+    if void:
+        config.diagnostics = tuple(
+            sorted((*config.diagnostics, *void), key=lambda d: (d.file or "", d.line or 0))
+        )
     config.file = pf
     config.credentials, config.diagnostics = _credentials(user, pf, config.diagnostics)
     config.user_file = user if user.exists else None
@@ -205,6 +213,42 @@ def load_project(
         state, pf.digest, tuple(sorted(found, key=lambda w: (w.line or 0, w.column or 0)))
     )
     return config
+
+
+def _untrusted(widenings: list[Widening], record: trust.TrustRecord) -> list[Diagnostic]:
+    """What a file nobody trusted as it is now says of its widenings: each new one, and once
+    (not one line each) those the human trusted before an edit widened something new, which
+    wait for trust again with the rest."""
+    before = [w for w in widenings if record.covers([w.setting])]
+    new = [w for w in widenings if w not in before]
+    since = " (new since you trusted this file)" if before else ""
+    said = [
+        Diagnostic(
+            "warning",
+            "untrusted",
+            f"{w.what}{since}: ignored, because this codecoder.json is not trusted (review it "
+            "with `codecoder trust`)",
+            key=w.key,
+            line=w.line,
+            column=w.column,
+        )
+        for w in new
+    ]
+    if before:
+        shown = "; ".join((f"line {w.line}: " if w.line else "") + w.what for w in new[:3]) + (
+            "; …" if len(new) > 3 else ""
+        )
+        said.append(
+            Diagnostic(
+                "warning",
+                "untrusted_edit",
+                f"this codecoder.json changed since you trusted it: it now widens what you have "
+                f"not trusted ({shown}), so until you trust it again (`codecoder trust`), the "
+                f"{len(before)} widening(s) you trusted before are ignored too; an edit that "
+                "only narrows keeps the trust",
+            )
+        )
+    return said
 
 
 def _credentials(
@@ -240,7 +284,7 @@ _NEVER: dict[str, frozenset[str]] = {
     "allowlist": frozenset(
         {
             *("ceiling_violation", "unknown_tool", "invalid_pattern", "never_matches"),
-            *("matches_nothing", "protected_path", "digest_not_approved"),
+            *("matches_nothing", "unknown_program", "protected_path", "digest_not_approved"),
             *("capability_not_pinned", "capability_wildcard", "unknown_capability"),
         }
     ),
@@ -248,6 +292,20 @@ _NEVER: dict[str, frozenset[str]] = {
     "read_roots": frozenset({"read_root_forbidden", "read_root_missing"}),
     "docker": frozenset({"invalid_docker_settings"}),
 }
+
+
+# What `permissions.entries` says of an entry that can never match a call.
+_UNMATCHABLE = frozenset(
+    {"invalid_pattern", "unknown_tool", "matches_nothing", "never_matches", "unknown_program"}
+)
+
+
+def _never_matching(diagnostics: Sequence[Diagnostic], entries: set[str]) -> list[Diagnostic]:
+    """What `diagnostics` say of the project file's allowlist `entries` that can never match
+    a call (its deny rules are checked whatever the trust)."""
+    return [
+        d for d in diagnostics if d.file is None and d.code in _UNMATCHABLE and d.key in entries
+    ]
 
 
 def _marked(widening: Widening, diagnostics: Sequence[Diagnostic]) -> Widening:
@@ -327,6 +385,7 @@ def _layered(
     granted = {entry.pattern for entry in pf.allowlist if entry.grants}
     for entry in pf.allowlist:
         where = {"line": entry.line, "column": entry.column}
+        before = len(diagnostics)
         pattern = checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
         if pattern is None or not entry.grants:
             continue
@@ -383,7 +442,9 @@ def _layered(
             continue
         # Kept even when it violates the ceiling: the engine reports it at every lookup it meets.
         grants.append(Grant(pattern, entry.line, entry.column, entry.digest))
-        rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
+        # A rule in effect only if it grants something (`codecoder check` lists the rules).
+        if not any(d.code in _NEVER["allowlist"] for d in diagnostics[before:]):
+            rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
 
     grants += _user_grants(user, tools, environment_of, diagnostics, rules)
 

@@ -39,12 +39,13 @@ import dataclasses
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from codecoder.config.jsonsource import Parts, SourceIndex, json_pointer, value_after_key
@@ -63,7 +64,9 @@ from codecoder.config.projectfile import (
 from codecoder.config.schema import COMMENT_PREFIX, ProjectFileModel, pattern_problem
 from codecoder.foundation.ceiling import Scope
 from codecoder.foundation.display import quoted as _quote
+from codecoder.foundation.regularfile import DEFAULT_LIMIT, read_regular_file
 from codecoder.foundation.state import config_directory
+from codecoder.permissions.spellings import did_you_mean
 
 __all__ = [
     "ParsedText",
@@ -76,10 +79,14 @@ __all__ = [
 ]
 
 
+# A codecoder.json of 10,000 grants is about 500 KB; what is larger is not a file a person wrote.
+PROJECT_FILE_LIMIT = DEFAULT_LIMIT
+
+
 def load_project_file(path: Path) -> ProjectFile:
     """Read codecoder.json at `path`; problems with its content are reported, never raised."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, limit=PROJECT_FILE_LIMIT)
     except FileNotFoundError:
         return ProjectFile(path=path, exists=False, usable=True)
     except OSError as exc:
@@ -357,7 +364,8 @@ def _report_schema_error(result: ParsedText, error: ErrorDetails) -> None:
     position = result.value_position(parts)
     if kind == "extra_forbidden":
         name, parent = parts[-1], parts[:-1]
-        message = f"unknown key {_quote(name)} " + (
+        meant = did_you_mean(str(name), _known_keys(parent))
+        message = f"unknown key {_quote(name)}{meant} " + (
             f"in {_describe(parent)}" if parent else f"at the top level (known: {_TOP_LEVEL_KEYS})"
         )
         position = result.key_position(parts)
@@ -431,6 +439,23 @@ def _subject(document: Any, parts: Parts) -> str | None:
 _NAME = re.compile(r"[$A-Za-z_][A-Za-z0-9_]*")
 
 
+def _known_keys(parent: Parts) -> list[str]:
+    """The keys the object at `parent` may hold (`limits` at the top level; `memory` in
+    `docker`), as the file spells them; none where the user chooses the keys."""
+    model: Any = ProjectFileModel
+    for part in parent:
+        fields = getattr(model, "model_fields", None)
+        field = fields.get(part) if isinstance(part, str) and fields else None
+        if field is None:
+            return []
+        candidates = [field.annotation, *typing.get_args(field.annotation)]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    fields = getattr(model, "model_fields", None) or {}
+    return [info.alias or name for name, info in fields.items()]
+
+
 def _describe(parts: Parts) -> str:
     """`allowlist["write_file:tests/**"]`, `limits.timeout`, `deny[2]`: a place, in words."""
     if not parts:
@@ -448,4 +473,6 @@ def _describe(parts: Parts) -> str:
 
 def os_reason(exc: OSError) -> str:
     """An OSError in words, for a message: `permission denied`."""
-    return exc.strerror.lower() if exc.strerror else str(exc)
+    if not exc.strerror:
+        return str(exc)
+    return exc.strerror[:1].lower() + exc.strerror[1:]

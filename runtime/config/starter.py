@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
+from codecoder.foundation.regularfile import read_regular_file
 
 __all__ = ["Placement", "Project", "detect", "starter_text"]
 
@@ -163,9 +164,13 @@ def _java(project: Path) -> Project | None:
     return None
 
 
+# What `init` reads to recognise a project (package.json, pyproject.toml, ...).
+_READ_LIMIT = 4 * 1024 * 1024
+
+
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_regular_file(path, limit=_READ_LIMIT).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

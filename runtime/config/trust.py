@@ -22,7 +22,7 @@ The record, `<state>/projects/<id>/trust.json`:
 
 A record without `settings` (written before they were kept) trusts its digest only.
 
-The runtime's own writes keep what they find (`after_write`, called by `runtime.config.writing`
+The runtime's own writes keep what they find (`record_after`, asked by `runtime.config.writing`
 under the same file lock as the write):
 
 * a file the runtime creates from nothing is trusted: nothing in it came from anywhere else;
@@ -30,35 +30,66 @@ under the same file lock as the write):
   digest and the grant's setting, so the file stays trusted;
 * a grant written to an untrusted file is recorded in `approved`: that one entry was approved
   by the human at the prompt and is obeyed, while the file's other widenings stay ignored.
+
+One change, two files. A grant changes codecoder.json and this record, and no rename changes two
+files at once. So while the runtime writes, the record names both states (`begin`): beside the
+record for the file as it is, `pending` holds the record for the file about to be written, with
+that file's digest. A reader pairs the file it read with the record meant for exactly those
+bytes (`read_record(project, file_digest)`), so a process killed between the two renames leaves
+a file that is trusted as it was meant to be, old or new, never "untrusted". The next writer,
+or the first reader that finds the lock free, settles it (`settle`): the pending record becomes
+the record if the file holds exactly the bytes it was written for, and is dropped otherwise.
+Recovery trusts nothing the human did not: it applies only to the very bytes the runtime wrote
+for a grant the human gave; a hand edit changes the digest and matches neither (the record
+for the file as it was applies, as after any edit).
+
+A reader also never pairs a file with a record written after it (`read_with_file`): it reads
+the record, the file, the record again, and reads again if the record changed meanwhile (each
+record written carries a fresh `version`, so no two are the same bytes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import enum
+import fcntl
 import hashlib
 import json
-from collections.abc import Iterable
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from codecoder.foundation.atomicfile import replace_atomically
 from codecoder.foundation.errors import ConfigError
-from codecoder.foundation.state import project_state_directory
+from codecoder.foundation.regularfile import read_regular_file
+from codecoder.foundation.state import project_state_directory, workspace_directory
 
 __all__ = [
     "Setting",
     "TrustRecord",
     "TrustState",
-    "after_write",
+    "begin",
+    "commit",
     "digest_of",
     "forget",
+    "lock_path",
     "read_record",
+    "read_with_file",
+    "record_after",
     "record_trust",
+    "settle",
 ]
 
 RECORD = "trust.json"
+PROJECT_FILE = "codecoder.json"
+# How often a reader reads again when a writer changed the record while it read the file.
+_READ_ATTEMPTS = 50
+_T = TypeVar("_T")
 
 
 class TrustState(enum.StrEnum):
@@ -129,15 +160,85 @@ def record_path(project: Path) -> Path:
     return project_state_directory(project) / RECORD
 
 
-def read_record(project: Path) -> TrustRecord:
-    """The project's record; an empty one when there is none or it cannot be read (which
-    trusts nothing: the runtime fails closed, and `codecoder trust` writes a new one)."""
+def lock_path(project: Path) -> Path:
+    """The lock every change to the project's codecoder.json, and to its trust, is made under
+    (`runtime.config.writing.exclusive_lock_of`): in `.codecoder/`, never replaced."""
+    return workspace_directory(project) / f"{PROJECT_FILE}.lock"
+
+
+def read_record(project: Path, file_digest: str | None = None) -> TrustRecord:
+    """The record meant for the project file whose digest is `file_digest` (None: the file as
+    the record stands, without a write in flight); an empty record when there is none or it
+    cannot be read (which trusts nothing: the runtime fails closed, and `codecoder trust`
+    writes a new one)."""
+    return _parse(_record_bytes(project), file_digest)
+
+
+def read_with_file(
+    project: Path, read: Callable[[], _T], digest: Callable[[_T], str | None]
+) -> tuple[_T, TrustRecord]:
+    """The project file as `read` gives it, and the record meant for it (`digest` says the
+    file's): never a record a writer wrote after the file was read, nor before the file it
+    read (see the module docstring). A write in flight that nobody finishes (its writer was
+    killed) is settled here when no writer holds the lock."""
+    before = _record_bytes(project)
+    value, after = read(), _record_bytes(project)
+    for attempt in range(_READ_ATTEMPTS):
+        if after == before:
+            break
+        # A writer changed the record while the file was read: read both again.
+        time.sleep(0.001 * min(attempt + 1, 10))
+        before = after
+        value, after = read(), _record_bytes(project)
+    document = _document(after)
+    file_digest = digest(value)
+    if document is not None and "pending" in document:
+        _settle_if_free(project)
+    return value, _record_of(document, file_digest)
+
+
+def _record_bytes(project: Path) -> bytes | None:
     try:
-        document = json.loads(record_path(project).read_bytes())
-    except (OSError, ValueError):
+        return read_regular_file(record_path(project), limit=_RECORD_LIMIT)
+    except (OSError, ConfigError):
+        return None
+
+
+# A record holds what the human was shown of one file: far less than this.
+_RECORD_LIMIT = 16 * 1024 * 1024
+
+
+def _document(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _parse(data: bytes | None, file_digest: str | None) -> TrustRecord:
+    return _record_of(_document(data), file_digest)
+
+
+def _record_of(document: dict[str, Any] | None, file_digest: str | None) -> TrustRecord:
+    """The record in `document` meant for the file with `file_digest`: the pending one for the
+    very bytes a write in flight is putting there, else the record as it stands."""
+    if document is None:
         return TrustRecord()
-    if not isinstance(document, dict):
-        return TrustRecord()
+    pending = document.get("pending")
+    if (
+        file_digest is not None
+        and isinstance(pending, dict)
+        and pending.get("file_sha256") == file_digest
+        and isinstance(pending.get("record"), dict)
+    ):
+        document = pending["record"]
+    return _from_document(document)
+
+
+def _from_document(document: dict[str, Any]) -> TrustRecord:
     sha = document.get("sha256")
     approved = document.get("approved")
     settings = document.get("settings")
@@ -197,7 +298,7 @@ def forget(project: Path) -> bool:
     return True
 
 
-def after_write(
+def record_after(
     project: Path,
     before: bytes | None,
     after: bytes,
@@ -205,10 +306,12 @@ def after_write(
     granted: tuple[str, str | None] | None = None,
     revoked: str | None = None,
     trusted: bool = False,
-) -> None:
-    """Keep the trust the file had across a write the runtime itself made (see the module
-    docstring). Called with the file's bytes before (None: it did not exist) and after;
-    `trusted` when the file before was trusted by meaning (`TrustRecord.covers`)."""
+) -> TrustRecord | None:
+    """The record that keeps the trust the file had across a write the runtime itself makes
+    (see the module docstring), or None when the record stays as it is. Given the file's
+    bytes before (None: it did not exist) and after; `trusted` when the file before was
+    trusted by meaning (`TrustRecord.covers`). Asked under the lock, before the write:
+    `begin`, write the file, `commit`."""
     record = read_record(project)
     if before is None or trusted or record.trusts(digest_of(before)):
         settings = record.settings
@@ -219,39 +322,96 @@ def after_write(
             if granted is not None:
                 kept.append(("allowlist", granted[0], granted[1]))
             settings = tuple(kept)
-        _write(
-            project,
-            TrustRecord(
-                sha256=digest_of(after),
-                trusted_at=record.trusted_at
-                or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                widenings=record.widenings,
-                settings=settings,
-            ),
+        return TrustRecord(
+            sha256=digest_of(after),
+            trusted_at=record.trusted_at
+            or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            widenings=record.widenings,
+            settings=settings,
         )
-        return
     approved = set(record.approved)
     if granted is not None:
         approved.add(granted)
     if revoked is not None:
         approved = {entry for entry in approved if entry[0] != revoked}
-    if approved != set(record.approved):
-        _write(
-            project,
-            TrustRecord(
-                record.sha256,
-                record.trusted_at,
-                record.widenings,
-                frozenset(approved),
-                record.settings,
-            ),
-        )
+    if approved == set(record.approved):
+        return None
+    return TrustRecord(
+        record.sha256, record.trusted_at, record.widenings, frozenset(approved), record.settings
+    )
 
 
-def _write(project: Path, record: TrustRecord) -> None:
+def begin(project: Path, after: bytes, record: TrustRecord) -> None:
+    """Before the file becomes `after`: the record names both states (the one as it stands,
+    and `record` for exactly these bytes). Under the lock."""
+    current = _document(_record_bytes(project))
+    base = _from_document(current) if current is not None else TrustRecord()
+    _write(project, base, pending=(digest_of(after), record), exists=current is not None)
+
+
+def commit(project: Path, record: TrustRecord) -> None:
+    """Once the file is written: `record` alone. Under the lock."""
+    _write(project, record)
+
+
+def settle(project: Path, file_digest: str | None) -> None:
+    """Finish what a writer killed between `begin` and `commit` left: the pending record if the
+    file (its digest `file_digest`, None if missing) holds exactly the bytes it was written
+    for, else the record as it stood. Under the lock."""
+    document = _document(_record_bytes(project))
+    if document is None or "pending" not in document:
+        return
+    settled = _record_of(document, file_digest)
+    if document.get("sha256", ...) is ... and settled == TrustRecord():
+        # There was no record before the write began, and it did not happen: none now.
+        with contextlib.suppress(OSError):
+            record_path(project).unlink()
+        return
+    _write(project, settled)
+
+
+def _settle_if_free(project: Path) -> None:
+    """`settle`, if no writer holds the lock now (one that does settles it itself)."""
+    try:
+        descriptor = os.open(lock_path(project), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            data: bytes | None = read_regular_file(project / PROJECT_FILE, limit=None)
+        except FileNotFoundError:
+            data = None
+        settle(project, None if data is None else digest_of(data))
+    except (OSError, ConfigError):
+        pass  # a reader only tidies up; the next writer settles it anyway
+    finally:
+        os.close(descriptor)
+
+
+def _write(
+    project: Path,
+    record: TrustRecord,
+    *,
+    pending: tuple[str, TrustRecord] | None = None,
+    exists: bool = True,
+) -> None:
     path = record_path(project)
-    document: dict[str, Any] = {
-        "file": str(project / "codecoder.json"),
+    document: dict[str, Any] = _to_document(record) if exists else {}
+    document = {"file": str(project / PROJECT_FILE), **document}
+    if pending is not None:
+        document["pending"] = {"file_sha256": pending[0], "record": _to_document(pending[1])}
+    # Every record written is new bytes, so a reader can tell it changed (`read_with_file`).
+    document["version"] = secrets.token_hex(8)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        replace_atomically(path, (json.dumps(document, indent=2) + "\n").encode(), 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot record trust in {path}: {exc.strerror or exc}", path) from exc
+
+
+def _to_document(record: TrustRecord) -> dict[str, Any]:
+    return {
         "sha256": record.sha256,
         "trusted_at": record.trusted_at,
         "widenings": list(record.widenings),
@@ -269,8 +429,3 @@ def _write(project: Path, record: TrustRecord) -> None:
             {"pattern": pattern, "digest": digest} for pattern, digest in sorted(record.approved)
         ],
     }
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        replace_atomically(path, (json.dumps(document, indent=2) + "\n").encode(), 0o600)
-    except OSError as exc:
-        raise ConfigError(f"cannot record trust in {path}: {exc.strerror or exc}", path) from exc

@@ -6,8 +6,12 @@ disk, so grants made at the same time by other processes are merged and never lo
 errors is never written (`ConfigError` says where it is broken). The new text goes to a temporary
 file in the same directory, is fsynced, renamed over the old one and the directory fsynced, so a
 crash at any moment leaves either the old file or the new one. Under the same lock the trust
-record is kept as it was (`runtime.config.trust.after_write`): a write by the runtime never makes
-an untrusted file trusted, nor a trusted one untrusted.
+record is kept as it was (`runtime.config.trust.record_after`): a write by the runtime never
+makes an untrusted file trusted, nor a trusted one untrusted. The file and its record are one
+change: the record names the new file's digest before the file is renamed into place
+(`trust.begin`), and only the new one after (`trust.commit`), so a writer killed between the two
+renames leaves a state the next reader takes as meant (`trust.settle`), never one the user has to
+repair.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from codecoder.config.untrusted import covered_by_trust
 from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
 from codecoder.foundation.display import quoted as _quote
 from codecoder.foundation.errors import ConfigError
-from codecoder.foundation.state import workspace_directory
+from codecoder.foundation.regularfile import open_regular
 
 __all__ = ["add_allow_entry", "add_user_allow_entry", "exclusive_lock_of", "remove_allow_entry"]
 
@@ -112,23 +116,37 @@ def _update(
     keep_trust: bool = True,
 ) -> None:
     """Apply `change` to the document on disk under the lock; write if it says it changed, and
-    keep the file's trust as it was (`runtime.config.trust.after_write`) under the same lock
-    (a project file's: `keep_trust`)."""
+    keep the file's trust as it was (`runtime.config.trust.record_after`) under the same lock,
+    as one change with the file (see the module docstring); a project file's only
+    (`keep_trust`: the user's own file has no trust record)."""
     try:
         with exclusive_lock_of(path):
             _remove_stale_temporaries(path)
             document, mode, before = _read_for_update(path)
+            root = path.parent.resolve()
+            if keep_trust:
+                # What a writer killed mid-way left is settled before anything else is read.
+                trust.settle(root, None if before is None else trust.digest_of(before))
             if change(document):
-                root = path.parent.resolve()
                 trusted = (
                     keep_trust and before is not None and _trusted_by_meaning(root, path, before)
                 )
                 after = _serialize(document)
-                replace_atomically(path, after, mode)
-                if keep_trust:
-                    trust.after_write(
+                record = (
+                    trust.record_after(
                         root, before, after, granted=granted, revoked=revoked, trusted=trusted
                     )
+                    if keep_trust
+                    else None
+                )
+                if record is not None:
+                    trust.begin(root, after, record)
+                replace_atomically(path, after, mode)
+                if record is not None:
+                    # The change is made: the record names the new file already (`begin`).
+                    # Saying so alone can wait for the next writer or reader (`trust.settle`).
+                    with contextlib.suppress(ConfigError):
+                        trust.commit(root, record)
     except OSError as exc:
         raise ConfigError(f"cannot update {path.name}: {os_reason(exc)}", path) from exc
 
@@ -146,18 +164,19 @@ def _trusted_by_meaning(root: Path, path: Path, data: bytes) -> bool:
 
 def exclusive_lock_of(path: Path) -> contextlib.AbstractContextManager[None]:
     """The lock every change to the project file at `path` (and to its trust) is made under."""
-    return exclusive_lock(workspace_directory(path.parent) / f"{path.name}.lock")
+    return exclusive_lock(trust.lock_path(path.parent))
 
 
 def _read_for_update(path: Path) -> tuple[dict[str, Any], int | None, bytes | None]:
     """The document on disk, its permission bits and bytes; None for a file that does not
     exist."""
     try:
-        with path.open("rb") as file:
-            mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
-            data = file.read()
+        descriptor = open_regular(path)
     except FileNotFoundError:
         return {}, None, None
+    with os.fdopen(descriptor, "rb") as file:
+        mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
+        data = file.read()
     text = decode_text(path, data)
     parse = parse_text(text) if isinstance(text, str) else ParsedText(diagnostics=[text])
     if errors := parse.errors():

@@ -26,6 +26,24 @@ class Source(enum.StrEnum):
     READ_ONLY = "read-only"  # a read-only command, run confined read-only: nothing to ask
 
 
+class Decider(enum.StrEnum):
+    """Who or what decided a call (SPEC §7), as the audit log records it.
+
+    Only PERSON and GIVEN are answers: a refusal nobody gave is never recorded as one.
+    """
+
+    PERSON = "person"  # a person answered the question (a terminal, MCP elicitation, a host's)
+    GIVEN = "given-answer"  # an answer given before the question: `--answer`, a replay line
+    RULE = "rule"  # a standing rule: a deny rule, a grant, the read-only table, no permission
+    NON_INTERACTIVE = "non-interactive"  # nobody could be asked: the non-interactive policy
+    CANCELLED = "cancelled"  # the question was put and ended without an answer
+    TIMEOUT = "timeout"  # the question's time ran out before an answer came
+
+    @property
+    def answered(self) -> bool:
+        return self in (Decider.PERSON, Decider.GIVEN)
+
+
 class Answer(enum.StrEnum):
     """The human's choices at the prompt.
 
@@ -158,6 +176,8 @@ class Decision:
     # Set when the human chose to run the call on the host instead of the sandbox it is bound
     # to (an escalation): the sandbox it would have run in. `environment` is then @shell.
     escalated_from: EnvironmentTag | None = None
+    # Who or what decided (None: not said; the audit log then says it from `source`).
+    decided_by: Decider | None = None
 
     @property
     def grant(self) -> str | None:
@@ -184,4 +204,6 @@ class Decision:
         }
         if self.escalated_from is not None:
             shown["escalated_from"] = self.escalated_from.value
+        if self.decided_by is not None:
+            shown["decided_by"] = self.decided_by.value
         return shown

@@ -11,7 +11,9 @@ leak.
     ├── PermissionDenied            the call was refused; no tool code ran
     │   ├── DeniedByRule            a deny rule of codecoder.json matched
     │   │   └── RulesUnreadable     codecoder.json or the user's file is broken: it fails closed
-    │   ├── DeniedByUser            the human answered Deny, or nobody could be asked
+    │   ├── DeniedByUser            the human answered Deny
+    │   │   └── Unanswered          nobody answered: no one could be asked (non-interactive),
+    │   │                           or the question was cancelled or timed out
     │   └── CeilingViolation        a grant above the environment's ceiling was refused
     ├── ConfigError                 codecoder.json cannot be used (carries file, line, column)
     └── ToolError                   the tool ran, or tried to, and failed
@@ -20,6 +22,7 @@ leak.
         ├── OutOfMemory             killed at its memory limit
         ├── OutOfFuel               a Wasm module ran out of fuel
         ├── SandboxUnavailable      the environment it is bound to cannot be reached
+        ├── AuditUnavailable        its audit record cannot be written: it does not run
         └── Cancelled               the caller cancelled the call; what it started was stopped
 """
 
@@ -80,7 +83,13 @@ class RulesUnreadable(DeniedByRule):
 
 
 class DeniedByUser(PermissionDenied):
-    """The human answered Deny, or the runtime is non-interactive and nothing granted the key."""
+    """The human answered Deny (and, as its subclass Unanswered, nobody did)."""
+
+
+class Unanswered(DeniedByUser):
+    """Refused with no answer: nobody could be asked (the non-interactive policy), or the
+    question was cancelled or timed out; its decision's `decided_by` says which. A
+    DeniedByUser so that code catching refusals of the question catches it too."""
 
 
 class CeilingViolation(PermissionDenied):
@@ -146,6 +155,11 @@ class OutOfFuel(ToolError):
 
 class SandboxUnavailable(ToolError):
     """The environment the tool is bound to cannot be reached; the message says what to do."""
+
+
+class AuditUnavailable(ToolError):
+    """The call's audit record cannot be written (a full disk, a log that is not a file): a
+    call that cannot be audited does not run."""
 
 
 class Cancelled(ToolError):

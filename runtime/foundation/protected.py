@@ -11,11 +11,14 @@ itself trust, or plant a program the host runs.
 The agents' own settings (`AGENT_SETTINGS`: `.claude/`, `.gemini/`, `.codex/`, `.mcp.json`,
 `.vscode/`) are protected paths too: one write there (a hook removed, a tool allowed, a task
 that runs when the folder is opened) takes codecoder out of the loop of the agent that reads
-them. For writes and commands they are protected at every depth, since an agent reads them
-where it is started, and agents are started in subdirectories (a package of a monorepo); as
-entries no sandbox may create, only at the top, like `codecoder.json`: dependencies ship
-their own (`node_modules/*/.vscode`), and what a sandbox installs must not be quarantined for
-that.
+them. They are protected at every depth, for the write tools, for commands and in every
+sandbox (existing ones are kept read-only), since an agent reads them where it is started, and
+agents are started in subdirectories (a package of a monorepo); but not beneath a
+`node_modules` directory, where dependencies ship their own (`node_modules/*/.vscode`), no
+agent is started, and `rm -rf node_modules` must work. As entries no sandbox may create, only
+at the top, like `codecoder.json` (`is_protected_entry`): a generator's new package
+(`npm create vite app` makes `app/.vscode/`) is ordinary work; the next call finds it and
+keeps it read-only. docs/decisions/protected-paths.md says why.
 
 This module is the one definition of them, used by the keys of the write tools, by the command
 keyer, and by the sandboxes (docker mounts, wasm preopens, the checks of what a sandbox left
@@ -24,6 +27,8 @@ behind):
 * `is_protected_path(relpath)`: a workspace-relative path is protected, or lies under one;
 * `is_protected_entry(relpath)`: the entry at a path is itself protected (what no sandbox may
   create);
+* `is_protected_root(relpath)`: the entry at a path is where a protected path begins (its
+  parent is not protected): what a sandbox keeps read-only as a whole, at every depth;
 * `is_git_name(component)`: one path component is a name git treats as `.git`/`.gitmodules`;
 * `mentions_protected_path(text)`: free text (a command line) names one;
 * `mentions_runtime_directory(text)`: free text names the runtime's state directory or the
@@ -47,6 +52,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Final
 
 from codecoder.foundation.state import config_directory, state_directory
 
@@ -58,6 +64,7 @@ __all__ = [
     "is_git_name",
     "is_protected_entry",
     "is_protected_path",
+    "is_protected_root",
     "mentions_protected_path",
     "mentions_runtime_directory",
     "reaches_protected",
@@ -98,13 +105,35 @@ def is_git_name(component: str) -> bool:
     return name in GIT_NAMES or _SHORT_NAME.fullmatch(name) is not None
 
 
+# Where dependencies are installed with the settings they ship: agents' settings there are not
+# the project's.
+_DEPENDENCIES: Final = "node_modules"
+
+
+def _is_agent_settings(parts: list[str], index: int) -> bool:
+    """Whether `parts[index]` names an agent's settings of the project (not of a dependency)."""
+    return _normalized(parts[index]) in AGENT_SETTINGS and not any(
+        _normalized(p) == _DEPENDENCIES for p in parts[:index]
+    )
+
+
 def is_protected_path(relpath: str) -> bool:
     """Whether a canonical workspace-relative POSIX path is a protected path or lies under one
-    (an agent's settings at any depth among them)."""
+    (an agent's settings at any depth among them, but beneath node_modules)."""
     parts = relpath.split("/")
     return _normalized(parts[0]) in TOP_LEVEL_NAMES or any(
-        is_git_name(p) or _normalized(p) in AGENT_SETTINGS for p in parts
+        is_git_name(p) or _is_agent_settings(parts, i) for i, p in enumerate(parts)
     )
+
+
+def is_protected_root(relpath: str) -> bool:
+    """Whether the entry at a canonical workspace-relative path is where a protected path begins:
+    protected itself, its parent not (`.git`, `pkg/.claude`, `codecoder.json`; not
+    `.git/hooks`)."""
+    parts = relpath.split("/")
+    if len(parts) == 1:
+        return is_protected_path(relpath)
+    return is_protected_path(relpath) and not is_protected_path("/".join(parts[:-1]))
 
 
 def is_protected_entry(relpath: str) -> bool:
@@ -175,19 +204,23 @@ def mentions_runtime_directory(text: str) -> bool:
     return any(directory in text for directory in runtime_directories())
 
 
-def reaches_protected(words: Iterable[str], workspace: Path) -> str | None:
+def reaches_protected(
+    words: Iterable[str], workspace: Path, directory: Path | None = None
+) -> str | None:
     """The first of `words` (a host command's arguments, with option values after `=` or a
     short option's letter) that names, once every symlink in it is followed, a protected path
     of `workspace` or a place in a runtime directory; None if none does. Said as
-    `WORD (leads to WHERE)` for the prompt.
+    `WORD (leads to WHERE)` for the prompt. Relative words lead from `directory`, where the
+    command runs (the workspace itself by default).
 
     Only words whose first component exists are followed (what does not exist cannot be a
     link), so a command costs about one lstat per word.
     """
     root = str(workspace)
+    base = str(directory) if directory is not None else root
     for word in words:
         for text in _path_candidates(word):
-            where = _protected_target(text, root)
+            where = _protected_target(text, root, base)
             if where is not None:
                 return f"{text} (leads to {where})"
     return None
@@ -203,13 +236,13 @@ def _path_candidates(word: str) -> Iterator[str]:
         yield word[2:]  # `-oFILE`
 
 
-def _protected_target(text: str, root: str) -> str | None:
+def _protected_target(text: str, root: str, base: str) -> str | None:
     if not text or "\x00" in text:
         return None
     if text.startswith("~"):
         text = os.path.expanduser(text)  # a compound command's words: bash expands these
-    path = text if text.startswith("/") else f"{root}/{text}"
-    if not text.startswith("/") and not os.path.lexists(f"{root}/{text.split('/', 1)[0]}"):
+    path = text if text.startswith("/") else f"{base}/{text}"
+    if not text.startswith("/") and not os.path.lexists(f"{base}/{text.split('/', 1)[0]}"):
         return None
     real = os.path.realpath(path)
     if real == root or real.startswith(root + "/"):

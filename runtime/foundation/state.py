@@ -20,6 +20,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from codecoder.foundation.regularfile import read_regular_file
+
 __all__ = [
     "config_directory",
     "overlapping_directory",
@@ -90,7 +92,7 @@ def workspace_directory(project: Path) -> Path:
     directory.mkdir(exist_ok=True)
     ignore = directory / ".gitignore"
     try:
-        current: str | None = ignore.read_text()
+        current: str | None = read_regular_file(ignore, limit=64 * 1024).decode(errors="replace")
     except FileNotFoundError:
         current = None
     except OSError:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from codecoder.foundation.regularfile import read_regular_file
 from codecoder.permissions.commandkey import key_command
 
 __all__ = ["UserGrant", "user_grant"]
@@ -145,7 +146,7 @@ _POLICY_KEYS_READ = {"toolName", "commandPrefix", "decision", "priority"}
 
 def _policy_rules(path: Path) -> list[_Rule]:
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(read_regular_file(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return []
     rules: list[_Rule] = []
@@ -206,7 +207,7 @@ def _split(text: str) -> tuple[str, ...]:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

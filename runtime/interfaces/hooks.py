@@ -1,7 +1,9 @@
 """codecoder as the permission engine of another agent: hooks for Claude Code and Gemini CLI.
 
-    codecoder hook claude-code [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
-    codecoder hook gemini      [--project DIR] [--allow KEY ...] [--sandbox bwrap|docker]
+    codecoder hook claude-code|gemini [--project DIR] [--allow KEY ...] [--non-interactive]
+                                      [--sandbox bwrap|docker | --host-shell]
+
+(`codecoder hook install AGENT`, `interfaces.hookinstall`, writes it into the agent's settings.)
 
 The host runs the hook before each tool call with a JSON event on stdin, and reads the answer
 from stdout in its own format:
@@ -26,10 +28,16 @@ LS, WebFetch, WebSearch), and that call is evaluated by the same engine as every
 (`runtime.evaluation`): deny rules, protected paths (the agents' own settings among them),
 project grants with their ceilings, session grants. A fetch is judged as the web tools judge
 theirs, every URL of it: the web policy, and loopback, private, link-local and metadata
-addresses refused unless the policy names them. A path outside the workspace, a tool codecoder
-does not know, or input it cannot read is never allowed: it is asked. Tools of codecoder's own
-MCP server are allowed here, because the server asks for them itself; a name that could as well
-be another server's is not taken for one of them.
+addresses refused unless the policy names them. What codecoder refuses is denied, with its
+reason: a path outside the workspace and its read roots, a glob reaching out, arguments its
+tools reject. A tool codecoder does not know is never allowed: it is asked.
+
+Audited. Every verdict is recorded in the project's audit log, with who or what decided
+(`interfaces.hookaudit`), and so is a call the host's person approved at its prompt when the
+host reports that it ran; a command rewritten into `codecoder exec` is recorded there instead.
+
+Tools of codecoder's own MCP server are allowed here, because the server asks for them itself;
+a name that could as well be another server's is not taken for one of them.
 
 Session grants. The host's prompt is the one the human answers. When the hook answered `ask`
 and the tool then ran (the host reports it after the call: PostToolUse / AfterTool), the human
@@ -49,22 +57,25 @@ commands are codecoder's alone to decide.
 Refusals are seen. A denied call's reason goes to the model (the host's reason field) and to the
 person, in the host's transcript (`systemMessage`).
 
-Without `--sandbox`, the host's shell commands run on the host, unconfined, whatever contains
-codecoder's own run_command: they are judged as run_command bound to @shell (a project grant
-for a contained command never lets the host run it).
+Where the host's shell commands run. By default they are contained (`--sandbox bwrap`, below);
+`--host-shell` leaves them on the host, unconfined: they are then judged as run_command bound
+to @shell (a project grant for a contained command never lets the host run it).
 
 `--sandbox docker` runs the host's shell commands in codecoder's sandbox instead of the host:
 the command is evaluated as `run_container` (so a project grant for it holds, the container
 being within the AlwaysThisProject ceiling) and rewritten, through the host's input-rewriting
-field, into `codecoder exec --project DIR --hook HOST:SESSION [--approved TOKEN] -- COMMAND`.
-`codecoder exec` decides again through the same chain before anything runs; a question the host
-asked is passed as a one-time token bound to the key that was asked, kept in the state
-directory, never in the command's reach otherwise.
+field, into `CODECODER exec --project=DIR --hook=HOST:SESSION [--approved=TOKEN] -- COMMAND`
+(CODECODER the absolute path of this codecoder: `interfaces.installation`; every value joined
+to its option and the command after `--`, so none is ever read as an option). `codecoder exec`
+decides again through the same chain before anything runs; a question the host asked is passed
+as a one-time token bound to the key that was asked, kept in the state directory, never in the
+command's reach otherwise. The reason of a question names the command first: the host shows
+the rewritten input, wrapper first.
 
-`--sandbox bwrap` does the same with codecoder's contained environment: shell commands are
-evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec --sandbox bwrap
-…`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed with no
-question and runs with the file system read-only; a project grant for a contained command
+`--sandbox bwrap` (the default) does the same with codecoder's contained environment: shell
+commands are evaluated as `run_command` bound to @bwrap and rewritten into `codecoder exec
+--sandbox=bwrap …`. A read-only command (`ls`, `git status`, `grep -rn x . | wc -l`) is allowed
+with no question and runs with the file system read-only; a project grant for a contained command
 holds. A command that would fail contained (`git push`, `gh …`) is asked as an escalation: the
 host's question says that approving runs it on the host, unconfined, for the rest of the host's
 session (a session grant bound to @shell, recorded when the host reports that it ran), and
@@ -91,8 +102,11 @@ from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer
 from codecoder.foundation.display import visible, visible_lines
 from codecoder.foundation.errors import CodecoderError, UsageError
+from codecoder.foundation.regularfile import STATE_FILE_LIMIT, read_regular_file
 from codecoder.foundation.state import project_state_directory
-from codecoder.interfaces.hostcalls import Mapped, Sandbox, map_call
+from codecoder.interfaces.hookaudit import Judged, audit_ran, audit_verdict
+from codecoder.interfaces.hostcalls import HOST_INTERNAL, Mapped, Sandbox, map_call
+from codecoder.interfaces.installation import codecoder_command
 
 if TYPE_CHECKING:
     from codecoder.evaluation import Evaluation
@@ -137,7 +151,7 @@ class HookSessions:
 
     def _read(self, session_id: str) -> dict[str, Any]:
         try:
-            data = json.loads(self.path(session_id).read_text(encoding="utf-8"))
+            data = json.loads(read_regular_file(self.path(session_id), limit=STATE_FILE_LIMIT))
         except (OSError, ValueError):
             return {"grants": [], "pending": {}}
         if not isinstance(data, dict) or data.get("session") != session_id:
@@ -259,7 +273,7 @@ class HookSessions:
         found: list[tuple[str, dict[str, Any]]] = []
         for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else ():
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = json.loads(read_regular_file(path, limit=STATE_FILE_LIMIT))
             except (OSError, ValueError):
                 continue
             if not isinstance(data, dict) or data.get("host") != self.host:
@@ -336,9 +350,13 @@ class HookOptions:
     # (`runtime.config.discovery`); a project given here overrides it.
     project: Path | None
     allow: Sequence[str] = ()
-    sandbox: Sandbox | None = None
+    # Where the host's own shell commands run: codecoder's sandbox unless the user asked for
+    # the host (None: `--host-shell`), where they are judged as run_command on @shell.
+    sandbox: Sandbox | None = "bwrap"
     mcp_server: str = "codecoder"
-    exec_program: str = "codecoder"
+    # The command that runs codecoder in a rewritten shell command (empty: the one running
+    # now, by its absolute path: `interfaces.installation`).
+    exec_program: tuple[str, ...] = ()
     session_ttl: float = -1.0  # filled from codecoder.json when the hook evaluates
     # Nobody can answer the host's prompt (`claude -p`, `gemini -p`): what would be asked is
     # denied, with how to allow it for the run. Gemini CLI waits for ever on an "ask" there.
@@ -370,11 +388,16 @@ def handle(host: Host, event: Mapping[str, Any], options: HookOptions) -> dict[s
         return {}
     call_id = _call_id(event, tool_name, tool_input)
     if name in ("PostToolUse", "AfterTool"):
-        sessions.ran(session_id, call_id)
+        question = sessions.ran(session_id, call_id)
+        if question is not None and not question.get("rewritten"):
+            audit_ran(host, session_id, tool_name, project, question)
         return {}
     if name not in ("PreToolUse", "BeforeTool"):
         return {}
-    answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions)
+    judged = Judged()
+    answer = _pre_tool(host, event, call_id, tool_name, tool_input, options, sessions, judged)
+    if answer.verdict is not None and answer.rewritten is None:  # `exec` audits the rest
+        audit_verdict(host, session_id, tool_name, project, answer.verdict, answer.reason, judged)
     return answer.render(host, tool_input)
 
 
@@ -391,6 +414,15 @@ def hook_project(event: Mapping[str, Any], given: Path | None) -> Path:
     if start is not None and not start.is_dir():
         start = None
     return find_project(start).directory.resolve()
+
+
+def _agent_directory(event: Mapping[str, Any]) -> Path | None:
+    """Where the agent stands: the `cwd` its host sends (Claude Code's follows the `cd`s of its
+    shell), which its relative paths and its shell commands are read from."""
+    cwd = event.get("cwd")
+    if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):
+        return Path(cwd)
+    return None
 
 
 def _call_id(event: Mapping[str, Any], tool_name: str, tool_input: Mapping[str, Any]) -> str:
@@ -412,7 +444,7 @@ def _original_input(tool_input: Mapping[str, Any]) -> Mapping[str, Any]:
         words = shlex.split(command)
     except ValueError:
         return tool_input
-    if len(words) > 2 and words[1] == "exec" and "--" in words:
+    if "exec" in words and "--" in words:
         rest = words[words.index("--") + 1 :]
         if len(rest) == 1:
             return {**tool_input, "command": rest[0]}
@@ -427,35 +459,41 @@ def _pre_tool(
     tool_input: Mapping[str, Any],
     options: HookOptions,
     sessions: HookSessions,
+    judged: Judged,
 ) -> HookAnswer:
     project = options.project
     assert project is not None  # placed by `handle`
     session_id = str(event["session_id"])
-    mapped = map_call(
-        tool_name,
-        tool_input,
-        project,
-        sandbox=options.sandbox,
-        mcp_server=options.mcp_server,
-        mcp_context=event.get("mcp_context"),
-    )
-    if mapped.host_internal:
+    if tool_name in HOST_INTERNAL:
         return HookAnswer(None)
-    if mapped.tool is None:
-        problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
-        return HookAnswer("ask" if options.interactive else "deny", problem)
     from codecoder.evaluation import evaluate
     from codecoder.permissions.prompt import non_interactive
     from codecoder.session import Runtime
 
     # The host runs its own shell commands on the host unless they are rewritten into a sandbox.
-    on_host = mapped.shell and options.sandbox is None and mapped.tool == "run_command"
     bindings: dict[str, EnvironmentTag] | None = None
     if options.sandbox == "bwrap":
         bindings = {"run_command": EnvironmentTag.BWRAP}
-    elif on_host:
+    elif options.sandbox is None:
         bindings = {"run_command": EnvironmentTag.SHELL}
     with Runtime(project, asker=non_interactive, audit_log=None, bindings=bindings) as runtime:
+        mapped = map_call(
+            tool_name,
+            tool_input,
+            project,
+            sandbox=options.sandbox,
+            mcp_server=options.mcp_server,
+            mcp_context=event.get("mcp_context"),
+            read_roots=runtime.config.read_roots,
+            cwd=_agent_directory(event),
+        )
+        judged.mapped = mapped
+        if mapped.tool is None:
+            if mapped.refused:
+                # What codecoder refuses, it refuses here too, with its reason.
+                return HookAnswer("deny", f"codecoder: {visible(mapped.problem)}")
+            problem = f"codecoder: {visible(mapped.problem)}; not allowed by codecoder"
+            return HookAnswer("ask" if options.interactive else "deny", problem)
         if mapped.own_server:
             if mapped.tool in runtime.tools:
                 reason = "codecoder's MCP server decides (and asks) for its own tools"
@@ -472,7 +510,8 @@ def _pre_tool(
             refused = _git_refusal(runtime)
         if refused is not None:
             return HookAnswer("deny", f"codecoder: {visible(refused)}")
-        session = runtime.session()
+        # A shell command runs where the agent stands; a path was made workspace-relative.
+        session = runtime.session(standing=mapped.standing)
         # While a rules file cannot be read, no key is granted: every call that needs
         # permission is refused with the file's error (calls that need none still run).
         if runtime.config.unreadable_reason is None:
@@ -482,13 +521,17 @@ def _pre_tool(
         try:
             verdict = evaluate(session, mapped.tool, mapped.args)
         except CodecoderError as exc:
-            return HookAnswer("ask", f"codecoder cannot evaluate this call: {visible(str(exc))}")
+            # Input codecoder refuses (InvalidArguments: an absolute path, `..`), or a call it
+            # cannot judge: never let through.
+            return HookAnswer("deny", f"codecoder refuses this call: {visible(str(exc))}")
         options = dataclasses.replace(options, session_ttl=runtime.config.session_ttl)
+    judged.evaluation = verdict
     mine = None
     if verdict.decision == "ask" and not verdict.protected:
         from codecoder.interfaces.agentsettings import user_grant
 
         mine = user_grant(host, tool_name, tool_input, project)
+        judged.user_rule = mine.describe() if mine is not None else None
     return _answer(host, session_id, call_id, mapped, verdict, options, sessions, mine)
 
 
@@ -554,6 +597,8 @@ def _answer(
         "environment": where,
         "protected": verdict.protected,
         "ttl": options.session_ttl,
+        # Rewritten into `codecoder exec`, which audits the call itself.
+        "rewritten": mapped.shell and options.sandbox is not None,
     }
     if verdict.decision == "ask" and mine is not None:
         reason = f"codecoder: {key} ({where}) is allowed by {visible(mine.describe())}"
@@ -567,7 +612,9 @@ def _answer(
             reason += " (a protected path: only a person can allow it, once)"
         else:
             entry = verdict.question.grant_for(Answer.SESSION).entry
-            reason += f"; to allow it for a run: codecoder hook --allow {visible(entry)}"
+            reason += (
+                f"; to allow it for a run: codecoder hook --allow {visible(shlex.quote(entry))}"
+            )
         return HookAnswer("deny", reason)
     host_key = verdict.question.host_key if verdict.question is not None else ""
     if verdict.decision == "allow":
@@ -594,6 +641,7 @@ def _answer(
                 "protected": verdict.protected,
                 "ttl": options.session_ttl,
                 "scope": "once" if once else "session",
+                "rewritten": mapped.shell and options.sandbox is not None,
             },
         )
         answer = HookAnswer("ask", reason)
@@ -628,21 +676,27 @@ def _rewritten(
     """With `--sandbox docker|bwrap`, a shell command rewritten to run in the sandbox through
     `codecoder exec` (with the one-time token of the question asked for it, if any)."""
     if mapped.shell and options.sandbox is not None:
+        # Every value is joined to its option (`--approved=-iPGz…`) and the command follows
+        # `--`: a token, path, session id or key that starts with `-` is never read as an
+        # option (a token_urlsafe starts with one about once in 64).
         command = [
-            options.exec_program,
+            *(options.exec_program or codecoder_command()),
             "exec",
-            "--project",
-            str(options.project),
-            "--hook",
-            f"{host}:{session_id}",
+            f"--project={options.project}",
+            f"--hook={host}:{session_id}",
         ]
         if options.sandbox == "bwrap":
-            command += ["--sandbox", "bwrap"]
+            command.append("--sandbox=bwrap")
         if token is not None:
-            command += ["--approved", token]
-        for key_allowed in options.allow:
-            command += ["--allow", key_allowed]
+            command.append(f"--approved={token}")
+        command += [f"--allow={key_allowed}" for key_allowed in options.allow]
         command += ["--", mapped.args["command"]]
         rewritten = {"command": shlex.join(command)}
-        return HookAnswer(answer.verdict, answer.reason, rewritten)
+        reason = answer.reason
+        if answer.verdict == "ask" and reason.startswith("codecoder: "):
+            # The host's question shows the rewritten input, wrapper first: its text names
+            # the command itself first.
+            shown = " ".join(visible_lines(mapped.args["command"]))
+            reason = f"codecoder: `{shown}` — {reason.removeprefix('codecoder: ')}"
+        return HookAnswer(answer.verdict, reason, rewritten)
     return answer

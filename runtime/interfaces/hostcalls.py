@@ -12,8 +12,9 @@ cannot tell:
   which server and tool a call is for in the event's `mcp_context`: only that is believed.
   A tool of codecoder's own server is `own_server` (the server asks for it itself); the hook
   then checks that codecoder has such a tool.
-* Paths are resolved as the host will open them (`..`, symlinks); a path outside the workspace
-  is never mapped.
+* Paths are resolved as the host will open them (`..`, symlinks; a relative one from the
+  agent's working directory, the `cwd` of the hook's event, when that is in the workspace); a
+  path outside the workspace is never mapped. A shell command runs in that directory too.
 * URLs: every URL the host will fetch is judged (`urls`), not only the first: Gemini's
   `web_fetch` fetches each token of its prompt that holds `://`, Claude Code's `WebFetch` its
   `url`. Where URL parsers disagree (a backslash, which browsers read as `/`; userinfo;
@@ -57,16 +58,22 @@ _CLAUDE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 @dataclass(frozen=True, slots=True)
 class Mapped:
     """The codecoder call that does what the host's call does; `tool` None: no mapping, and
-    `problem` says why (asked, never allowed); `host_internal`: the host decides alone.
-    `urls`: every URL the host's call fetches, each to be judged."""
+    `problem` says why: `refused`, a call codecoder would refuse (a path outside the workspace
+    and its read roots, a command run elsewhere, input no call can take), denied as codecoder
+    denies it; otherwise (a tool codecoder does not know) asked, never allowed.
+    `host_internal`: the host decides alone. `urls`: every URL the host's call fetches, each
+    to be judged."""
 
     tool: str | None
     args: dict[str, Any]
     problem: str = ""
+    refused: bool = False
     host_internal: bool = False
     shell: bool = False  # a shell command: the one thing `--sandbox` rewrites
     own_server: bool = False  # a tool of codecoder's MCP server, which asks for itself
     urls: tuple[str, ...] = ()
+    # Where a shell command runs, in the workspace (its paths are made workspace-relative).
+    standing: str = "."
 
 
 def map_call(
@@ -77,9 +84,19 @@ def map_call(
     sandbox: Sandbox | None = None,
     mcp_server: str = "codecoder",
     mcp_context: object = None,
+    read_roots: Mapping[str, Path] | None = None,
+    cwd: Path | None = None,
 ) -> Mapped:
     """Map one host tool call (either host's names) onto a codecoder call. `mcp_context` is
-    what Gemini CLI's event says of an MCP tool's server and tool."""
+    what Gemini CLI's event says of an MCP tool's server and tool; `read_roots` the project's
+    extra read roots (a read there is `@name/path`, as codecoder's read tools take it); `cwd`,
+    the agent's working directory, which relative paths are read from when it is in the
+    workspace (otherwise, as by default, the workspace itself: where the agent's file tools read
+    them from)."""
+    roots = dict(read_roots or {})
+    here = workspace
+    if cwd is not None and Path(os.path.realpath(cwd)).is_relative_to(workspace):
+        here = Path(os.path.realpath(cwd))
     if host_tool in HOST_INTERNAL:
         return Mapped(None, {}, host_internal=True)
     own = _own_server_tool(host_tool, mcp_server, mcp_context)
@@ -92,31 +109,35 @@ def map_call(
     if host_tool in ("Bash", "run_shell_command"):
         command = text.get("command")
         if command is None:
-            return Mapped(None, {}, f"{host_tool} without a command")
-        where = text.get("dir_path") or text.get("directory")
-        if where is not None and _inside(workspace, where) is None:
-            return Mapped(None, {}, f"the command runs in {where}, outside the workspace")
+            return _refused(f"{host_tool} without a command")
+        where = text.get("dir_path") or text.get("directory") or str(here)
+        standing = _inside(workspace, where, here)
+        if standing is None:
+            return _refused(
+                f"the command runs in {where}, outside the workspace {workspace}: codecoder "
+                "runs commands in the workspace only"
+            )
         tool = "run_container" if sandbox == "docker" else "run_command"
-        return Mapped(tool, {"command": command}, shell=True)
+        return Mapped(tool, {"command": command}, shell=True, standing=standing)
     if host_tool in ("Read", "read_file"):
-        return _on_path("read_file", text.get("file_path") or text.get("absolute_path"), workspace)
+        path = text.get("file_path") or text.get("absolute_path")
+        return _on_path("read_file", path, workspace, here, roots)
     if host_tool in ("Write", "write_file"):
-        mapped = _on_path("write_file", text.get("file_path"), workspace)
+        mapped = _on_path("write_file", text.get("file_path"), workspace, here)
         return _with(mapped, content=text.get("content", ""))
     if host_tool in ("Edit", "MultiEdit", "replace", "NotebookEdit"):
         path = text.get("file_path") or text.get("notebook_path")
         # The key of an edit is its path; the strings only have to make a valid edit.
-        return _with(_on_path("edit_file", path, workspace), old_string="a", new_string="b")
+        return _with(_on_path("edit_file", path, workspace, here), old_string="a", new_string="b")
     if host_tool in ("LS", "list_directory"):
-        return _on_path("list_dir", text.get("path") or text.get("dir_path") or ".", workspace)
+        listed = text.get("path") or text.get("dir_path") or "."
+        return _on_path("list_dir", listed, workspace, here, roots)
     if host_tool in ("Glob", "glob", "Grep", "grep_search", "grep", "search_file_content"):
         base = text.get("path") or text.get("dir_path") or "."
-        pattern = text.get("pattern", "")
-        if host_tool in ("Glob", "glob") and (
-            pattern.startswith(("/", "~")) or ".." in pattern.split("/")
-        ):
-            return Mapped(None, {}, f"the pattern {pattern!r} reaches outside the workspace")
-        return _on_path("list_dir", base, workspace)
+        tool = "glob" if host_tool in ("Glob", "glob") else "grep"
+        # The pattern is codecoder's to judge (a glob reaching out with `/` or `..` is refused
+        # by its validation, as `codecoder decide glob` refuses it).
+        return _with(_on_path(tool, base, workspace, here, roots), pattern=text.get("pattern", ""))
     if host_tool in ("WebFetch", "web_fetch"):
         fetched = [text["url"]] if "url" in text else []
         if host_tool == "web_fetch":
@@ -128,7 +149,7 @@ def map_call(
                 if token.lower().startswith(("http://", "https://"))
             ]
         if not fetched:
-            return Mapped(None, {}, "no URL to fetch")
+            return _refused("no URL to fetch")
         urls = tuple(dict.fromkeys(u for url in fetched for u in _readings(url)))
         return Mapped("web_fetch", {"url": fetched[0]}, urls=urls)
     if host_tool in ("WebSearch", "google_web_search"):
@@ -192,22 +213,45 @@ def _with(mapped: Mapped, **args: Any) -> Mapped:
     return Mapped(mapped.tool, {**mapped.args, **args})
 
 
-def _on_path(tool: str, path: str | None, workspace: Path) -> Mapped:
+def _refused(problem: str) -> Mapped:
+    return Mapped(None, {}, problem, refused=True)
+
+
+_READS = frozenset({"read_file", "list_dir", "glob", "grep"})
+
+
+def _on_path(
+    tool: str,
+    path: str | None,
+    workspace: Path,
+    base: Path,
+    roots: Mapping[str, Path] | None = None,
+) -> Mapped:
     if not path:
-        return Mapped(None, {}, f"{tool} without a path")
-    relative = _inside(workspace, path)
-    if relative is None:
-        return Mapped(None, {}, f"{path} is outside the workspace {workspace}")
-    return Mapped(tool, {"path": relative})
+        return _refused(f"{tool} without a path")
+    relative = _inside(workspace, path, base)
+    if relative is not None:
+        return Mapped(tool, {"path": relative})
+    absolute = os.path.isabs(os.path.expanduser(path))
+    for name, root in (roots or {}).items() if tool in _READS and absolute else ():
+        within = _inside(Path(os.path.realpath(root)), path, base)
+        if within is not None:
+            return Mapped(tool, {"path": f"@{name}" + ("" if within == "." else f"/{within}")})
+    readable = "the workspace and the read roots codecoder.json names" if roots else "the workspace"
+    return _refused(
+        f"{path} is outside the workspace {workspace}: codecoder's {tool} reaches {readable} "
+        "only, so it never allows this"
+    )
 
 
-def _inside(workspace: Path, path: str) -> str | None:
-    """`path` relative to the workspace, after resolving `..` and symlinks; None outside it."""
+def _inside(workspace: Path, path: str, base: Path) -> str | None:
+    """`path` (relative ones read from `base`) relative to the workspace, after resolving `..`
+    and symlinks; None outside it."""
     if "\x00" in path:
         return None
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
-        candidate = workspace / candidate
+        candidate = base / candidate
     resolved = Path(os.path.realpath(candidate))
     try:
         relative = resolved.relative_to(workspace)

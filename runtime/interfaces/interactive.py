@@ -83,12 +83,19 @@ class InteractiveSession:
     """The read-eval-print loop over one runtime session."""
 
     def __init__(
-        self, runtime: Runtime, stdin: TextIO, stdout: TextIO, asker: Asker | None = None
+        self,
+        runtime: Runtime,
+        stdin: TextIO,
+        stdout: TextIO,
+        asker: Asker | None = None,
+        standing: str = ".",
     ) -> None:
         self.runtime = runtime
         self._in = stdin
         self._out = stdout
-        self.session: Session = runtime.session(asker=asker, lifetime=SESSION_LIFETIME)
+        self.session: Session = runtime.session(
+            asker=asker, lifetime=SESSION_LIFETIME, standing=standing
+        )
         self._commands: dict[str, Callable[[str], bool]] = {
             "/help": self._help,
             "/tools": self._tools,
@@ -101,7 +108,9 @@ class InteractiveSession:
         }
 
     def run(self) -> int:
-        self._say(f"codecoder session for {visible(str(self.runtime.project_dir))}")
+        here = self.session.standing
+        where = f" (paths and commands from {visible(here)}/)" if here != "." else ""
+        self._say(f"codecoder session for {visible(str(self.runtime.project_dir))}{where}")
         self._report(list(self.runtime.diagnostics), "loaded")
         self._say("type /help for commands, /quit to leave")
         read = self._line_reader()
@@ -259,9 +268,12 @@ class InteractiveSession:
         config = self.runtime.config
         self._say(f"project grants ({visible(str(self.runtime.project_file))}):")
         problems = {
-            d.key: d.code
-            for d in config.diagnostics
-            if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+            **dict.fromkeys(config.ignored, "untrusted"),
+            **{
+                d.key: d.code
+                for d in config.diagnostics
+                if d.key and d.file is None and (d.severity == "error" or d.code == "untrusted")
+            },
         }
         for entry in config.file.allowlist:
             state = "grants"
@@ -358,7 +370,8 @@ def run_session(
     stdout = stdout or sys.stdout
     runtime = Runtime(project_dir, asker=session_asker(stdin, stdout))
     try:
-        interactive = InteractiveSession(runtime, stdin, stdout)
+        # Typed at a terminal: paths and commands are where the person stands.
+        interactive = InteractiveSession(runtime, stdin, stdout, standing=runtime.standing_in())
         allowlist = interactive.session.allowlist
         with published(runtime.project_dir, "codecoder session", allowlist):
             return interactive.run()

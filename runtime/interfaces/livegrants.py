@@ -11,6 +11,12 @@ file whose process is gone, or whose pid now names another process (its start ti
 is stale: it is ignored and removed. Nothing in the workspace can reach it, so no tool can
 forge or hide a grant there; the runtime's own user reads it.
 
+A file is believed only as far as the kernel confirms it (`LiveProcess.find`): its name and its
+content name the same pid, a real one (above 1: 0 and negative numbers address process groups,
+1 is init), alive, of this user, started when the file says. A damaged or forged file is not
+shown, and nothing is signalled on its word; a process is signalled through a pidfd opened and
+then checked again, so not even a pid reused in between is hit.
+
 Revoking. `codecoder allowlist revoke KEY` leaves a request beside the file
 (`<pid>.revoke.<token>.json`, one per request, so none is lost to another) and sends the process
 SIGUSR1; the process drops the grant, removes the request and publishes again, which is how the
@@ -33,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from codecoder.foundation.atomicfile import temporary_name
+from codecoder.foundation.regularfile import STATE_FILE_LIMIT, read_regular_file
 from codecoder.foundation.state import project_state_directory
 from codecoder.permissions.allowlist import SessionAllowlist
 
 __all__ = [
+    "LiveProcess",
     "Published",
     "Publisher",
     "is_alive",
@@ -52,8 +60,10 @@ REVOKE_WAIT = 5.0  # seconds a revoker waits for a process to confirm
 
 def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    if not _real_pid(pid):
+        return None
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = read_regular_file(f"/proc/{pid}/stat", limit=4096).decode(errors="replace")
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: fields after its last ')'.
@@ -61,15 +71,70 @@ def start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def _real_pid(pid: object) -> bool:
+    """A number that names one process other than init: 0 and negative numbers name process
+    groups (or every process), and a bool is not a pid."""
+    return isinstance(pid, int) and not isinstance(pid, bool) and 1 < pid < 1 << 22
+
+
 def is_alive(pid: int) -> bool | None:
     """True, False, or None for a process of another user (neither ours to signal nor clean)."""
+    if not _real_pid(pid):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return None
-    return True
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    # Root may signal anyone: whose the process is, the kernel says in /proc.
+    return True if owner == os.geteuid() else None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveProcess:
+    """A process a state file names, confirmed by the kernel (see the module docstring)."""
+
+    pid: int
+    started: str
+
+    @classmethod
+    def find(cls, pid: object, started: object) -> LiveProcess | bool | None:
+        """The process a file names (`pid`, its `started` time), if it is a live process of
+        this user started then; False when the file is stale (that process is gone: the file
+        may be removed); None when it is not ours to judge (another user's process)."""
+        if not _real_pid(pid) or not isinstance(started, str) or not started:
+            return False
+        assert isinstance(pid, int)
+        alive = is_alive(pid)
+        if alive is None:
+            return None
+        if not alive or start_time(pid) != started:
+            return False
+        return cls(pid, started)
+
+    def signal(self, signum: int) -> bool:
+        """Send `signum` to this very process (a pidfd, checked after it was opened); False
+        when it is gone."""
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            return False
+        try:
+            if start_time(self.pid) != self.started:
+                return False  # the pid was reused between the check and the pidfd
+            signal.pidfd_send_signal(pidfd, signum)
+        except ProcessLookupError:
+            return False
+        finally:
+            os.close(pidfd)
+        return True
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -100,6 +165,7 @@ class Published:
     since: float
     grants: tuple[dict[str, Any], ...]
     path: Path
+    process: LiveProcess
 
     def holds(self, entry: str) -> bool:
         return any(grant.get("entry") == entry for grant in self.grants)
@@ -162,7 +228,7 @@ class Publisher:
         dropped: list[str] = []
         for request in sorted(self.directory.glob(f"{self.pid}.revoke.*.json")):
             try:
-                entry = json.loads(request.read_text()).get("entry")
+                entry = json.loads(read_regular_file(request, limit=STATE_FILE_LIMIT)).get("entry")
             except (OSError, ValueError, AttributeError):
                 entry = None
             if isinstance(entry, str) and self.allowlist.revoke(entry):
@@ -202,31 +268,40 @@ def published(project: Path, kind: str, allowlist: SessionAllowlist) -> Iterator
 
 
 def live_sessions(project: Path) -> list[Published]:
-    """What the project's running processes published; stale files are removed."""
+    """What the project's running processes published, each confirmed by the kernel (see the
+    module docstring); stale and damaged files are removed."""
     directory = sessions_directory(project)
     found: list[Published] = []
     for path in sorted(directory.glob("[0-9]*.json")):
         if ".revoke." in path.name:
             continue
         try:
-            record = json.loads(path.read_text())
-            pid = int(record["pid"])
+            record = json.loads(read_regular_file(path, limit=STATE_FILE_LIMIT))
+            named = int(path.name.removesuffix(".json"))
+            pid = record["pid"]
             grants = tuple(g for g in record.get("grants", ()) if isinstance(g, dict))
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
+            kind = str(record.get("kind") or "a codecoder process")
+            since = float(record.get("since") or 0.0)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            _remove(directory, path)
             continue
-        alive = is_alive(pid)
-        if alive is None:
+        process = LiveProcess.find(pid, record.get("started")) if pid == named else False
+        if process is None:
+            continue  # another user's process: neither ours to show, signal nor clean
+        if process is False:
+            _remove(directory, path, pid if _real_pid(pid) and pid == named else None)
             continue
-        if not alive or (record.get("started") and start_time(pid) != record["started"]):
-            path.unlink(missing_ok=True)
-            for request in directory.glob(f"{pid}.revoke.*.json"):
-                request.unlink(missing_ok=True)
-            continue
-        kind = str(record.get("kind") or "a codecoder process")
-        since = float(record.get("since") or 0.0)
-        found.append(Published(pid, kind, since, grants, path))
+        assert isinstance(process, LiveProcess)
+        found.append(Published(process.pid, kind, since, grants, path, process))
     return found
+
+
+def _remove(directory: Path, path: Path, pid: int | None = None) -> None:
+    """Remove a stale or damaged session file (and the requests left for its process)."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+    for request in directory.glob(f"{pid}.revoke.*.json") if pid is not None else ():
+        request.unlink(missing_ok=True)
 
 
 def revoke_live(
@@ -238,8 +313,7 @@ def revoke_live(
     for holder in holders:
         request = holder.path.with_name(f"{holder.pid}.revoke.{secrets.token_hex(8)}.json")
         _write(request, json.dumps({"entry": entry}).encode())
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(holder.pid, signal.SIGUSR1)
+        holder.process.signal(signal.SIGUSR1)
     confirmed: list[Published] = []
     pending = list(holders)
     deadline = time.monotonic() + wait

@@ -64,6 +64,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import signal
 import sys
 import threading
@@ -90,18 +91,17 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 # The audit log's helper creates .codecoder/ with its .gitignore; a second way would drift.
 from codecoder.config.projectfile import Diagnostic, format_diagnostic
 from codecoder.dispatcher import CallOutcome, validate_arguments
-from codecoder.foundation.decision import Answer, Decision, Source
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
 from codecoder.foundation.display import visible
 from codecoder.foundation.errors import (
     Cancelled,
     CodecoderError,
     DeniedByUser,
-    PermissionDenied,
-    ToolError,
-    UsageError,
+    Unanswered,
 )
+from codecoder.foundation.regularfile import STATE_FILE_LIMIT, read_regular_file
 from codecoder.foundation.state import workspace_directory
-from codecoder.interfaces.livegrants import Publisher, is_alive, start_time
+from codecoder.interfaces.livegrants import LiveProcess, Publisher, start_time
 from codecoder.interfaces.schemas import mcp_tool
 from codecoder.permissions.allowlist import Lifetime
 from codecoder.permissions.prompt import (
@@ -242,7 +242,9 @@ def permission_required_message(request: AskRequest) -> str:
         ways.append(f"codecoder.json cannot grant it ({visible(reason)})")
     if Answer.SESSION in request.choices:
         entry = visible(request.grant_for(Answer.SESSION).entry)
-        ways.append(f"start the server with `codecoder serve --allow {entry}` for that run")
+        ways.append(
+            f"start the server with `codecoder serve --allow {shlex.quote(entry)}` for that run"
+        )
     ways.append("or run the call yourself in `codecoder session` (it asks in the terminal)")
     return (
         f"permission required: {request.tool} needs approval for {key} "
@@ -251,11 +253,21 @@ def permission_required_message(request: AskRequest) -> str:
     )
 
 
-def _refusal(request: AskRequest, message: str, reason: str) -> DeniedByUser:
+def _refusal(
+    request: AskRequest, message: str, reason: str, decider: Decider = Decider.CANCELLED
+) -> DeniedByUser:
+    """A question the client did not answer: declined or cancelled it, answered what was not
+    offered (cancelled), or could not ask at all (non-interactive). Nobody answered Deny."""
     decision = Decision(
-        False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
+        False,
+        Source.DENIED,
+        request.tool,
+        request.environment,
+        request.key,
+        reason=reason,
+        decided_by=decider,
     )
-    return DeniedByUser(message, decision)
+    return Unanswered(message, decision)
 
 
 # --- the server ---------------------------------------------------------------------------
@@ -425,6 +437,7 @@ class ToolServer:
                 request,
                 permission_required_message(request),
                 "permission required: the MCP client cannot ask the human (no elicitation)",
+                Decider.NON_INTERACTIVE,
             )
         if channel.mode == "request":
             answer: Answer = anyio.from_thread.run(
@@ -578,27 +591,11 @@ def tool_result(
     schema's fields (`codecoder/result`: what the text says, in a form a program reads).
     Never `structuredContent`: clients show it to the model in place of the text.
     """
-    error = outcome.error
+    text = outcome.text
     structured: dict[str, Any] | None = None
-    if error is None:
-        assert outcome.result is not None
-        text = outcome.result.output
-        if output_schema is not None:
-            fields = output_schema.get("properties", {})
-            structured = {k: v for k, v in outcome.result.data.items() if k in fields}
-    elif isinstance(error, PermissionDenied):
-        text = f"permission denied: {error}"
-    elif isinstance(error, UsageError):
-        text = f"invalid call: {error}"
-    elif isinstance(error, Cancelled):
-        text = f"cancelled: {error}"
-    elif isinstance(error, ToolError):
-        text = f"tool error: {error}"
-    else:
-        text = f"error: {error}"
-    if isinstance(error, ToolError) and error.output:
-        # What the command printed before it was stopped (its deadline, a cancel) is not lost.
-        text += f"\noutput so far:\n{error.output}"
+    if outcome.error is None and outcome.result is not None and output_schema is not None:
+        fields = output_schema.get("properties", {})
+        structured = {k: v for k, v in outcome.result.data.items() if k in fields}
     meta: dict[str, Any] = {
         f"{_META}/decision": outcome.decision.to_json() if outcome.decision else None,
         f"{_META}/duration_ms": round(outcome.duration * 1000, 3),
@@ -660,33 +657,38 @@ def _pid_file(project_dir: Path) -> Iterator[Path]:
 
 def live_servers(project_dir: Path) -> list[int]:
     """Pids of the servers running for this project; stale pid files are removed."""
-    found: list[int] = []
+    return [server.pid for server in _servers(project_dir)]
+
+
+def _servers(project_dir: Path) -> list[LiveProcess]:
+    """The servers running for this project, each confirmed by the kernel
+    (`livegrants.LiveProcess`): a damaged pid file (pid 0 would signal our own process group)
+    is never believed; stale and damaged ones are removed."""
+    found: list[LiveProcess] = []
     directory = pid_directory(Path(project_dir).resolve())
     for path in sorted(directory.glob("serve-*.pid")):
         try:
-            record = json.loads(path.read_text())
-            pid = int(record["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            continue
-        alive = is_alive(pid)
-        if alive is None:
+            record = json.loads(read_regular_file(path, limit=STATE_FILE_LIMIT))
+            process = LiveProcess.find(record["pid"], record.get("started"))
+            if record["pid"] != int(path.name.removeprefix("serve-").removesuffix(".pid")):
+                process = False
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            process = False
+        if process is None:
             continue  # someone else's process: neither ours to signal nor to clean up
-        if not alive or (record.get("started") and start_time(pid) != record["started"]):
-            path.unlink(missing_ok=True)  # the server died, or its pid now names another process
+        if process is False:
+            # The server died, its pid now names another process, or the file is damaged.
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
             continue
-        found.append(pid)
+        assert isinstance(process, LiveProcess)
+        found.append(process)
     return found
 
 
 def signal_servers(project_dir: Path) -> list[int]:
     """Send SIGHUP to every live server of the project; returns the pids signalled."""
-    signalled: list[int] = []
-    for pid in live_servers(project_dir):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGHUP)
-            signalled.append(pid)
-    return signalled
+    return [server.pid for server in _servers(project_dir) if server.signal(signal.SIGHUP)]
 
 
 # --- serving ------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ class Lifetime:
 
     until: str = "until this session ends"
     kept: str = "kept in memory only (nothing is written)"
+    # The session holds one call and ends with it (`codecoder call`, `exec`): a session grant
+    # would mean the same as Once, so the question does not offer one.
+    one_call: bool = False
 
 
 @dataclass(frozen=True, slots=True)

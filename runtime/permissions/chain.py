@@ -64,18 +64,19 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn, Protocol
 
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
-from codecoder.foundation.decision import Answer, Decision, Source
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
 from codecoder.foundation.errors import (
     CeilingViolation,
     ConfigError,
     DeniedByRule,
     DeniedByUser,
     RulesUnreadable,
+    Unanswered,
 )
 from codecoder.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
 from codecoder.permissions.patterns import ANY_COMMAND, KeyPattern
-from codecoder.permissions.prompt import Asker, AskRequest, non_interactive
+from codecoder.permissions.prompt import Asker, AskRequest, decider_of
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ class PermissionChain:
                 key.raw,
                 None,
                 reason=project.unreadable,
+                decided_by=Decider.RULE,
             )
             raise RulesUnreadable(f"{key.raw} is refused: {project.unreadable}", decision)
         host = permission.host
@@ -221,6 +223,7 @@ class PermissionChain:
                     escalated[0],
                     reason="session grant to run it on the host, unconfined (an escalation)",
                     escalated_from=environment,
+                    decided_by=Decider.RULE,
                 )
         # A command that would fail contained is covered in its sandbox only by a grant of its
         # own key: `run_command:*` and `run_command:git` cover what can work there, and `git
@@ -303,6 +306,9 @@ class PermissionChain:
         if self._record_user_grant is not None and _for_every_project(key, choices):
             at = choices.index(Answer.DENY) if host is None else choices.index(Answer.HOST_ONCE)
             choices = (*choices[:at], Answer.EVERY_PROJECT, *choices[at:])
+        if self.session.lifetime.one_call:
+            # Nothing follows this call in its session: "for this session" is "once".
+            choices = tuple(choice for choice in choices if choice.scope is not Answer.SESSION)
         recorded_by = {
             Answer.SESSION: narrow,
             Answer.PROJECT: narrow,
@@ -337,6 +343,10 @@ class PermissionChain:
             compound=key.compound,
         )
         answer = asker(request)
+        decider = decider_of(asker)
+        # Only an answer someone gave is recorded as one: a refusal by the non-interactive
+        # policy is not "answered deny".
+        given = answer if decider.answered else None
         done = tuple(violations)
         # An answer that was not offered (a fixed asker's program-wide or host choice for a key
         # that has none) counts as its plain scope: the narrowest entry, in the call's own
@@ -354,9 +364,10 @@ class PermissionChain:
                 environment,
                 key.raw,
                 recorded if allowed else None,
-                answer,
+                given,
                 reason,
                 (*done, *more),
+                decided_by=decider,
             )
 
         def refuse(error: CeilingViolation) -> NoReturn:
@@ -364,10 +375,14 @@ class PermissionChain:
             raise error
 
         if effective is Answer.DENY:
+            if not decider.answered:
+                reason = "non-interactive: nothing granted this key"
+                refusal: DeniedByUser = Unanswered(
+                    f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
+                )
+                raise refusal
             reason = (
-                "non-interactive: nothing granted this key"
-                if asker is non_interactive
-                else "denied at the prompt"
+                "denied at the prompt" if decider is Decider.PERSON else "the given answer: Deny"
             )
             raise DeniedByUser(
                 f"{key.raw} was not allowed ({reason})", decided(False, Source.DENIED, reason)
@@ -385,11 +400,12 @@ class PermissionChain:
                 EnvironmentTag.SHELL,
                 host.raw,
                 recorded,
-                answer,
+                given,
                 f"allowed on the host, unconfined, {how} (an escalation from "
                 f"{environment.value}: {key.needs_host or 'the human chose the host'})",
                 done,
                 escalated_from=environment,
+                decided_by=decider,
             )
         if effective is Answer.ONCE:
             return decided(True, Source.ONCE, "allowed once")
@@ -449,7 +465,18 @@ def _standing(
 ) -> Decision:
     """An allow decision from a standing rule. Decisions are frozen values, so the same one is
     shared by every call it decides; building one each time was a third of a decision's cost."""
-    return Decision(True, source, tool, environment, key, matched, None, reason, violations)
+    return Decision(
+        True,
+        source,
+        tool,
+        environment,
+        key,
+        matched,
+        None,
+        reason,
+        violations,
+        decided_by=Decider.RULE,
+    )
 
 
 def _refuse_denied(
@@ -467,6 +494,7 @@ def _refuse_denied(
         key.raw,
         deny.pattern.raw,
         reason=f"deny rule {deny.pattern.raw!r} of {deny.where}",
+        decided_by=Decider.RULE,
     )
     raise DeniedByRule(f"{key.raw} is refused by {decision.reason}", decision)
 

@@ -191,6 +191,14 @@ class CallSite:
     # project's sandboxes: routed in the user's configuration and admitted by the egress
     # allowlist (`runtime.config.project.ProjectConfig.credential_hosts`).
     credential_hosts: tuple[tuple[str, int], ...] = ()
+    # Where the caller stands in the workspace ("." for the workspace itself), where a command
+    # runs and its relative words lead from (runtime.tools.files.paths).
+    standing: str = "."
+
+    @property
+    def directory(self) -> Path:
+        """The directory a command runs in."""
+        return self.workspace if self.standing == "." else self.workspace / self.standing
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,16 +28,25 @@ own file).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from codecoder.foundation.ceiling import EnvironmentTag
-from codecoder.foundation.decision import Answer
-from codecoder.foundation.display import for_terminal, lookalikes, visible, visible_lines
+from codecoder.foundation.decision import Answer, Decider, Decision, Source
+from codecoder.foundation.display import (
+    colours_for,
+    for_terminal,
+    lookalikes,
+    visible,
+    visible_lines,
+)
+from codecoder.foundation.errors import Unanswered
 from codecoder.foundation.terminal import open_terminal
 from codecoder.permissions.keys import GrantLevel, Preview
 
@@ -213,8 +222,23 @@ def _bounded(line: str) -> str:
 Asker = Callable[[AskRequest], Answer]
 
 
-def non_interactive(request: AskRequest) -> Answer:
-    return Answer.DENY
+class _NonInteractive:
+    """Nobody can be asked: whatever needs an answer is refused (by this policy, not a
+    person: `Decider.NON_INTERACTIVE`)."""
+
+    decider = Decider.NON_INTERACTIVE
+
+    def __call__(self, request: AskRequest) -> Answer:
+        return Answer.DENY
+
+
+non_interactive: Asker = _NonInteractive()
+
+
+def decider_of(asker: Asker) -> Decider:
+    """Who answers for `asker`: a person, unless it says otherwise (`decider`)."""
+    found = getattr(inspect.unwrap(asker), "decider", Decider.PERSON)  # through a traced wrapper
+    return found if isinstance(found, Decider) else Decider.PERSON
 
 
 def in_ci() -> bool:
@@ -222,13 +246,50 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def fixed(answer: Answer) -> Asker:
-    """Always give `answer` (used by `--answer` and tests); the engine still checks ceilings."""
+class _Fixed:
+    def __init__(self, answer: Answer, decider: Decider) -> None:
+        self.answer = answer
+        self.decider = decider
 
-    def ask(request: AskRequest) -> Answer:
-        return answer
+    def __call__(self, request: AskRequest) -> Answer:
+        return self.answer
 
-    return ask
+
+def fixed(answer: Answer, decider: Decider = Decider.GIVEN) -> Asker:
+    """Always give `answer`: by default an answer given before the question (`--answer`, a
+    replay line, tests: `Decider.GIVEN`); `Decider.PERSON` where a person gave it elsewhere
+    (an agent framework's approval UI, resumed). The engine still checks ceilings."""
+    return _Fixed(answer, decider)
+
+
+class _Given:
+    decider = Decider.GIVEN
+
+    def __init__(self, asker: Asker) -> None:
+        self._asker = asker
+
+    def __call__(self, request: AskRequest) -> Answer:
+        return self._asker(request)
+
+
+def given(asker: Asker) -> Asker:
+    """`asker` as answers given before the question (a replay's lines): `Decider.GIVEN`."""
+    return _Given(asker)
+
+
+def unanswered(request: AskRequest, decider: Decider, reason: str) -> Unanswered:
+    """The refusal of a question nobody answered (`decider` says why: cancelled, timed out,
+    nobody to ask), to be raised by an asker."""
+    decision = Decision(
+        False,
+        Source.DENIED,
+        request.tool,
+        request.environment,
+        request.key,
+        reason=reason,
+        decided_by=decider,
+    )
+    return Unanswered(f"{request.key} was not allowed ({reason})", decision)
 
 
 LETTERS = {
@@ -320,21 +381,72 @@ def laid_out(label: str, lines: list[str], width: int) -> list[str]:
     return [f"{label if i == 0 else pad:<{width}} {GUTTER}{line}" for i, line in enumerate(lines)]
 
 
-def render(request: AskRequest) -> str:
-    """The terminal prompt's text."""
+# Rows whose value is what will run or be written, shown exactly as it is: never re-wrapped, so
+# no break a terminal did not put there can pass for a line of it.
+_EXACT_ROWS = frozenset({"key", "runs", "path", "does", "on the host"})
+_DIFF_COLOURS = (("+++", ""), ("---", ""), ("+", "32"), ("-", "31"), ("@@", "36"))
+
+
+def render(request: AskRequest, width: int | None = None, colour: bool = False) -> str:
+    """The terminal prompt's text: its prose wrapped at word boundaries to `width` columns
+    (what is shown exactly is not: the key, the command or path, the preview's lines), and,
+    with `colour`, a diff's added and removed lines in green and red."""
     lines = ["codecoder: permission required"]
     for label, value in describe(request):
-        lines += [f"  {line}" for line in laid_out(label, value, 12)]
+        if label == "changes" and colour:
+            value = [value[0], *(_coloured(line) for line in value[1:])]
+        for line in laid_out(label, value, 12):
+            exact = label in _EXACT_ROWS or len(value) > 1
+            lines += [f"  {line}"] if exact else _wrapped(f"  {line}", width, 15)
     lines.append("")
     options = request.options()
-    width = max(len(choice.scope) for choice in options)
+    column = max(len(choice.scope) for choice in options)
     for choice in options:
-        lines.append(f"  [{choice.letter}] {choice.scope:<{width}}  {choice.grant}")
+        start = 8 + column
+        lines += _wrapped(
+            f"  [{choice.letter}] {choice.scope:<{column}}  {choice.grant}", width, start
+        )
         if choice.entry is not None:
-            lines.append(f"      {'':<{width}}  {choice.when}")
+            lines += _wrapped(f"      {'':<{column}}  {choice.when}", width, start)
     if request.why_not_project:
-        lines.append(f"  (AlwaysThisProject is not offered: {why_not_project(request)})")
+        note = f"  (AlwaysThisProject is not offered: {why_not_project(request)})"
+        lines += _wrapped(note, width, 3)
     return "\n".join(lines)
+
+
+def _wrapped(line: str, width: int | None, indent: int) -> list[str]:
+    """`line` broken at spaces to `width` columns, its next lines indented by `indent`; a word
+    longer than a line (a key, a path) is kept whole."""
+    if width is None or len(line) <= width:
+        return [line]
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+        drop_whitespace=True,
+    ) or [line]
+
+
+def _coloured(line: str) -> str:
+    """A diff line in its colour: added green, removed red, a hunk's header cyan (the line is
+    visible already: no escape of its own reaches the terminal)."""
+    for start, code in _DIFF_COLOURS:
+        if line.startswith(start):
+            return f"\x1b[{code}m{line}\x1b[0m" if code else line
+    return line
+
+
+def _columns(stream: TextIO) -> int:
+    """The terminal's width in columns (COLUMNS, else the terminal's own, else 80)."""
+    given = os.environ.get("COLUMNS", "")
+    if given.isdigit() and int(given) > 20:
+        return int(given)
+    try:
+        return max(os.get_terminal_size(stream.fileno()).columns, 20)
+    except (OSError, ValueError, AttributeError):
+        return 80
 
 
 class TerminalPrompt:
@@ -360,7 +472,7 @@ class TerminalPrompt:
     def __call__(self, request: AskRequest) -> Answer:
         stdin, stdout, opened = self._streams()
         try:
-            stdout.write(render(request) + "\n")
+            stdout.write(render(request, _columns(stdout), colours_for(stdout) == "on") + "\n")
             letters = {LETTERS[a]: a for a in request.choices}
             choice = "/".join(letters)
             while True:
@@ -372,7 +484,8 @@ class TerminalPrompt:
                     line = ""
                 if not line:
                     stdout.write("\n(no answer: denied)\n")
-                    return Answer.DENY
+                    reason = "the question ended without an answer (end of input or Ctrl-C)"
+                    raise unanswered(request, Decider.CANCELLED, reason)
                 picked = letters.get(line.strip().lower()[:1])
                 if picked is not None:
                     return picked

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from codecoder.permissions.commandkey import key_command
 
-__all__ = ["close_names", "did_you_mean", "foreign_key"]
+__all__ = ["close_names", "did_you_mean", "foreign_key", "one_keystroke_apart"]
 
 # `Tool(specifier)`, the shape of Claude Code's and Gemini CLI's permission rules.
 _RULE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*$", re.DOTALL)
@@ -52,8 +52,30 @@ def foreign_key(text: str) -> str | None:
 
 
 def close_names(name: str, names: Iterable[str]) -> list[str]:
-    """The names closest to `name` (a typo of a tool or a command), best first."""
-    return difflib.get_close_matches(name, list(names), n=3, cutoff=0.8)
+    """The names closest to `name` (a typo of a tool or a command), best first: similar as a
+    whole, or one keystroke away (a letter added, dropped, changed, or two swapped: `gti`,
+    which the similarity of short names misses)."""
+    names = list(names)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.8)
+    if len(name) >= 3:
+        slips = [other for other in names if one_keystroke_apart(name, other)]
+        close += [other for other in slips if other not in close]
+    return close[:3]
+
+
+def one_keystroke_apart(a: str, b: str) -> bool:
+    """Whether `b` is `a` with one letter added, dropped or changed, or two neighbours
+    swapped (Damerau-Levenshtein distance 1)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        differ = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        if len(differ) == 1:
+            return True
+        i = differ[0]
+        return differ == [i, i + 1] and (a[i], a[i + 1]) == (b[i + 1], b[i])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def did_you_mean(name: str, names: Iterable[str]) -> str:

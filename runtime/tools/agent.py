@@ -36,6 +36,7 @@ from codecoder.config.settings import AgentSettings
 from codecoder.foundation.atomicfile import exclusive_lock, replace_atomically
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import ExecutionFailed
+from codecoder.foundation.regularfile import read_regular_file
 from codecoder.foundation.state import project_state_directory, state_directory
 from codecoder.permissions.keys import Permission
 from codecoder.tools.base import (
@@ -488,7 +489,7 @@ def _first_line(text: str) -> str:
 
 def _read_notes(path: Path) -> dict[str, str]:
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)
     except FileNotFoundError:
         return {}
     except OSError as exc:

@@ -126,6 +126,9 @@ class ToolContext:
     extra: Mapping[str, Any] = field(default_factory=dict)
     grant: str | None = None  # the standing grant the call runs under (Decision.grant)
     key: PermissionKey | None = None  # the key the call was decided under, when it asked
+    # Where the caller stands in the workspace ("." for the workspace itself): relative paths
+    # were read from there (tools.files.paths), and a command runs there.
+    standing: str = "."
     # Reports how far the call is (progress, total, message), the shape of an MCP progress
     # notification; None when nobody listens.
     progress: Callable[[float, float | None, str | None], None] | None = None
@@ -143,7 +146,7 @@ class ToolContext:
 
     @property
     def site(self) -> CallSite:
-        return CallSite(self.workspace, self.environment_tag)
+        return CallSite(self.workspace, self.environment_tag, standing=self.standing)
 
 
 class Parameters(BaseModel):

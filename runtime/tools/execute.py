@@ -26,7 +26,7 @@ import os
 import shlex
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.host.git import HostGit, workspace_hooks
@@ -40,6 +40,7 @@ from codecoder.permissions.programs import canonical_name
 from codecoder.permissions.programs.host import uses_network
 from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
 from codecoder.tools.containedpush import contained_fetch, contained_push
+from codecoder.tools.files.paths import normalise_path, standing_of
 
 # Where a command is a process on the host's own file system, as the human's shell would run it:
 # what PATH finds there (and whether a sandbox could have put it there) is what runs.
@@ -142,6 +143,11 @@ class RunCommand(Tool[RunCommandParameters]):
     def permission_in(self, args: RunCommandParameters, site: CallSite) -> Permission:
         key = self.permission(args).key
         assert key is not None
+        if site.standing != ".":
+            # The key is the command's, wherever it runs (as `make` is whatever Makefile is
+            # there); the question says where.
+            note = f"runs in {site.standing}/ (where you stand in the workspace)"
+            key = dataclasses.replace(key, notes=(*key.notes, note))
         if site.environment not in _HOST:
             # In a sandbox: its own PATH, its own file system.
             if key.read_only and site.environment.confines_read_only:
@@ -164,6 +170,7 @@ class RunCommand(Tool[RunCommandParameters]):
                 else None
             )
             network = uses_network(key.argv) if key.argv and bwrap else None
+            on_host_site = CallSite(site.workspace, EnvironmentTag.SHELL, standing=site.standing)
             if fetched is not None or (network is not None and not key.needs_host):
                 # Contained first, through the egress proxy: each host it reaches is asked
                 # during the call; the host is offered by a later question only.
@@ -173,10 +180,10 @@ class RunCommand(Tool[RunCommandParameters]):
                     else f"runs contained: {network} through the egress proxy"
                 )
                 key = dataclasses.replace(key, needs_host="", notes=(*key.notes, note))
-                on_host = self.permission_in(args, CallSite(site.workspace, EnvironmentTag.SHELL))
+                on_host = self.permission_in(args, on_host_site)
                 return Permission.ask(key, host=on_host.key, host_after_contained=True)
             if key.needs_host and bwrap and EnvironmentTag.SHELL in self.bindable:
-                on_host = self.permission_in(args, CallSite(site.workspace, EnvironmentTag.SHELL))
+                on_host = self.permission_in(args, on_host_site)
                 return Permission.ask(key, host=on_host.key)
             return Permission.ask(key)
         if not key.protected:
@@ -184,7 +191,7 @@ class RunCommand(Tool[RunCommandParameters]):
             # symlink (planted by a sandbox, or cloned) is a protected command, shown as such.
             simple = key.argv is not None and not key.filters
             said = key.argv[1:] if simple and key.argv else textual_words(args.command)
-            reached = reaches_protected(said, site.workspace)
+            reached = reaches_protected(said, site.workspace, site.directory)
             if reached is not None:
                 key = dataclasses.replace(
                     key,
@@ -261,7 +268,7 @@ class RunCommand(Tool[RunCommandParameters]):
         if script is not None and ctx.environment_tag in _HOST:
             env = {**os.environ, "PATH": host_path(ctx.workspace)}
         request = CommandRequest(
-            cwd=ctx.workspace,
+            cwd=ctx.workspace if ctx.standing == "." else ctx.workspace / ctx.standing,
             argv=argv,
             script=script,
             timeout=timeout,
@@ -301,13 +308,16 @@ class CommitParameters(Parameters):
 
     @field_validator("paths")
     @classmethod
-    def _relative_paths(cls, value: list[str]) -> list[str]:
+    def _relative_paths(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        joined = []
         for path in value:
             if not path or path.startswith("/") or "\x00" in path:
                 raise ValueError(f"{path!r} is not a workspace-relative path")
-            if ".." in path.split("/"):
-                raise ValueError(f"{path!r} leaves the workspace")
-        return value
+            try:  # read from where the caller stands (tools.files.paths)
+                joined.append(normalise_path(path, allow_root=True, standing=standing_of(info)))
+            except ValueError:
+                raise ValueError(f"{path!r} leaves the workspace") from None
+        return joined
 
 
 class Commit(Tool[CommitParameters]):
@@ -351,7 +361,8 @@ class Commit(Tool[CommitParameters]):
             if staged.exit_code != 0:
                 return result_of(staged)
         flags = ("--all",) if args.all else ()
-        return result_of(git("commit", *flags, "-m", args.message))
+        # The message joined to its option: a message starting with `-` stays a message.
+        return result_of(git("commit", *flags, f"--message={args.message}"))
 
 
 def _commit_summary(args: CommitParameters) -> str:

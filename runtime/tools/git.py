@@ -35,6 +35,7 @@ from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.display import spelled
 from codecoder.permissions.keys import Permission
 from codecoder.tools.base import Category, P, Parameters, Tool, ToolContext, ToolResult
+from codecoder.tools.files.paths import normalise_path, standing_of
 from codecoder.tools.gitread import ObjectTooLarge, OverBudget, bounded_entries
 from codecoder.tools.gitrepo import GitRepository, git_errors, text
 
@@ -71,16 +72,18 @@ class _GitTool(Tool[P]):
         return Permission.none()
 
 
-def _relative_path(value: str) -> str:
-    """A workspace-relative POSIX path, or ValueError naming what is wrong with it."""
+def _relative_path(value: str, standing: str = ".") -> str:
+    """A workspace-relative POSIX path ("" for the workspace itself), read from where the
+    caller stands (`tools.files.paths`), or ValueError naming what is wrong with it."""
     if not value or "\x00" in value:
         raise ValueError("must be a non-empty path")
     if value.startswith("/") or "\\" in value:
         raise ValueError(f"must be relative to the workspace, in POSIX form: {value!r}")
-    parts = [part for part in value.split("/") if part not in ("", ".")]
-    if ".." in parts:
-        raise ValueError(f"must stay inside the workspace (no ..): {value!r}")
-    return "/".join(parts)
+    try:
+        path = normalise_path(value, allow_root=True, standing=standing)
+    except ValueError:
+        raise ValueError(f"must stay inside the workspace (no ..): {value!r}") from None
+    return "" if path == "." else path
 
 
 def _revision(value: str) -> str:
@@ -99,8 +102,8 @@ class _Paths(Parameters):
 
     @field_validator("paths")
     @classmethod
-    def _relative(cls, value: list[str]) -> list[str]:
-        return [_relative_path(path) for path in value]
+    def _relative(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return [_relative_path(path, standing_of(info)) for path in value]
 
     def covers(self, path: bytes) -> bool:
         if not self.paths:

@@ -20,6 +20,7 @@ connection through the session's chain and writes each to the audit log.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Final
 
@@ -29,7 +30,7 @@ from codecoder.auditlog import AuditLog
 from codecoder.environments.base import Connection
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Decision
-from codecoder.foundation.errors import ExecutionFailed, PermissionDenied
+from codecoder.foundation.errors import AuditUnavailable, ExecutionFailed, PermissionDenied
 from codecoder.permissions.keys import (
     GrantLevel,
     Permission,
@@ -146,6 +147,11 @@ class SessionNetwork:
     def admit(self, host: str, port: int) -> str | None:
         # One question at a time: a client opening several connections at once asks once.
         with self._lock:
+            try:
+                # A connection that could not be recorded is not made (runtime.auditlog).
+                self._audit.reserve()
+            except AuditUnavailable as exc:
+                return str(exc)
             if host in self._answered:
                 return self._answered[host]
             why_not = self._decide(host, port)
@@ -186,6 +192,10 @@ class SessionNetwork:
             with self._lock:
                 self._refused.setdefault(connection.host, connection.reason)
         where = f" to {connection.address}" if connection.address else ""
+        with contextlib.suppress(AuditUnavailable):  # room was set aside when it was admitted
+            self._record(connection, where)
+
+    def _record(self, connection: Connection, where: str) -> None:
         self._audit.record(
             session=self._session,
             tool=NETWORK.name,

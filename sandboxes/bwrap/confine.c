@@ -6,8 +6,9 @@
  *   --write DIR       writes (create, remove, rename, truncate, device ioctls) allowed beneath DIR;
  *                     writes anywhere else are refused by Landlock (repeatable)
  *   --write-file F    writing (not creating or removing) the file F allowed, e.g. /dev/null
- *   --read DIR        reading restricted to beneath these DIRs and the --write ones (repeatable;
- *                     without any, reading is left to the mount namespace around this process)
+ *   --read PATH       reading restricted to beneath these directories (or these files) and the
+ *                     --write ones (repeatable; without any, reading is left to the mount
+ *                     namespace around this process)
  *   --no-tcp          TCP bind and connect refused (Landlock ABI 4 and later)
  *   --no-inet         no IPv4 or IPv6 socket at all (seccomp): no UDP either, where there is no
  *                     network namespace of its own
@@ -33,6 +34,8 @@
  * What it does, in order:
  *
  *   1. PR_SET_NO_NEW_PRIVS: no set-uid or file capability can raise what the command holds;
+ *      and every capability dropped (the bounding and ambient sets too, where it may): a
+ *      command run as root reads what root owns, never another owner's files;
  *   2. Landlock (the highest ABI the kernel has): writes only beneath the --write directories;
  *      with --read, reads only beneath those; with --no-tcp, no TCP bind or connect (ABI 4);
  *      always, from ABI 6, no connecting to abstract Unix sockets or signalling processes
@@ -46,7 +49,11 @@
  *      new namespaces (unshare, setns, clone with CLONE_NEW*; clone3 answers ENOSYS so that
  *      the C library falls back to clone), io_uring (its operations bypass seccomp), bpf,
  *      perf_event_open, userfaultfd, TIOCSTI and TIOCLINUX (typing into a terminal), module,
- *      kexec, swap, reboot, acct and syslog calls; the x32 ABI's numbers answer ENOSYS, and
+ *      kexec, swap, reboot, acct and syslog calls; a set-uid or set-gid bit in the mode of
+ *      chmod, fchmod, fchmodat, fchmodat2, mknod(at), creat and of open(at) when it creates
+ *      (openat2, whose mode the filter cannot read, answers ENOSYS): nothing the command leaves
+ *      on the host's disk runs with more privileges than it had (file capabilities need
+ *      CAP_SETFCAP, which it never holds); the x32 ABI's numbers answer ENOSYS, and
  *      any other architecture's system calls (the 32-bit ABIs) kill the process;
  *   4. the byte to --ready's FD; with --request, the request read, its three descriptors
  *      made the standard input, output and error, its directory the working one;
@@ -87,8 +94,12 @@ enum {
     SYS_unshare = 272, SYS_perf_event_open = 298, SYS_name_to_handle_at = 303,
     SYS_open_by_handle_at = 304, SYS_setns = 308, SYS_process_vm_readv = 310,
     SYS_process_vm_writev = 311, SYS_finit_module = 313, SYS_kexec_file_load = 320, SYS_bpf = 321,
-    SYS_userfaultfd = 323,
+    SYS_userfaultfd = 323, SYS_fstat = 5, SYS_capset = 126,
+    /* What can give a file a set-uid or set-gid bit (the legacy calls exist only here). */
+    SYS_open = 2, SYS_chmod = 90, SYS_fchmod = 91, SYS_creat = 85, SYS_mknod = 133,
+    SYS_mknodat = 259, SYS_fchmodat = 268,
 };
+#define HAS_LEGACY_FILE_CALLS 1
 #define AUDIT_ARCH_NATIVE 0xc000003eU /* AUDIT_ARCH_X86_64 */
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -117,8 +128,10 @@ enum {
     SYS_swapoff = 225, SYS_perf_event_open = 241, SYS_name_to_handle_at = 264,
     SYS_open_by_handle_at = 265, SYS_setns = 268, SYS_process_vm_readv = 270,
     SYS_process_vm_writev = 271, SYS_finit_module = 273, SYS_bpf = 280, SYS_userfaultfd = 282,
-    SYS_kexec_file_load = 294,
+    SYS_kexec_file_load = 294, SYS_fstat = 80, SYS_capset = 91,
+    SYS_mknodat = 33, SYS_fchmod = 52, SYS_fchmodat = 53,
 };
+#define HAS_LEGACY_FILE_CALLS 0
 #define AUDIT_ARCH_NATIVE 0xc00000b7U /* AUDIT_ARCH_AARCH64 */
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
@@ -146,8 +159,9 @@ enum {
     SYS_io_uring_setup = 425, SYS_io_uring_enter = 426, SYS_io_uring_register = 427,
     SYS_open_tree = 428, SYS_move_mount = 429, SYS_fsopen = 430, SYS_fsconfig = 431,
     SYS_fsmount = 432, SYS_fspick = 433, SYS_clone3 = 435, SYS_close_range = 436,
-    SYS_pidfd_getfd = 438, SYS_mount_setattr = 442, SYS_landlock_create_ruleset = 444,
-    SYS_landlock_add_rule = 445, SYS_landlock_restrict_self = 446,
+    SYS_openat2 = 437, SYS_pidfd_getfd = 438, SYS_mount_setattr = 442,
+    SYS_landlock_create_ruleset = 444, SYS_landlock_add_rule = 445,
+    SYS_landlock_restrict_self = 446, SYS_fchmodat2 = 452,
 };
 
 #define sys0(n) sys6(n, 0, 0, 0, 0, 0, 0)
@@ -160,6 +174,8 @@ enum {
 enum { ENOENT = 2, EPERM = 1, EACCES = 13, ENOTDIR = 20, EINVAL = 22, ENOSYS = 38 };
 enum { AT_FDCWD = -100, O_PATH = 010000000, O_CLOEXEC = 02000000 };
 enum { PR_SET_NO_NEW_PRIVS = 38, PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2 };
+enum { PR_CAPBSET_DROP = 24, PR_CAP_AMBIENT = 47, PR_CAP_AMBIENT_CLEAR_ALL = 4 };
+#define CAPABILITY_VERSION_3 0x20080522U
 enum { AF_UNIX = 1, AF_INET = 2, AF_INET6 = 10, SOCK_STREAM = 1, SOCK_CLOEXEC = 02000000 };
 enum { SOL_SOCKET = 1, SO_REUSEADDR = 2, SCM_RIGHTS = 1 };
 #define MSG_CMSG_CLOEXEC 0x40000000
@@ -202,6 +218,11 @@ enum { BPF_LD_W_ABS = 0x20, BPF_JEQ_K = 0x15, BPF_JGE_K = 0x35, BPF_JSET_K = 0x4
 #define SECCOMP_RET_ERRNO 0x00050000U
 #define SECCOMP_RET_ALLOW 0x7fff0000U
 enum { DATA_NR = 0, DATA_ARCH = 4, DATA_ARG0_LOW = 16, DATA_ARG1_LOW = 24 };
+#define DATA_ARG_LOW(n) (16 + 8 * (n))
+/* S_ISUID | S_ISGID: the mode bits that make a file run with its owner's or group's ids. */
+#define SET_ID_BITS 06000U
+/* O_CREAT | __O_TMPFILE (the same bits on x86_64 and aarch64): the open calls that create. */
+#define OPEN_CREATES 020000100U
 
 struct iovec { void *base; size_t len; };
 struct msghdr {
@@ -272,9 +293,26 @@ static u64 handled_fs(long abi) {
     return rights;
 }
 
+/* The rights that apply to a file (a rule for a file may hold no other). */
+#define FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+enum { S_IFMT = 0170000, S_IFDIR = 0040000 };
+
+static int is_directory(long fd) {
+    /* struct stat's st_mode: at byte 24 on x86_64, 16 on aarch64. */
+    u32 status[36];
+#if defined(__x86_64__)
+    enum { MODE_WORD = 6 };
+#else
+    enum { MODE_WORD = 4 };
+#endif
+    if (sys2(SYS_fstat, fd, status)) return 1;
+    return (status[MODE_WORD] & S_IFMT) == S_IFDIR;
+}
+
 static void add_rule(int ruleset, const char *path, u64 access) {
     long fd = sys4(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC, 0);
     if (fd < 0) refuse("cannot open ", path);
+    if (!is_directory(fd)) access &= FILE_RIGHTS;
     struct path_beneath_attr rule = {access, (int)fd};
     long added = sys4(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
     sys1(SYS_close, fd);
@@ -331,7 +369,7 @@ static const unsigned refused_calls[] = {
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
-static struct sock_filter program[32 + 2 * COUNT(refused_calls)];
+static struct sock_filter program[96 + 2 * COUNT(refused_calls)];
 static unsigned emitted;
 
 static void emit(u16 code, u8 jt, u8 jf, u32 k) {
@@ -341,6 +379,26 @@ static void emit(u16 code, u8 jt, u8 jf, u32 k) {
 
 static int traces(unsigned call) {
     return call == SYS_ptrace || call == SYS_process_vm_readv || call == SYS_process_vm_writev;
+}
+
+/* `nr` with S_ISUID or S_ISGID in its argument `mode`: EPERM; `nr` otherwise: allowed. */
+static void set_id_mode(u32 nr, u32 mode) {
+    emit(BPF_JEQ_K, 0, 4, nr);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(mode));
+    emit(BPF_JSET_K, 0, 1, SET_ID_BITS);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
+}
+
+/* The same for an open call, whose mode counts only when its flags create a file. */
+static void set_id_open(u32 nr, u32 flags, u32 mode) {
+    emit(BPF_JEQ_K, 0, 6, nr);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(flags));
+    emit(BPF_JSET_K, 0, 3, OPEN_CREATES);
+    emit(BPF_LD_W_ABS, 0, 0, DATA_ARG_LOW(mode));
+    emit(BPF_JSET_K, 0, 1, SET_ID_BITS);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | EPERM);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
 }
 
 static void seccomp(int no_inet, int ptrace) {
@@ -360,6 +418,24 @@ static void seccomp(int no_inet, int ptrace) {
     }
     emit(BPF_JEQ_K, 0, 1, SYS_clone3);
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
+    /* openat2 takes its mode in a structure the filter cannot read: ENOSYS, as on kernels
+     * before 5.6, so that callers fall back to openat. */
+    emit(BPF_JEQ_K, 0, 1, SYS_openat2);
+    emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
+    /* No set-uid or set-gid bit on anything the command makes or changes (bubblewrap's nosuid
+     * and no_new_privs only protect the inside; the host would run such a file with the owner's
+     * ids afterwards): refused where the mode is given. Each block ends in a return. */
+    set_id_mode(SYS_fchmod, 1);
+    set_id_mode(SYS_fchmodat, 2);
+    set_id_mode(SYS_fchmodat2, 2);
+    set_id_mode(SYS_mknodat, 2);
+    set_id_open(SYS_openat, 2, 3);
+#if HAS_LEGACY_FILE_CALLS
+    set_id_mode(SYS_chmod, 1);
+    set_id_mode(SYS_creat, 1);
+    set_id_mode(SYS_mknod, 1);
+    set_id_open(SYS_open, 1, 2);
+#endif
     /* Each block below ends in a return, so nothing after it needs the number again. */
     /* socket(): the families refused, then allow, then refuse (each check jumps there). */
     u32 families[3] = {AF_UNIX, AF_INET, AF_INET6};
@@ -501,7 +577,18 @@ static __attribute__((noreturn)) void run(char **args, char **envp) {
     failed(program, kept ? kept : error);
 }
 
-#define MAX_DIRS 256
+#define MAX_DIRS 4096
+
+/* No capability, whoever runs this (root, for @confined): what the command reads, it reads
+ * as its owner, its group or any account would, never through CAP_DAC_OVERRIDE and the like.
+ * Inside bubblewrap the sets are empty already and the bounding set cannot be changed. */
+static void drop_capabilities(void) {
+    for (long cap = 0; cap < 64; cap++) sys2(SYS_prctl, PR_CAPBSET_DROP, cap);
+    sys5(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct { u32 version; int pid; } header = {CAPABILITY_VERSION_3, 0};
+    struct { u32 effective, permitted, inheritable; } data[2] = {{0, 0, 0}, {0, 0, 0}};
+    if (sys2(SYS_capset, &header, data)) refuse("cannot drop capabilities", "");
+}
 
 __attribute__((used)) void start(long *stack) {
     long argc = stack[0];
@@ -544,6 +631,7 @@ __attribute__((used)) void start(long *stack) {
     if (i + 1 >= argc) refuse("usage: confine [OPTIONS] -- PROGRAM [ARGS...]", "");
     if (sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) refuse("cannot set no_new_privs", "");
     if (listen) hand_over_listener(port, channel);
+    drop_capabilities();
     int confined = landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
     seccomp(no_inet, ptrace && confined);
     if (ready && sys3(SYS_write, ready, "r", 1) != 1) refuse("cannot say it is ready", "");

@@ -444,6 +444,25 @@ static int open_parent(const char *path, int make, struct parent *out) {
     return 0;
 }
 
+/* Writes `length` bytes at `offset`, whole or not at all as far as the caller is concerned:
+   returns 0 or an errno value (a short write on a full disk is ENOSPC). */
+static int write_at(int fd, const char *data, size_t length, long long offset) {
+    size_t done = 0;
+    while (done < length) {
+        ssize_t n = pwrite(fd, data + done, length - done, (off_t)(offset + (long long)done));
+        if (n < 0) return errno;
+        if (n == 0) return ENOSPC;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* A write never loses what it replaces when the disk is full: the new content is read whole
+   first, then what lies past the old end is written first (the room the new content needs is
+   taken before any old byte is touched; if it cannot be, the file is cut back to its old length
+   and is as it was), then the old bytes are overwritten (their blocks are the file's already)
+   and what is left of them cut off. The file keeps its inode: its mode, owner and other
+   attributes. A new file that cannot be written whole is removed. */
 static int op_write(const char *path, int parents) {
     struct parent parent;
     int err = open_parent(path, parents, &parent);
@@ -458,51 +477,60 @@ static int op_write(const char *path, int parents) {
         close_parent(&parent);
         return fail(path, err);
     }
-    /* Not O_TRUNC: the file is checked before anything in it is lost. */
-    int fd = openat(parent.fd, parent.name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0666);
-    err = fd < 0 ? errno : 0;
-    close_parent(&parent);
-    if (fd < 0) return fail(path, err);
+    size_t length = 0;
+    char *data = read_all_stdin(&length);
+    if (data == NULL) {
+        close_parent(&parent);
+        return fail("<stdin>", errno ? errno : ENOMEM);
+    }
+    /* Not O_TRUNC: the file is checked before anything in it is lost. O_EXCL for a new one, so
+       that only a file this call created is removed when it fails. */
+    int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | (existed ? 0 : O_EXCL);
+    int fd = openat(parent.fd, parent.name, flags, 0666);
+    if (fd < 0) {
+        err = errno;
+        free(data);
+        close_parent(&parent);
+        return fail(path, err);
+    }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
+        free(data);
+        close_parent(&parent);
         return fail(path, EAGAIN);
     }
     /* A second name for the file could be a protected one (.git/hooks/...): writing through
        a hard link would change it too. */
     if (st.st_nlink > 1) {
         close(fd);
+        free(data);
+        close_parent(&parent);
         return fail_message(path, "EMLINK",
                             "the file has other hard links; writing it would change them too");
     }
-    if (ftruncate(fd, 0) != 0) {
-        err = errno;
+    long long old = (long long)st.st_size;
+    long long size = (long long)length;
+    err = size > old ? write_at(fd, data + old, (size_t)(size - old), old) : 0;
+    if (err) {
+        /* Nothing old was touched: give back the room taken, or the file made. */
+        if (existed) {
+            (void)ftruncate(fd, (off_t)old);
+        } else {
+            (void)unlinkat(parent.fd, parent.name, 0);
+        }
         close(fd);
+        free(data);
+        close_parent(&parent);
         return fail(path, err);
     }
-    static char buffer[CHUNK];
-    long long written = 0;
-    for (;;) {
-        ssize_t n = read(0, buffer, sizeof buffer);
-        if (n < 0) {
-            err = errno;
-            close(fd);
-            return fail("<stdin>", err);
-        }
-        if (n == 0) break;
-        ssize_t done = 0;
-        while (done < n) {
-            ssize_t w = write(fd, buffer + done, (size_t)(n - done));
-            if (w < 0) {
-                err = errno;
-                close(fd);
-                return fail(path, err);
-            }
-            done += w;
-        }
-        written += n;
-    }
-    if (close(fd) != 0) return fail(path, errno);
-    printf("{\"written\":%lld,\"created\":%s}\n", written, existed ? "false" : "true");
+    err = write_at(fd, data, (size_t)(size < old ? size : old), 0);
+    if (!err && size < old && ftruncate(fd, (off_t)size) != 0) err = errno;
+    free(data);
+    if (close(fd) != 0 && !err) err = errno;
+    if (err && !existed) (void)unlinkat(parent.fd, parent.name, 0);
+    close_parent(&parent);
+    if (err) return fail(path, err);
+    printf("{\"written\":%lld,\"created\":%s}\n", size, existed ? "false" : "true");
     return 0;
 }
 

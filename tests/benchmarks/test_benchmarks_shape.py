@@ -39,6 +39,8 @@ FIGURE_NAMES = [
     "bwrap.back_to_back",
     "bwrap.call_vs_bare",
     "bwrap.read_only",
+    "bwrap.private_cold",
+    "bwrap.private_warm",
     "bwrap.bare_without_network",
     "wasm.read_file.landlock",
     "wasm.read_file.warm",
@@ -59,6 +61,7 @@ FIGURE_NAMES = [
     "pool.session.first_call_vs_warm",
     "pool.process.first_call",
     "pool.process.first_call_in_process",
+    "pool.process.back_to_back",
     "pool.process.first_call_unpooled",
     "search.grep.small",
     "search.glob.small",
@@ -88,8 +91,15 @@ FIGURE_NAMES = [
     "questions.contained.later",
     "questions.contained.escalations",
     "questions.contained.escalations.later",
+    "frameworks.acall",
+    "frameworks.pydantic_ai",
+    "frameworks.openai_agents",
+    "frameworks.claude_agent_sdk",
+    "reliability.kills.survived",
+    "reliability.readers.refused",
+    "reliability.concurrent.p99",
 ]
-CHEAP = ["permission", "keying", "allowlists", "questions"]
+CHEAP = ["permission", "keying", "allowlists", "questions", "frameworks"]
 STATS_KEYS = {"median", "p25", "p75", "iqr", "samples", "calls_per_sample"}
 FIGURE_KEYS = {
     "name",

@@ -15,6 +15,7 @@ import pytest
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.probe import command_sandbox
+from codecoder.environments.placeholders import is_placeholder
 from codecoder.foundation.ceiling import EnvironmentTag
 
 
@@ -126,10 +127,13 @@ def survivors(marker: str, within: float = 10.0) -> list[str]:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """Every file under `root` (symlinks as their target), for comparing before and after."""
+    """Every file under `root` (symlinks as their target), for comparing before and after; the
+    runtime's own placeholders (`environments.placeholders`) left out."""
     found: dict[str, bytes] = {}
     for path in sorted(root.rglob("*")):
         relative = str(path.relative_to(root))
+        if is_placeholder(root, relative):
+            continue
         if path.is_symlink():
             found[relative] = b"-> " + os.readlink(path).encode()
         elif path.is_file():

@@ -20,6 +20,7 @@ from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.environment import BwrapEnvironment
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.egress import Egress
+from codecoder.environments.placeholders import PLACEHOLDERS
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
     Cancelled,
@@ -202,9 +203,19 @@ def test_a_protected_path_a_call_creates_is_quarantined_and_the_call_fails(
             path.rmdir()
         elif path.exists():
             path.unlink()
-    with pytest.raises(ExecutionFailed, match="sandboxed tools may never create"):
-        run(bwrap, f"mkdir -p $(dirname {plant}) && echo planted > {plant}")
-    assert not (repo / plant).exists()
+    try:
+        said = run(bwrap, f"mkdir -p $(dirname {plant}) && echo planted > {plant}")
+    except ExecutionFailed as exc:
+        assert "sandboxed tools may never create" in str(exc)
+    else:
+        # A missing agent setting at the top is an inert placeholder, bound read-only
+        # (environments.placeholders): it could not even be created. A placeholder is an
+        # empty directory, so writing `.mcp.json` itself fails on what it is.
+        assert plant.split("/")[0] in PLACEHOLDERS
+        assert "Read-only file system" in said.stderr or (
+            plant == ".mcp.json" and "Is a directory" in said.stderr
+        )
+    assert not (repo / plant).is_file() or "planted" not in (repo / plant).read_text()
     assert "planted" not in "".join(
         p.read_text(errors="replace")
         for p in repo.rglob("*")
@@ -337,7 +348,9 @@ def test_a_trusted_home_entry_is_shown_read_only_and_a_credential_never(
     (home / ".m2" / "settings.xml").write_text("<settings/>\n")
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
-    settings = BwrapSettings(home=("~/.m2", "~/.ssh", ".ssh/id_rsa"))
+    # The file named itself: a shown directory's own configuration is covered otherwise
+    # (tests/environments/test_bwrap_home_credentials.py).
+    settings = BwrapSettings(home=("~/.m2", "~/.m2/settings.xml", "~/.ssh", ".ssh/id_rsa"))
     env = BwrapEnvironment(repo, settings, environ={"HOME": str(home), "PATH": "/usr/bin:/bin"})
     try:
         result = run(env, "ls -A ~; cat ~/.m2/settings.xml; echo x > ~/.m2/settings.xml || echo ro")
@@ -396,7 +409,6 @@ def test_secrets_in_the_environment_never_reach_the_command(repo: Path) -> None:
     assert {k: v for k, v in seen.items() if k in environ} == {
         "PATH": "/usr/bin:/bin",
         "HOME": str(Path.home()),
-        "KEEP_ME": "kept",
         "GIT_AUTHOR_NAME": "A",
         "PASSED_THROUGH_TOKEN": "trusted",
     }

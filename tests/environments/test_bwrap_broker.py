@@ -100,13 +100,24 @@ def _token_spellings() -> list[str]:
 def test_inside_the_sandbox_the_token_is_nowhere_not_even_in_the_pushs_own_trace(
     routed: Routed,
 ) -> None:
+    # Where a token could be written, every file is read (the home, every temporary directory,
+    # /run with the broker's bundle); the rest of the file system is only walked: what the
+    # sandbox can read there beyond what every account may read (environments.privatefiles:
+    # none of it) is searched for private keys. A grep through every file of the machine took
+    # longer than the call's 60 s under load.
     script = """
 GIT_TRACE_CURL=1 GIT_TRACE_CURL_NO_DATA=1 git push -q origin main 2>&1
 echo '--- env'; env
-echo '--- files'; grep -rla . "$HOME" /tmp /var/tmp /run 2>/dev/null
-for f in $(grep -rl . "$HOME" /tmp /var/tmp /run 2>/dev/null); do cat "$f"; done
-echo '--- keys'; grep -rl 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys \
-  --exclude-dir=usr --exclude-dir=dev 2>/dev/null | grep -v "^$PWD" ; true
+echo '--- files'; grep -rla . "$HOME" /tmp /var/tmp /run /dev/shm 2>/dev/null
+for f in $(grep -rl . "$HOME" /tmp /var/tmp /run /dev/shm 2>/dev/null); do cat "$f"; done
+echo '--- beyond what every account reads'
+find / \\( -path /proc -o -path /sys -o -path /dev -o -path "$PWD" -o -path "$HOME" \
+  -o -path /tmp -o -path /var/tmp -o -path /run \\) -prune \
+  -o -type f -readable ! -perm -o=r -print0 2>/dev/null > /tmp/beyond
+tr '\\0' '\\n' < /tmp/beyond | sed 's/^/beyond: /' | head -20
+xargs -0 -r grep -l 'PRIVATE KEY' < /tmp/beyond | sed 's/^/private key: /'
+cat /var/lib/codecoder-remote-engine/*/*key.pem 2>&1 | head -3
+echo '--- end'
 ls -la /run/codecoder
 """
     result = routed.run(script)
@@ -118,6 +129,13 @@ ls -la /run/codecoder
     assert "ca-bundle.pem" in output
     assert ("POST", "/project.git/git-receive-pack", EXPECTED) in routed.server.seen
     assert "GIT_SSL_CAINFO=/run/codecoder/ca-bundle.pem" in output
+    assert "--- end" in output  # the walk of the file system ended within the call
+    beyond = output.split("--- beyond what every account reads")[1].split("--- end")[0]
+    assert "private key:" not in beyond and "PRIVATE KEY" not in beyond
+    if Path("/var/lib/codecoder-remote-engine").is_dir() and os.geteuid() == 0:
+        # The control: the host reads the TLS remote engine's private keys.
+        keys = Path("/var/lib/codecoder-remote-engine").glob("*/*key.pem")
+        assert any("PRIVATE KEY" in key.read_text() for key in keys)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -55,14 +56,19 @@ GEMINI_USER_SETTINGS = {
 def recipe(name: str) -> str:
     """The text of the code block marked `<!-- recipe: NAME -->` in README.md or docs/ (the
     same wherever it is shown): the tests run the recipes exactly as the documentation gives
-    them."""
-    return docsblocks.recipe(name)
+    them, with this checkout's codecoder where they name the docs' one (`hook install` here
+    would write this text: tests/test_docs.py checks the docs' recipes are what it writes)."""
+    from codecoder.interfaces.installation import codecoder_command
+
+    program = codecoder_command()
+    assert len(program) == 1 and shlex.join(program) == program[0], (
+        f"the recipes name codecoder by one plain path, as hook install writes it: {program}"
+    )
+    return docsblocks.recipe(name).replace(docsblocks.DOCS_CODECODER, program[0])
 
 
 def shell_lines(text: str, **variables: str) -> list[list[str]]:
     """A shell recipe's commands as argv lists, with `$NAME` replaced from `variables`."""
-    import shlex
-
     commands = []
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#"):

@@ -158,8 +158,10 @@ def test_as_its_hook_codecoder_answers_for_claude_codes_own_tools(
         "codecoder.json line "
     )
     # Asked: `claude -p` shows no prompt, so Claude Code refuses it with codecoder's reason.
+    # The recipe contains Claude Code's shell in @bwrap (the hook's default).
     assert touch.startswith(
-        "codecoder: run_command:touch on @shell needs your approval; approving allows "
+        "codecoder: `touch made` — run_command:touch on @bwrap needs your approval; approving "
+        "allows "
         "run_command:touch (every simple `touch …` command, with any arguments) for the rest of "
         "this Claude Code session"
     )
@@ -205,26 +207,27 @@ def test_in_a_terminal_what_the_human_approves_at_claude_codes_prompt_holds_for_
         script=[
             Call("Bash", {"command": "touch one"}),
             Call("Bash", {"command": "touch two"}),
-            Call("Bash", {"command": "git log"}),
+            # Not `git log`: a read-only command runs contained without a question.
+            Call("Bash", {"command": "git tag v1"}),
         ],
         terminal=[
             ("Do you want to proceed?", "\r"),  # `touch one`: Yes, this once
-            ("Do you want to proceed?", "\x1b"),  # `git log`: Esc
+            ("Do you want to proceed?", "\x1b"),  # `git tag v1`: Esc
             ("What should Claude do instead?", ""),
         ],
     )
     assert run.exit_code == 0, run.screen[-3000:]
     screen = run.screen
     asked = screen.count("Hook PreToolUse:Bash requires confirmation for this command")
-    assert asked == 2, screen[-3000:]  # `touch one` and `git log`; never `touch two`
+    assert asked == 2, screen[-3000:]  # `touch one` and `git tag v1`; never `touch two`
     assert (
-        "codecoder: run_command:touch on @shell needs your approval; approving allows "
-        "run_command:touch (every simple" in screen
+        "codecoder: `touch one` — run_command:touch on @bwrap needs your approval; approving "
+        "allows run_command:touch (every simple" in screen
     )
     assert (project / "one").exists() and (project / "two").exists()
     assert (
-        "codecoder: run_command:git:log on @shell needs your approval; approving allows "
-        "run_command:git:log (only" in screen
+        "codecoder: `git tag v1` — run_command:git:tag on @bwrap needs your approval; approving "
+        "allows run_command:git:tag (only" in screen
     )
     results = [r["content"] for r in run.tool_results()]
     assert results[1] == "(Bash completed with no output)"  # allowed by the recorded grant

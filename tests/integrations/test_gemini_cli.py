@@ -144,7 +144,7 @@ def test_as_its_hook_codecoder_answers_for_geminis_own_tools(project: Path, tmp_
         "'run_command:git:push' of codecoder.json line "
     )
     assert touch == {
-        "error": "Tool execution blocked: codecoder: run_command:touch on @shell needs approval, "
+        "error": "Tool execution blocked: codecoder: run_command:touch on @bwrap needs approval, "
         "and nobody can answer here; to allow it for a run: codecoder hook --allow "
         "run_command:touch"
     }
@@ -171,7 +171,13 @@ def test_in_a_terminal_allow_once_at_geminis_prompt_is_once_and_the_users_own_ru
         '[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "ls"\n'
         'decision = "allow"\npriority = 100\n'
     )
-    (project / ".gemini" / "settings.json").write_text(recipe("gemini-hooks"))
+    # The host's shell on the host (`--host-shell`): Gemini's prompt shows a rewritten command
+    # cut at its width, wrapper first, so the contained default's questions would not show
+    # which command is asked about (an open item); this test is about Gemini's "Allow once".
+    hooks = recipe("gemini-hooks").replace(
+        "codecoder hook gemini", "codecoder hook gemini --host-shell"
+    )
+    (project / ".gemini" / "settings.json").write_text(hooks)
     run = run_agent(
         [str(cli("gemini")), "-i", "Make two files."],
         cwd=project,

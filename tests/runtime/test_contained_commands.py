@@ -80,6 +80,7 @@ def test_a_read_only_command_runs_in_bwrap_with_no_question_and_the_file_system_
         "reason": f"a read-only command ({programs}), run confined read-only in @bwrap: the "
         "file system read-only, your secrets hidden, no network",
         "violations": [],
+        "decided_by": "rule",
     }
     (request,) = ran(runtime, BWRAP)
     assert (request.writable, request.grant) == (False, None)
@@ -380,6 +381,7 @@ def test_only_the_humans_answer_runs_it_on_the_host(project: Path) -> None:
         "talks to a remote repository, with your network and credentials)",
         "violations": [],
         "escalated_from": "@bwrap",
+        "decided_by": "person",
     }
     (on_host,) = ran(runtime, SHELL)
     assert on_host.argv is not None and on_host.argv[1:] == ("push",)

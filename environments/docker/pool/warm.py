@@ -16,13 +16,20 @@ What is decided when a sandbox is made, and what when it is claimed:
   a synced workspace (its volume is the session's).
 
 A claimed sandbox belongs to the claiming session alone: it leaves the pool when it is handed
-out and never comes back; `release` removes it. The pool refills in the background, one
-sandbox at a time (a 2-core machine gains nothing from more; after a claim that left one warm,
-`REFILL_QUIET` later, so that the claimer's first calls do not share the engine with it),
-within `max_total` sandboxes and within the engine's memory: the memory limits of the warm
-sandboxes never add up to more than half of what the engine has. A template whose sandboxes
-fail to start is retried later and later (up to a minute apart); a template nobody claimed for
-`key_idle` seconds is dropped with its sandboxes.
+out and never comes back; `release` removes it. The pool refills in the background (after a
+claim that left two or more warm, `REFILL_QUIET` later, so that the claimer's first calls do
+not share the engine with it), within `max_total` sandboxes and within the engine's memory: the
+memory limits of the warm sandboxes never add up to more than half of what the engine has.
+
+Sized by demand. A script or a CI loop claims back to back, faster than one sandbox is made: a
+pool of the size a session asks for would be empty every other claim. So each template keeps
+warm what its recent claims need (`_Template.demand`): the most claims that came within the
+time making one takes (measured, doubled), lately, never fewer than asked nor more than
+`MAX_SIZE`; while it is short of more than one, up to `MAKERS` are made at once. A
+template nobody claimed for `DEMAND_WINDOW` seconds goes back to the size asked (what it keeps
+beyond that is removed). A template whose sandboxes fail to start is retried later and later
+(up to a minute apart); a template nobody claimed for `key_idle` seconds is dropped with its
+sandboxes.
 """
 
 from __future__ import annotations
@@ -48,7 +55,16 @@ from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
 from codecoder.environments.engineseam import Greeted, Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.foundation.errors import SandboxUnavailable
 
-__all__ = ["KEY_IDLE", "MAX_SIZE", "MAX_TOTAL", "REFILL_QUIET", "Ready", "WarmPool"]
+__all__ = [
+    "DEMAND_WINDOW",
+    "KEY_IDLE",
+    "MAKERS",
+    "MAX_SIZE",
+    "MAX_TOTAL",
+    "REFILL_QUIET",
+    "Ready",
+    "WarmPool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +74,11 @@ KEY_IDLE: Final = 600.0  # seconds without a claim after which a template is dro
 # After a claim that left another sandbox warm, the refill waits this long: making one keeps the
 # engine busy for a few hundred ms, which the claimer's first calls would otherwise share.
 REFILL_QUIET: Final = 0.3
+# Sandboxes made at once for a template short of what its claims need (one otherwise).
+MAKERS: Final = 3
+# How far back claims count towards a template's demand.
+DEMAND_WINDOW: Final = 60.0
+_FIRST_MAKE_SECONDS: Final = 1.0  # what making one is taken to cost until one was measured
 _BACKOFF_MAX: Final = 60.0
 _TICK: Final = 5.0
 
@@ -88,13 +109,31 @@ class Ready:
 @dataclass(slots=True)
 class _Template:
     template: SandboxTemplate
-    want: int
+    want: int  # what the claims ask for (`size`)
     last_claim: float
     ready: deque[Ready] = field(default_factory=deque)
     creating: int = 0
     failures: int = 0
     retry_at: float = 0.0
     problem: str | None = None
+    claims: deque[float] = field(default_factory=lambda: deque(maxlen=4 * MAX_SIZE))
+    make_seconds: float = _FIRST_MAKE_SECONDS  # how long making one took, lately
+
+    def demand(self, now: float) -> int:
+        """How many to keep warm: what was asked, or what the claims of the last moments
+        need, whichever is more (see the module docstring)."""
+        recent = [at for at in self.claims if now - at <= DEMAND_WINDOW]
+        if not recent:
+            return self.want
+        # The most claims that came within the time making one takes (twice, for the engine's
+        # bad moments), lately: each needed one ready, and a stream at that pace finds one
+        # only if that many are.
+        span = max(self.make_seconds, 0.1) * 2
+        peak = max(sum(1 for other in recent if 0 <= at - other <= span) for at in recent)
+        return min(MAX_SIZE, max(self.want, peak))
+
+    def short(self, now: float) -> int:
+        return self.demand(now) - len(self.ready) - self.creating
 
 
 class WarmPool:
@@ -160,6 +199,8 @@ class WarmPool:
                 entry = self._templates[key] = _Template(template, 0, time.monotonic())
             entry.want = max(0, min(size, MAX_SIZE))
             entry.last_claim = time.monotonic()
+            if entry.want:
+                entry.claims.append(entry.last_claim)
             while entry.ready and current is not None:
                 candidate = entry.ready.popleft()
                 if candidate.image != current:
@@ -179,7 +220,7 @@ class WarmPool:
                 self.missed += 1
             else:
                 self.served += 1
-                if entry.ready:
+                if len(entry.ready) >= 2:
                     entry.retry_at = max(entry.retry_at, time.monotonic() + REFILL_QUIET)
             self._wake.notify_all()
         for sandbox in dead:
@@ -212,6 +253,7 @@ class WarmPool:
                         "image": entry.template.image,
                         "runtime": entry.template.runtime,
                         "want": entry.want,
+                        "demand": entry.demand(time.monotonic()),
                         "ready": [r.id for r in entry.ready],
                         "creating": entry.creating,
                         "failures": entry.failures,
@@ -261,13 +303,15 @@ class WarmPool:
 
     def _fill(self) -> None:
         last_tick = 0.0
+        makers: list[threading.Thread] = []
         while True:
             with self._lock:
                 if self._closed:
-                    return
+                    break
                 now = time.monotonic()
+                makers = [maker for maker in makers if maker.is_alive()]
                 expired = self._expire(now) if now - last_tick >= _TICK else []
-                job = self._next_job(now)
+                job = self._next_job(now, len(makers))
                 if job is None and not expired and now - last_tick < _TICK:
                     self._wake.wait(timeout=min(_TICK, self._next_retry(now)))
                     continue
@@ -279,12 +323,26 @@ class WarmPool:
                 last_tick = now
                 self._reap()
             if job is not None:
-                self._make(job)
+                maker = threading.Thread(
+                    target=self._make_and_wake, args=(job,), name="codecoder-pool-make"
+                )
+                maker.start()
+                makers.append(maker)
+        for maker in makers:
+            maker.join(timeout=60)
 
-    def _next_job(self, now: float) -> _Template | None:
-        """The template most short of warm sandboxes that may have one more now."""
+    def _make_and_wake(self, entry: _Template) -> None:
+        try:
+            self._make(entry)
+        finally:
+            with self._lock:
+                self._wake.notify_all()  # a maker is free: the filler may start the next
+
+    def _next_job(self, now: float, making: int) -> _Template | None:
+        """The template most short of warm sandboxes that may have one more now: one made at a
+        time, up to `MAKERS` at once for a template short of more than one."""
         warm = sum(len(e.ready) + e.creating for e in self._templates.values())
-        if warm >= self.max_total:
+        if warm >= self.max_total or making >= MAKERS:
             return None
         memory = sum(
             (len(e.ready) + e.creating) * e.template.memory_bytes for e in self._templates.values()
@@ -292,9 +350,11 @@ class WarmPool:
         best: _Template | None = None
         best_short = 0
         for entry in self._templates.values():
-            short = entry.want - len(entry.ready) - entry.creating
+            short = entry.short(now)
             if short <= best_short or entry.retry_at > now:
                 continue
+            if making and short <= 1:
+                continue  # one at a time unless claims outrun it
             if self.memory is not None and memory + entry.template.memory_bytes > self.memory // 2:
                 continue
             best, best_short = entry, short
@@ -312,6 +372,7 @@ class WarmPool:
         ready: Ready | None = None
         problem: str | None = None
         moved = False
+        started = time.monotonic()
         try:
             if not self._identity_ok(template):
                 moved = True
@@ -335,6 +396,8 @@ class WarmPool:
             if ready is not None and current is entry and not self._closed:
                 entry.ready.append(ready)
                 entry.failures, entry.problem = 0, None
+                took = time.monotonic() - started
+                entry.make_seconds = 0.5 * entry.make_seconds + 0.5 * took
                 ready = None
             elif problem is not None:
                 entry.failures += 1
@@ -375,12 +438,16 @@ class WarmPool:
         return Ready(sandbox.id, sandbox.name, stream, channel.greeted(), image)
 
     def _expire(self, now: float) -> list[Ready]:
-        """Templates nobody claimed for `key_idle` seconds, dropped; their warm sandboxes."""
+        """Templates nobody claimed for `key_idle` seconds, dropped, and what a template keeps
+        beyond its demand now that claims slowed: the warm sandboxes to remove."""
         gone: list[Ready] = []
         for key, entry in list(self._templates.items()):
             if now - entry.last_claim > self.key_idle and not entry.creating:
                 gone.extend(entry.ready)
                 del self._templates[key]
+                continue
+            while len(entry.ready) > entry.demand(now):
+                gone.append(entry.ready.pop())  # the newest: the oldest goes out first
         return gone
 
     def _reap(self) -> None:

@@ -1,9 +1,10 @@
 """The `codecoder` command line.
 
 Exit codes: 0 success, 1 the tool failed (or `check` found an error), 2 usage, 3 permission
-denied (`decide`: 0 allow, 3 deny, 4 it would ask), 130 interrupted by Ctrl-C, 143 ended by
-SIGTERM. Every command that a script would read takes `--json`, and with `--json` an error is
-JSON too: `{"ok": false, "error": {"type", "message"}}`.
+denied (`decide`: 0 allow, 3 deny, 4 it would ask), 130 interrupted by Ctrl-C, 141 its reader
+went away (`codecoder log | head -1`: the rest is dropped quietly, as a Unix tool killed by
+SIGPIPE would end), 143 ended by SIGTERM. Every command that a script would read takes
+`--json`, and with `--json` an error is JSON too: `{"ok": false, "error": {"type", "message"}}`.
 
 An interruption stops the call in progress where it is: SIGTERM is turned into `Terminated` (a
 KeyboardInterrupt) in the main thread, so both unwind the same way; @shell kills the command's
@@ -26,9 +27,13 @@ grants), `inputs` (a call's arguments, files) and `output` (JSON, a call's outco
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import select
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from codecoder.foundation.errors import CodecoderError, PermissionDenied, UsageError
 from codecoder.interfaces.cli.calling import ProgressLine as ProgressLine
@@ -36,18 +41,64 @@ from codecoder.interfaces.cli.exit_codes import (
     EXIT_DENIED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_READER_GONE,
     EXIT_TERMINATED,
     EXIT_USAGE,
 )
 from codecoder.interfaces.cli.grammar import _parser as _parser
+from codecoder.interfaces.cli.grammar import parse
 from codecoder.interfaces.interruption import Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; its exit code. Whatever the command, a reader of its output that went
+    away ends it quietly (`EXIT_READER_GONE`), in this process as in the decision server's
+    child, which runs this same function."""
+    try:
+        try:
+            return _command(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            # What is still buffered is written now, so that a reader already gone is seen
+            # here rather than by the interpreter's own last flush (which would say so).
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.ECONNRESET) or not _reader_gone():
+            raise
+        return EXIT_READER_GONE
+
+
+def _reader_gone() -> bool:
+    """Whether stdout or stderr lost its reader (a pipe or socket whose other end closed);
+    each such stream is pointed at /dev/null, so that nothing more is written to it, nor
+    complained of. A broken pipe of anything else (a sandbox's, the Docker engine's) is not
+    the command's reader going away, and is left to be reported as the error it is."""
+    gone = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno() if stream is not None else -1
+        except (OSError, ValueError):
+            continue
+        if fd < 0:
+            continue
+        poll = select.poll()
+        poll.register(fd, 0)  # POLLERR and POLLHUP are reported whatever is asked for
+        if not any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0)):
+            continue
+        gone = True
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+    return gone
+
+
+def _command(argv: list[str]) -> int:
     as_json = "--json" in argv[: argv.index("--") if "--" in argv else len(argv)]
     try:
-        args = _parsed(argv)
+        args = parse(argv)
         _place_project(args)
         code: int = args.handler(args)
     except KeyboardInterrupt as exc:
@@ -74,28 +125,18 @@ def _place_project(args: argparse.Namespace) -> None:
 
     if not hasattr(args, "project"):
         return
+    if args.command == "hook":
+        # `--project` may stand alone there (`hook install … --project`): the found project.
+        if args.project is not None:
+            given = Path(args.project) if args.project else find_project().directory
+            args.project = given
+            args.place = ProjectPlace(given.absolute(), FoundBy.OPTION)
+        return
     if args.project is not None:
         args.place = ProjectPlace(args.project.absolute(), FoundBy.OPTION)
     elif args.command != "hook":
         args.place = find_project()
         args.project = args.place.directory
-
-
-def _parsed(argv: list[str]) -> argparse.Namespace:
-    """The command line parsed. What follows `--` after the options of a command that takes a
-    call's arguments is its arguments (`call run_command --answer once -- ls -la`): argparse
-    alone would have matched the positional arguments before the options."""
-    parser = _parser()
-    args, rest = parser.parse_known_args(argv)
-    # `bench` takes the benchmarks' options (their own parser reads them, --help included).
-    args.passed_on = rest if args.command == "bench" else []
-    if args.command == "bench":
-        return args
-    if rest and rest[0] == "--" and isinstance(getattr(args, "arguments", None), list):
-        args.arguments = [*args.arguments, *rest[1:]]
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return args
 
 
 def _error(exc: BaseException, as_json: bool) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,15 @@ from codecoder.interfaces.cli.exit_codes import (
     exit_code,
 )
 from codecoder.interfaces.cli.inputs import call_arguments, read_text, usage
-from codecoder.interfaces.cli.output import is_terminal, print_outcome
+from codecoder.interfaces.cli.output import is_terminal, prefixed, print_outcome
 from codecoder.interfaces.cli.project import granted, report_config
 from codecoder.interfaces.interruption import interruptible
 
 if TYPE_CHECKING:
+    from codecoder.dispatcher import CallOutcome
     from codecoder.interfaces.liveview import TerminalView
     from codecoder.permissions.prompt import Asker
+    from codecoder.session import Session
 
 
 def _asker_for(args: argparse.Namespace) -> Asker:
@@ -47,9 +50,11 @@ def call(args: argparse.Namespace) -> int:
     from codecoder.session import Runtime
     from codecoder.tools.liveoutput import LiveOutput
 
-    runtime = Runtime(args.project, asker=_asker_for(args), ahead=False)
+    asker = _asker_for(args)
+    runtime = Runtime(args.project, asker=asker, ahead=False)
     live: TerminalView | None = None
     progress: ProgressLine | None = None
+    allow_with: str | None = None
     try:
         payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
         report_config(runtime)
@@ -60,12 +65,15 @@ def call(args: argparse.Namespace) -> int:
         try:
             with (
                 interruptible(),
-                runtime.session(lifetime=Lifetime(CALL_LIFETIME)) as session,
+                runtime.session(
+                    lifetime=Lifetime(CALL_LIFETIME, one_call=True), standing=runtime.standing_in()
+                ) as session,
                 published(runtime.project_dir, "codecoder call", session.allowlist),
             ):
                 outcome = granted(session, args).call(
                     args.tool, payload, progress=progress, output=kept
                 )
+                allow_with = _unanswered(session, asker, outcome, args.tool, payload)
         except KeyboardInterrupt as exc:
             _finish(progress, live)
             shown = live is not None and live.shown
@@ -74,8 +82,43 @@ def call(args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     _finish(progress, live)
+    if allow_with is not None and args.json:
+        document = outcome.to_json()
+        document["error"]["allow"] = allow_with
+        print(json.dumps(document, ensure_ascii=not is_terminal()))
+        return exit_code(outcome)
     print_outcome(outcome, args.json, shown=live is not None and live.shown)
+    if allow_with is not None:
+        from codecoder.permissions.prompt import in_ci
+
+        why = "CI=true" if in_ci() and not args.non_interactive else "--non-interactive"
+        print(
+            prefixed(
+                f"nobody can answer here ({why}); to allow it for a run, add --allow "
+                f"{shlex.quote(allow_with)}"
+            ),
+            file=sys.stderr,
+        )
     return exit_code(outcome)
+
+
+def _unanswered(
+    session: Session, asker: Asker, outcome: CallOutcome, tool: str, payload: Any
+) -> str | None:
+    """The `--allow` entry that would have let a call nobody could answer run (what the
+    hooks and MCP say too), or None: the call was not refused so, or only a person can allow
+    it (a protected path, once)."""
+    from codecoder.evaluation import evaluate
+    from codecoder.foundation.decision import Answer
+    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.permissions.prompt import non_interactive
+
+    if asker is not non_interactive or not isinstance(outcome.error, DeniedByUser):
+        return None
+    verdict = evaluate(session, tool, payload)
+    if verdict.question is None or verdict.protected:
+        return None
+    return verdict.question.grant_for(Answer.SESSION).entry
 
 
 def _finish(progress: ProgressLine | None, live: TerminalView | None) -> None:
@@ -112,6 +155,7 @@ def _report_interrupted(
 CALL_LIFETIME = "until this `codecoder call` exits (this process only)"
 REPLAY_LIFETIME = "until this replay ends (this process only)"
 EXEC_LIFETIME = "until this `codecoder exec` exits (this process only)"
+# `call` and `exec` make one call: their questions offer no session scope (it would be Once).
 
 
 class ProgressLine:
@@ -145,11 +189,10 @@ def exec_(args: argparse.Namespace) -> int:
     and exit code, or a refusal on stderr (exit 3). A question the host asked is this call's
     only answer: its token allows it once, on the host where the question was an escalation."""
     from codecoder.foundation.ceiling import EnvironmentTag
-    from codecoder.foundation.decision import Answer, Decision, Source
-    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.foundation.decision import Answer, Decider
     from codecoder.interfaces.hooks import HOSTS, HookSessions
     from codecoder.permissions.allowlist import Lifetime
-    from codecoder.permissions.prompt import AskRequest
+    from codecoder.permissions.prompt import AskRequest, unanswered
     from codecoder.session import Runtime, default_asker
 
     host_session: tuple[HookSessions, str] | None = None
@@ -170,20 +213,25 @@ def exec_(args: argparse.Namespace) -> int:
             escalation = bool(question.get("host_key")) and bool(request.host_key)
             return Answer.HOST_ONCE if escalation else Answer.ONCE
         reason = (
-            "the host's approval for this call was already used, or was for another key"
+            "the host's approval for this call was already used, was for another key, or "
+            "waited longer than its question stays open"
             if args.approved
             else "nothing granted this key, and the host asked no question for it"
         )
-        decision = Decision(
-            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
-        )
-        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+        raise unanswered(request, Decider.NON_INTERACTIVE, reason)
 
     asker = approved if host_session is not None else default_asker()
     contained = args.sandbox == "bwrap"
     bindings = {"run_command": EnvironmentTag.BWRAP} if contained else None
     with Runtime(args.project, asker=asker, bindings=bindings, ahead=False) as runtime:
-        session = granted(runtime.session(lifetime=Lifetime(EXEC_LIFETIME)), args)
+        # The host's shell runs `codecoder exec` where its agent stands (`cd src` included):
+        # the command runs there.
+        session = granted(
+            runtime.session(
+                lifetime=Lifetime(EXEC_LIFETIME, one_call=True), standing=runtime.standing_in()
+            ),
+            args,
+        )
         if host_session is not None:
             host_session[0].load_into(session, host_session[1])
         tool = "run_command" if contained else "run_container"
@@ -202,11 +250,11 @@ def exec_(args: argparse.Namespace) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
-    from codecoder.foundation.decision import Answer, Decision, Source
-    from codecoder.foundation.errors import DeniedByUser
+    from codecoder.foundation.decision import Answer, Decider
     from codecoder.interfaces.livegrants import published
     from codecoder.permissions.allowlist import Lifetime
-    from codecoder.permissions.prompt import AskRequest
+    from codecoder.permissions.prompt import AskRequest, unanswered
+    from codecoder.permissions.prompt import given as answered_beforehand
     from codecoder.session import Runtime
 
     text = sys.stdin.read() if str(args.file) == "-" else read_text(args.file)
@@ -217,12 +265,9 @@ def replay(args: argparse.Namespace) -> int:
         if current:
             return current[0]
         reason = f"line {line_number[0]} of the replay gives no answer, and nothing granted it"
-        decision = Decision(
-            False, Source.DENIED, request.tool, request.environment, request.key, reason=reason
-        )
-        raise DeniedByUser(f"{request.key} was not allowed ({reason})", decision)
+        raise unanswered(request, Decider.NON_INTERACTIVE, reason)
 
-    runtime = Runtime(args.project, asker=answer)
+    runtime = Runtime(args.project, asker=answered_beforehand(answer))
     report_config(runtime)
     codes: list[int] = []
     try:

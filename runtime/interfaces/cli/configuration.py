@@ -26,7 +26,7 @@ def check(args: argparse.Namespace) -> int:
 
     runtime = project_runtime(args)
     config = runtime.config
-    docker = sandbox_status(config.docker)
+    docker = sandbox_status(config.docker, workspace=runtime.project_dir)
     diagnostics = list(runtime.diagnostics)
     # What stops @docker is an error where the project chose the image or the runtime (its own
     # configuration is wrong); otherwise a warning, since a project need not use @docker.
@@ -90,6 +90,7 @@ def trust(args: argparse.Namespace) -> int:
     from codecoder.config.trust import digest_of, forget, read_record, record_trust
     from codecoder.config.writing import exclusive_lock_of
     from codecoder.foundation.display import visible
+    from codecoder.foundation.regularfile import read_regular_file
 
     runtime = project_runtime(args)
     project = runtime.project_dir
@@ -141,7 +142,7 @@ def trust(args: argparse.Namespace) -> int:
     try:
         with exclusive_lock_of(runtime.project_file):
             # Exactly the bytes shown: a file changed since was not what the human reviewed.
-            current = runtime.project_file.read_bytes()
+            current = read_regular_file(runtime.project_file)
             if current != data:
                 print("codecoder: codecoder.json changed while it was shown; run trust again")
                 return EXIT_FAILED

@@ -37,11 +37,13 @@ def key(args: argparse.Namespace) -> int:
     else:
         runtime = project_runtime(args)
         tool = runtime.tools.get(args.tool) or usage(f"unknown tool {args.tool!r}")
-        params = validate_arguments(tool, parse_json(args.input))
+        standing = runtime.standing_in()
+        params = validate_arguments(tool, parse_json(args.input), standing)
         site = CallSite(
             runtime.project_dir,
             runtime.environment_of(tool.name),
             runtime.config.credential_hosts,
+            standing,
         )
         key = tool.permission_in(params, site).key
         data = {
@@ -72,7 +74,7 @@ def decide(args: argparse.Namespace) -> int:
 
     with project_runtime(args) as runtime:
         payload = call_arguments(args.arguments, args.tool, runtime.tools.get(args.tool))
-        session = granted(runtime.session(), args)
+        session = granted(runtime.session(standing=runtime.standing_in()), args)
         verdict = evaluate(session, args.tool, payload)
     if args.json:
         print_json(verdict.to_json())

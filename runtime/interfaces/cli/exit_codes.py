@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED, EXIT_WOULD_ASK = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell shows for a tool whose reader went away
 
 
 def exit_code(outcome: CallOutcome) -> int:

@@ -1,5 +1,12 @@
 """The command line's grammar: every command, its options, and the handler that runs it (in the
-module of the command's concern)."""
+module of the command's concern), and how a command line is read against it (`parse`).
+
+Options may stand anywhere before `--`, between the tool and its arguments as well
+(`call read_file --json README.md`); every word after the first `--` is an argument, as
+written (`call run_command -- ls --json -- x`). argparse alone matches positional arguments
+greedily, before the options that follow them, and drops a `--` found among the arguments; so
+`parse` reads the options first and then hands the rest to the positional arguments in order.
+Completion (argcomplete) reads the same grammar."""
 
 from __future__ import annotations
 
@@ -205,14 +212,59 @@ def _parser() -> argparse.ArgumentParser:
     allow(p)
     p.set_defaults(handler=deciding.decide)
 
-    p = command("hook", "answer another agent's permission hook (JSON on stdin and stdout)")
-    p.add_argument("host", choices=["claude-code", "gemini"], help="the agent calling the hook")
-    allow(p)
+    p = command(
+        "hook",
+        "answer another agent's permission hook (JSON on stdin and stdout), or install it "
+        "(`hook install claude-code|gemini|codex`)",
+        conflict_handler="resolve",
+    )
     p.add_argument(
+        "host",
+        choices=["claude-code", "gemini", "install"],
+        help="the agent calling the hook, or `install`",
+    )
+    p.add_argument(
+        "agent",
+        nargs="?",
+        choices=["claude-code", "gemini", "codex"],
+        help="with install: the agent whose settings file gets codecoder's hook",
+    )
+    p.add_argument(
+        "--project",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="the project (default: found from the cwd the host sends); with install: write "
+        "the project's own settings file (of DIR, or the project found from here)",
+    )
+    p.add_argument(
+        "--user",
+        action="store_true",
+        help="with install: write the user's own settings file (the default)",
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="with install: write without asking (the diff is shown)"
+    )
+    p.add_argument(
+        "--print",
+        action="store_true",
+        help="with install: print the settings file as it would be written; write nothing",
+    )
+    allow(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--sandbox",
         choices=["bwrap", "docker"],
-        help="rewrite shell commands to run in codecoder's @bwrap or @docker sandbox "
-        "(`codecoder exec`)",
+        default="bwrap",
+        help="the sandbox the host's shell commands are rewritten to run in (`codecoder "
+        "exec`): @bwrap (the default) or @docker",
+    )
+    where.add_argument(
+        "--host-shell",
+        action="store_true",
+        help="leave the host's shell commands on the host, unconfined: judged as run_command "
+        "on @shell (asked, never granted for the project)",
     )
     p.add_argument(
         "--mcp-server",
@@ -286,7 +338,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--outcome",
-        choices=["ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"],
+        choices=[
+            *("ok", "failed", "error", "denied", "invalid", "interrupted", "cancelled"),
+            *("handed-over", "asked", "ran"),
+        ],
         help="only calls that ended so",
     )
     p.add_argument("--since", metavar="WHEN", help="30s, 10m, 2h, 3d ago; 14:05; 2026-12-03T14:05")
@@ -341,6 +396,14 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=starting.init)
 
     p = command(
+        "doctor",
+        "check everything codecoder needs here (bubblewrap, Landlock, a contained command, the "
+        "decision server, Docker and its image, gVisor, each agent's hook, PATH, the state "
+        "directory), one line each with the fix; exit 1 when something used is broken",
+    )
+    p.set_defaults(handler=starting.doctor)
+
+    p = command(
         "completion",
         "print the shell code that completes codecoder's commands, options and tool names",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -349,6 +412,100 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("shell", choices=starting.SHELLS)
     p.set_defaults(handler=starting.completion)
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`argv` read against the grammar: options anywhere before `--`, then the positional
+    arguments in order (those before `--`, then every word after it). Errors are UsageErrors
+    naming the command (`_Parser.error`); `--help` and `--version` print and exit."""
+    parser = _parser()
+    commands = _commands(parser)
+    if not argv or argv[0] not in commands:
+        return parser.parse_args(argv)  # help, the version, or the error naming the commands
+    name, words = argv[0], argv[1:]
+    command = commands[name]
+    if name == "bench":
+        # `bench` takes the benchmarks' options (their own parser reads them, --help included).
+        args, rest = command.parse_known_args(words)
+        args.command, args.passed_on = name, rest
+        return args
+    cut = words.index("--") if "--" in words else len(words)
+    args, positional = _options(command, words[:cut])
+    _positionals(command, args, [*positional, *words[cut + 1 :]])
+    args.command, args.passed_on = name, []
+    return args
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _options(
+    command: argparse.ArgumentParser, words: list[str]
+) -> tuple[argparse.Namespace, list[str]]:
+    """The options among `words` (which hold no `--`) and the other words, in order; an
+    option the command does not have is an error. argparse's own first pass of
+    `parse_intermixed_args`: the positional arguments take nothing while the options are
+    read (restored at once: the grammar is shared)."""
+    positionals = [action for action in command._actions if not action.option_strings]
+    saved = [(action, action.nargs, action.default) for action in positionals]
+    try:
+        for action in positionals:
+            action.nargs = argparse.SUPPRESS
+            action.default = argparse.SUPPRESS
+        args, rest = command.parse_known_args(words)
+    finally:
+        for action, nargs, default in saved:
+            action.nargs, action.default = nargs, default
+    unknown = [word for word in rest if command._parse_optional(word) is not None]
+    if unknown:
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args, rest
+
+
+def _positionals(
+    command: argparse.ArgumentParser, args: argparse.Namespace, words: list[str]
+) -> None:
+    """Hand `words` to the command's positional arguments in order, each checked and
+    converted as argparse would (its choices, its type)."""
+    left = list(words)
+    missing: list[str] = []
+    for action in command._actions:
+        if action.option_strings:
+            continue
+        if action.nargs in (argparse.ZERO_OR_MORE, argparse.ONE_OR_MORE):
+            if action.nargs == argparse.ONE_OR_MORE and not left:
+                missing.append(_shown(action))
+            value: Any = [_value(command, action, word) for word in left]
+            left = []
+        elif left:
+            value = _value(command, action, left.pop(0))
+        elif action.nargs == argparse.OPTIONAL:
+            value = action.default
+        else:
+            missing.append(_shown(action))
+            continue
+        setattr(args, action.dest, value)
+    if missing:
+        command.error(f"the following arguments are required: {', '.join(missing)}")
+    if left:
+        command.error(f"unrecognized arguments: {' '.join(left)}")
+
+
+def _value(command: argparse.ArgumentParser, action: argparse.Action, word: str) -> Any:
+    try:
+        value = command._get_value(action, word)
+        command._check_value(action, value)
+    except argparse.ArgumentError as exc:
+        command.error(str(exc))  # as argparse reports it: `argument host: invalid choice: …`
+    return value
+
+
+def _shown(action: argparse.Action) -> str:
+    return str(action.metavar or action.dest)
 
 
 def complete() -> int:
@@ -373,14 +530,17 @@ def _call_epilog() -> str:
     `codecoder tools`)."""
     from codecoder.tools.catalogue import builtin_tools
 
+    # Each example's comment is a claim tests/test_docs_examples.py checks by running it, as
+    # the docs' examples are (docs/writing-docs.md): in @bwrap, `git status` asks nothing.
     lines = [
-        "examples:",
-        '  codecoder call read_file \'{"path": "README.md"}\'',
-        '  codecoder call run_command \'{"command": "git status"}\'      asks in the terminal',
-        '  codecoder call run_command \'{"command": "npm test"}\' --allow run_command:npm:test',
-        '  codecoder call run_command \'{"command": "make"}\' --non-interactive --json',
-        "  codecoder call write_file @args.json                   the arguments from a file",
-        '  codecoder decide run_command \'{"command": "git push"}\'     the verdict, nothing runs',
+        "examples (in a git repository holding a README.md; commands in @bwrap):",
+        '  codecoder call read_file \'{"path": "README.md"}\'              # never asks',
+        "  codecoder call run_command -- git status                      # never asks: read-only",
+        '  codecoder call run_command \'{"command": "touch notes.txt"}\'   # asks in the terminal',
+        "  codecoder call run_command --allow run_command:touch -- touch notes.txt",
+        "  codecoder call run_command --non-interactive -- touch x       # exit 3: denied",
+        "  codecoder call write_file @args.json --allow write_file:notes.txt  # JSON from a file",
+        "  codecoder decide run_command -- git push                      # exit 4: it would ask",
         "",
         "a command's output is shown as it comes on a terminal; Ctrl-C stops it and keeps it.",
         "exit codes: 0 ok, 1 the tool failed, 2 usage, 3 denied, 130 interrupted.",

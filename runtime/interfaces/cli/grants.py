@@ -84,6 +84,8 @@ def allowlist(args: argparse.Namespace) -> int:
         for rule in runtime.config.rules
         if rule.kind == "deny"
     ]
+    # A rules file that cannot be read holds rules nobody knows: never listed as "none".
+    unreadable = runtime.config.unreadable_reason
     if args.json:
         print_json(
             {
@@ -91,9 +93,13 @@ def allowlist(args: argparse.Namespace) -> int:
                 "allowlist": entries,
                 "deny": denies,
                 "grants": [g.to_json() for g in grants],
+                **({"unreadable": unreadable} if unreadable else {}),
             }
         )
-        return EXIT_OK
+        return EXIT_FAILED if unreadable else EXIT_OK
+    if unreadable:
+        print(prefixed(unreadable), file=sys.stderr)
+        return EXIT_FAILED
     _print_list(runtime, grants, denies)
     return EXIT_OK
 
@@ -166,9 +172,12 @@ def _expiry(value: object) -> float | None:
 
 def _problems(runtime: Runtime) -> dict[str, str]:
     return {
-        d.key: d.code
-        for d in runtime.diagnostics
-        if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+        **dict.fromkeys(runtime.config.ignored, "untrusted"),
+        **{
+            d.key: d.code
+            for d in runtime.diagnostics
+            if d.key and (d.severity == "error" or d.code == "untrusted") and d.file is None
+        },
     }
 
 
@@ -224,13 +233,37 @@ def _revoke(runtime: Runtime, key: str, as_json: bool) -> int:
     for host in HOSTS:
         for session_id in HookSessions(runtime.project_dir, host).revoke(key):
             done.append(f"the {_HOST_NAMES[host]} session {session_id[:12]}")
+    meant, why = _not_granted(runtime, key) if not done and not failed else (None, "")
     if as_json:
-        print_json({"revoked": bool(done), "key": key, "from": done, "failed": failed})
+        print_json(
+            {"revoked": bool(done), "key": key, "from": done, "failed": failed, "meant": meant}
+        )
     else:
         for where in done:
             print(f"revoked {visible(key)} from {visible(where)}")
         for problem in failed:
             print(prefixed(problem), file=sys.stderr)
-        if not done and not failed:
-            print(f"{visible(key)} is not granted anywhere (`codecoder allowlist list`)")
+        if why:
+            print(prefixed(why), file=sys.stderr)
     return EXIT_OK if done and not failed else EXIT_FAILED
+
+
+def _not_granted(runtime: Runtime, key: str) -> tuple[str | None, str]:
+    """A key that nothing grants, as `revoke` says it: the granted key probably meant, or why
+    it could never have been granted (checked as every entry is: `permissions.entries`)."""
+    from codecoder.foundation.display import visible
+    from codecoder.permissions.entries import ToolInfo, check_entry
+    from codecoder.permissions.spellings import close_names
+    from codecoder.tools.network import NETWORK
+
+    granted = dict.fromkeys(grant.key for grant in live_grants(runtime))
+    close = close_names(key, granted)
+    why = f"{visible(key)} is not granted anywhere (`codecoder allowlist list`)"
+    if close:
+        return close[0], f"{why}; did you mean {visible(close[0])}?"
+    tools: dict[str, ToolInfo] = {**runtime.tools, NETWORK.name: NETWORK}
+    problem = check_entry(key, tools, deny=False).problem
+    if problem is None:
+        return None, why
+    meant = f"; did you mean {problem.meant}?" if problem.meant and problem.unmatchable else ""
+    return problem.meant, f"{why}, nor could it be: {visible(problem.reason)}{visible(meant)}"

@@ -15,16 +15,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.interfaces.cli.inputs import usage
+
+if TYPE_CHECKING:
+    from codecoder.auditlog import Damaged
 
 __all__ = ["LogFilter", "log", "parse_when"]
 
@@ -82,6 +86,7 @@ class LogFilter:
 
 def log(args: argparse.Namespace) -> int:
     from codecoder.auditlog import AuditLog
+    from codecoder.foundation.errors import AuditUnavailable
     from codecoder.foundation.state import project_state_directory
 
     project = args.project.resolve()
@@ -100,7 +105,11 @@ def log(args: argparse.Namespace) -> int:
     if args.last is not None and args.last < 0:
         usage("--last takes a number of records, 0 or more")
     last = args.last if args.last is not None else (None if args.json else DEFAULT_LAST)
-    shown = [r for r in AuditLog(path).read() if wanted(r)]
+    try:
+        shown = [r for r in AuditLog(path).read(_report_damaged(path)) if wanted(r)]
+    except AuditUnavailable as exc:
+        print(f"codecoder: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     if last is not None:
         shown = shown[-last:] if last else []
     if not shown and not args.json and not args.follow:
@@ -125,6 +134,7 @@ def _print(records: Iterable[dict[str, Any]], as_json: bool) -> None:
 
 
 def _line(record: dict[str, Any]) -> str:
+    from codecoder.auditlog import who_decided
     from codecoder.foundation.display import visible
     from codecoder.permissions.prompt import key_for_person
 
@@ -143,23 +153,49 @@ def _line(record: dict[str, Any]) -> str:
         str(record.get("outcome") or "-"),
         f"{duration:.0f} ms" if isinstance(duration, (int, float)) else "-",
     ]
-    if record.get("answer"):
-        fields.append(f"answered {record['answer']}")
+    who = who_decided(record)
+    if record.get("answer") and who in ("person", "given-answer", None):
+        fields.append(
+            f"answered {record['answer']}" + (" (given)" if who == "given-answer" else "")
+        )
+    elif who in _NOBODY:
+        fields.append(_NOBODY[who])
+    if record.get("front_end"):
+        fields.append(f"by {record['front_end']} ({record.get('host_tool') or '-'})")
     if record.get("error"):
         fields.append(str(record["error"]))
     fields[2] = key_for_person(fields[2])
     return "  ".join(field if index == 2 else visible(field) for index, field in enumerate(fields))
 
 
+# Refusals nobody answered, said as what they were (never "answered deny").
+_NOBODY = {
+    "non-interactive": "nobody could be asked (non-interactive)",
+    "cancelled": "the question was cancelled",
+    "timeout": "the question timed out",
+}
+
+
+def _report_damaged(path: Path) -> Callable[[Damaged], None]:
+    """Say on stderr which line of the log is damaged; the records after it are shown."""
+
+    def report(damaged: Damaged) -> None:
+        print(f"codecoder: {damaged.describe(path)}", file=sys.stderr, flush=True)
+
+    return report
+
+
 def _follow(path: Path) -> Iterator[dict[str, Any]]:
     """The records appended to `path` from now on (it may not exist yet), as they come."""
-    from codecoder.auditlog import parse_record
+    from codecoder.auditlog import parse_line
+    from codecoder.foundation.regularfile import open_regular
 
+    report = _report_damaged(path)
     offset = path.stat().st_size if path.exists() else 0
     pending = b""
     while True:
         try:
-            with path.open("rb") as fh:
+            with os.fdopen(open_regular(path), "rb") as fh:
                 fh.seek(offset)
                 chunk = fh.read()
         except FileNotFoundError:
@@ -171,7 +207,8 @@ def _follow(path: Path) -> Iterator[dict[str, Any]]:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            record = parse_record(line.decode("utf-8", "replace"))
-            if record is not None:
-                yield record
+            records, damaged = parse_line(line.decode("utf-8", "replace"))
+            if damaged is not None:
+                report(damaged)
+            yield from records
         sys.stdout.flush()

@@ -4,8 +4,10 @@ sequence of the tool's output reaching it)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
-from typing import TYPE_CHECKING, Any
+import textwrap
+from typing import TYPE_CHECKING, Any, TextIO
 
 from codecoder.foundation.errors import PermissionDenied, ToolError
 
@@ -20,15 +22,32 @@ def print_json(data: Any) -> None:
 def prefixed(message: str, kind: str = "") -> str:
     """An error as a person reads it on stderr, `codecoder: KIND: message`, with codecoder
     and the kind said once (a message that already starts with them is not prefixed again),
-    its lines kept as lines and neutralised (`visible_message`)."""
+    its lines kept as lines and neutralised (`visible_message`); on a terminal, its first line
+    (the sentence; what follows is a command's output, kept as it is) wrapped at word
+    boundaries to the terminal's width."""
     from codecoder.foundation.display import visible_message
 
     text = visible_message(message).removeprefix("codecoder: ")
     if kind:
         text = text.removeprefix(f"{kind}: ")
     elif text.startswith("codecoder "):  # `codecoder call: argument …` names itself
+        return _wrapped_for(sys.stderr, text)
+    return _wrapped_for(sys.stderr, f"codecoder: {kind + ': ' if kind else ''}{text}")
+
+
+def _wrapped_for(stream: TextIO, text: str) -> str:
+    """`text`'s first line wrapped at spaces to `stream`'s width when it is a terminal."""
+    try:
+        if not stream.isatty():
+            return text
+        width = shutil.get_terminal_size((80, 24)).columns
+    except (AttributeError, ValueError, OSError):
         return text
-    return f"codecoder: {kind + ': ' if kind else ''}{text}"
+    first, newline, rest = text.partition("\n")
+    lines = textwrap.wrap(
+        first, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(lines or [first]) + newline + rest
 
 
 def print_outcome(outcome: CallOutcome, as_json: bool, *, shown: bool = False) -> None:

@@ -48,12 +48,16 @@ def trust_note(config: ProjectConfig) -> str:
     from codecoder.config.trust import TrustState
 
     trust = config.trust
-    count = len(trust.widenings)
+    # A widening that can never take effect (an entry that can never match, a grant above its
+    # tool's ceiling …) is an error said above: never counted as obeyed, nor as waiting.
+    count = sum(1 for w in trust.widenings if not w.never)
+    never = len(trust.widenings) - count
+    void = f"; {never} never take{'s' if never == 1 else ''} effect, see the errors above"
     if trust.state is TrustState.UNTRUSTED:
         return (
             f"; not trusted: {count} widening(s) ignored (see `codecoder trust --show`, then "
-            "`codecoder trust`)"
+            f"`codecoder trust`){void if never else ''}"
         )
     if trust.state is TrustState.TRUSTED:
-        return f"; trusted ({count} widening(s) obeyed)"
+        return f"; trusted ({count} widening(s) obeyed{void if never else ''})"
     return ""

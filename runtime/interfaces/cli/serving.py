@@ -22,10 +22,17 @@ def hook(args: argparse.Namespace) -> int:
     from codecoder.interfaces.hooks import HookOptions, handle
     from codecoder.permissions.prompt import in_ci
 
+    if args.host == "install":
+        return install_hook(args)
+    if args.agent is not None or args.user or args.yes or args.print:
+        raise UsageError(
+            "`hook HOST` takes no agent, --user, --yes or --print (those are for install)"
+        )
+
     options = HookOptions(
         project=args.project,
         allow=tuple(args.allow),
-        sandbox=args.sandbox,
+        sandbox=None if args.host_shell else args.sandbox,
         mcp_server=args.mcp_server,
         interactive=not (args.non_interactive or in_ci()),
     )
@@ -92,3 +99,70 @@ def reload(args: argparse.Namespace) -> int:
         )
         print(f"{runtime.project_file}: " + ("ok" if ok else "errors found"))
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def install_hook(args: argparse.Namespace) -> int:
+    """`hook install AGENT`: show the change to the agent's settings file, ask (or --yes),
+    write it; a settings file that cannot be read is reported and left as it is. `--print`
+    prints the whole file as it would be written (what the docs' recipes are) and writes
+    nothing."""
+    from codecoder.interfaces.hookinstall import plan_install
+    from codecoder.interfaces.installation import codecoder_command
+
+    if args.agent is None:
+        raise UsageError("hook install: which agent? claude-code, gemini or codex")
+    if args.user and args.project is not None:
+        raise UsageError("hook install: --user or --project, not both")
+    if args.agent == "codex" and args.host_shell:
+        raise UsageError(
+            "hook install codex: codecoder is Codex's MCP server and Codex's own shell is off; "
+            "there is no host shell to leave on the host"
+        )
+    project = args.project.resolve() if args.project is not None else None
+    plan = plan_install(
+        args.agent, codecoder_command(), project=project, host_shell=args.host_shell
+    )
+    if args.print:
+        if args.yes:
+            raise UsageError("hook install: --print writes nothing; --yes is for writing")
+        sys.stdout.write(plan.after)
+        return EXIT_OK
+    diff = plan.diff()
+    written = False
+    if plan.changed and (args.yes or _confirmed(diff, args.json)):
+        plan.write()
+        written = True
+    if args.json:
+        print_json(
+            {
+                "agent": args.agent,
+                "file": str(plan.file),
+                "changed": plan.changed,
+                "written": written,
+                "diff": diff,
+            }
+        )
+    elif not plan.changed:
+        print(f"{plan.file}: codecoder's hook is already there, as it would be written")
+    elif written:
+        if args.yes:
+            sys.stdout.write(diff)
+        print(f"wrote {plan.file} (`codecoder doctor` checks it)")
+    else:
+        print(f"{plan.file}: nothing written")
+    return EXIT_OK if written or not plan.changed else EXIT_USAGE
+
+
+def _confirmed(diff: str, as_json: bool) -> bool:
+    """Show the diff and ask on the terminal; nobody to ask (or --json) is a no."""
+    if as_json or not sys.stdin.isatty():
+        if not as_json:
+            sys.stdout.write(diff)
+            print("not written: nobody can confirm here (run it on a terminal, or add --yes)")
+        return False
+    sys.stdout.write(diff)
+    try:
+        reply = input("write it? [y/N] ")
+    except EOFError:
+        return False
+    return reply.strip().lower() in ("y", "yes")

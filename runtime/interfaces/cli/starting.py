@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from codecoder.interfaces.cli.exit_codes import EXIT_OK
+from codecoder.interfaces.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from codecoder.interfaces.cli.inputs import usage
 from codecoder.interfaces.cli.output import print_json
 
@@ -98,7 +98,7 @@ def _placement(runtime: Runtime, project: Project) -> Placement:
     default = runtime.environment_of("run_command")
     if default.allows(Scope.PROJECT):
         return Placement(default, f"{default.containment}, the default here")
-    docker = sandbox_status(runtime.config.docker)
+    docker = sandbox_status(runtime.config.docker, workspace=runtime.project_dir)
     image = runtime.config.docker.image
     shell_note = f"{default.containment}: grants for commands last one session at most"
     if docker.problems:
@@ -165,3 +165,15 @@ def completion_epilog() -> str:
             "  fish: codecoder completion fish > ~/.config/fish/completions/codecoder.fish",
         ]
     )
+
+
+def doctor(args: argparse.Namespace) -> int:
+    """`codecoder doctor`: each check on one line, with its fix; exit 1 when one failed."""
+    from codecoder.interfaces.doctor import as_json, diagnose, report
+
+    checks = diagnose(args.project)
+    if args.json:
+        print_json(as_json(checks))
+    else:
+        print(report(checks))
+    return EXIT_FAILED if any(check.status == "FAIL" for check in checks) else EXIT_OK

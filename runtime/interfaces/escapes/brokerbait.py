@@ -14,7 +14,6 @@ import datetime
 import posixpath
 import re
 import ssl
-import tempfile
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from codecoder.environments.base import Connection
 from codecoder.environments.broker import CredentialRoute
+from codecoder.foundation.scratch import scratch_directory
 
 ROUTED_HOST: Final = "git.codecoder-audit.test"
 # What the layer's resolver answers for ROUTED_HOST: a public address the broker never connects
@@ -41,7 +41,7 @@ class BrokerBait:
     """The bait server, its certificate, and the route and home files that point at it."""
 
     def __init__(self, token: str, home: Path) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="codecoder-audit-broker-"))
+        self.directory = scratch_directory("codecoder-audit-broker-")
         self.ca = self.directory / "server.pem"
         key_file = self.directory / "server.key"
         _self_signed(self.ca, key_file)

@@ -11,11 +11,13 @@ explicitly, its attempts are not run, which fails the audit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -93,6 +95,23 @@ class _Bait:
         (self.home / ".aws").mkdir(exist_ok=True)
         (self.home / ".aws" / "credentials").write_text(f"[default]\nsecret = {token}\n")
         (self.home / ".bashrc").write_text("# the human's shell\n")
+        # Toolchains' configuration with credentials in it, and one of a tool nobody knows.
+        toolchains = {
+            ".m2/settings.xml": f"<settings><server><password>{token}</password></server>"
+            "</settings>\n",
+            ".m2/settings-security.xml": f"<settingsSecurity><master>{token}</master>"
+            "</settingsSecurity>\n",
+            ".m2/repository/org/x/x.pom": "<project/>\n",
+            ".gradle/gradle.properties": f"signingPassword={token}\n",
+            ".gradle/caches/x.bin": "cache\n",
+            ".cargo/config.toml": f'[registry]\ntoken = "{token}"\n',
+            ".cargo/bin/cargo": "#!/bin/sh\ncat ~/.cargo/config.toml\n",
+            ".mytool/auth.conf": f"secret {token}\n",
+        }
+        for name, content in toolchains.items():
+            (self.home / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.home / name).write_text(content)
+        (self.home / ".cargo/bin/cargo").chmod(0o755)
         self.home_state = self._home_files()
         self.state = state_directory()
         (self.state / "daemon").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -123,6 +142,31 @@ class _Bait:
         shutil.rmtree(self._root, ignore_errors=True)
 
 
+class _PrivateBait:
+    """What the host keeps private where no list names it (environments.privatefiles): a
+    0600 file in /etc and a 0700 directory in /var/lib holding a world-readable key, the
+    token in both. Made by root only: for another account, what it keeps outside its home
+    and /tmp is its own business and nowhere common to plant."""
+
+    def __init__(self, token: str) -> None:
+        if os.geteuid() != 0:
+            raise _NotApplicable("only root plants files in /etc and /var/lib for this attack")
+        suffix = secrets.token_hex(6)
+        self.file = Path(f"/etc/codecoder-audit-secret-{suffix}")
+        self.directory = Path(f"/var/lib/codecoder-audit-{suffix}")
+        fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{token}\n")
+        self.directory.mkdir(mode=0o700)
+        key = self.directory / "key.pem"
+        key.write_text(f"-----BEGIN PRIVATE KEY-----\n{token}\n-----END PRIVATE KEY-----\n")
+        key.chmod(0o644)
+
+    def close(self) -> None:
+        self.file.unlink(missing_ok=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class _BwrapLayer(_LayerRunner):
     def __init__(self, audit: AuditContext) -> None:
         self.audit = audit
@@ -142,6 +186,7 @@ class _BwrapLayer(_LayerRunner):
         self._factory = factory
         self.canary = audit.canary
         self._bait_broker: BrokerBait | None = None
+        self._bait_private: _PrivateBait | None = None
 
     def _broker_bait(self) -> BrokerBait:
         """The credential broker's bait (made for the first attempt that needs it)."""
@@ -150,6 +195,13 @@ class _BwrapLayer(_LayerRunner):
             self.audit.on_close(self._bait_broker.close)
             self.bait.home_state = self.bait._home_files()
         return self._bait_broker
+
+    def _private_bait(self) -> _PrivateBait:
+        """The host's private bait (made for the first attempt that needs it)."""
+        if self._bait_private is None:
+            self._bait_private = _PrivateBait(self.audit.token)
+            self.audit.on_close(self._bait_private.close)
+        return self._bait_private
 
     def _environment(
         self, extra: dict[str, str], entry: BwrapEntry
@@ -170,8 +222,11 @@ class _BwrapLayer(_LayerRunner):
                 upstream_ca=bait.ca,
                 upstream_address=("127.0.0.1", bait.port),
             )
+        settings = config.bwrap
+        if entry.home:  # what a trusted file would show of the home
+            settings = dataclasses.replace(settings, home=(*settings.home, *entry.home))
         return BwrapEnvironment(
-            self.audit.workspace.path, config.bwrap, egress=config.docker.egress, environ=environ
+            self.audit.workspace.path, settings, egress=config.docker.egress, environ=environ
         )
 
     def run(self, attempt: Attempt) -> str:
@@ -200,9 +255,23 @@ class _BwrapLayer(_LayerRunner):
             env_extra = {k: v.replace(placeholder, value) for k, v in env_extra.items()}
         if "setuid-binary" in entry.stage:
             self._stage_setuid()
+        if "private-files" in entry.stage:
+            private = self._private_bait()
+            texts = [
+                text.replace("@PRIVATE_FILE@", str(private.file)).replace(
+                    "@PRIVATE_DIR@", str(private.directory)
+                )
+                for text in texts
+            ]
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
-        result, error = self._run(entry, texts, env_extra)
+        privileged = _set_id_files(workspace.path)
+        watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
+        try:
+            result, error = self._run(entry, texts, env_extra)
+        finally:
+            if watcher is not None:
+                watcher.stop()
         output = (result.stdout + result.stderr) if result is not None else ""
         if entry.expect_output and not re.search(entry.expect_output, output, re.MULTILINE):
             raise _NotRun(
@@ -226,6 +295,12 @@ class _BwrapLayer(_LayerRunner):
             alive = _processes_with(marker)
             if alive:
                 _escaped(f"a process outlived its call: {alive[0]}")
+        if watcher is not None and watcher.seen:
+            _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
+        if "set-id" in checks:
+            left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
+            if left:
+                _escaped(f"it left files that run with other ids or capabilities: {left}")
         if "home" in checks and bait.home_changed():
             _escaped(f"the human's home changed: {bait.home}")
         changed = workspace.changed(before, entry.watch)
@@ -277,6 +352,65 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
+
+
+class _Watcher:
+    """Looks at the workspace's files while a call runs: which of them held the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.seen: list[str] = []
+        self._root = root
+        self._token = token.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory, _, files in os.walk(self._root):
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    except OSError:
+                        continue  # a link (the bait's lead outside), gone, a FIFO ...
+                    with os.fdopen(fd, "rb") as file:
+                        try:
+                            found = self._token in file.read(1 << 16)
+                        except OSError:
+                            continue
+                    shown = os.path.relpath(path, self._root)
+                    if found and shown not in self.seen:
+                        self.seen.append(shown)
+            self._stop.wait(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _set_id_files(root: Path) -> list[str]:
+    """The files under `root` with a set-uid or set-gid bit or file capabilities."""
+    found = []
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                mode = os.lstat(path).st_mode
+                capable = _has_capabilities(path)
+            except OSError:
+                continue
+            if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
+                found.append(os.path.relpath(path, root))
+    return found
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def _processes_with(marker: str) -> list[str]:

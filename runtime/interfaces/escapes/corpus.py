@@ -252,7 +252,7 @@ class DockerEntry(_Entry):
         return self.model_copy(update=changes)
 
 
-BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home"]
+BwrapCheck = Literal["token", "listener", "host-process", "outlived", "home", "set-id", "during"]
 
 
 class BwrapEntry(_Entry):
@@ -263,8 +263,12 @@ class BwrapEntry(_Entry):
     blocked_by: tuple[ErrorName, ...] = ()
     watch: tuple[str, ...] = ()
     expect_output: str | None = None
-    stage: tuple[Literal["setuid-binary", "credential-route", "egress-admits-all"], ...] = ()
+    stage: tuple[
+        Literal["setuid-binary", "credential-route", "egress-admits-all", "private-files"], ...
+    ] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    # Home entries shown as a trusted `"bwrap": {"home": [...]}` would show them.
+    home: tuple[str, ...] = ()
     # A second script, run in the same environment after a pause: the warm sandbox built after
     # the first call serves it (the checks look at what it printed and what both left).
     then: str | tuple[str, ...] | None = None

@@ -42,7 +42,9 @@ class _HooksLayer(_LayerRunner):
         }
         if entry.mcp_context is not None:
             event["mcp_context"] = entry.mcp_context
-        options = HookOptions(project=None, allow=entry.allow, interactive=False)
+        # Judged where the host's shell is least contained: on the host (`--host-shell`); the
+        # default, contained in @bwrap, only narrows what these attempts can do.
+        options = HookOptions(project=None, allow=entry.allow, sandbox=None, interactive=False)
         try:
             answer = handle(entry.host, event, options)
         finally:

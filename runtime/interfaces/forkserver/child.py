@@ -7,6 +7,11 @@ would (`runtime.interfaces.cli.main`) and ends as the interpreter ends a process
 Until the command starts nothing of the client's was read or written, so any problem up to
 there is a refusal, and the client runs the command itself; after that, only the exit code
 (or the signal the child died of, which the server reports) goes back.
+
+The call ends with its client whatever happens to the server: the server kills a child whose
+client hung up, but a server that died (killed, or ended by an upgrade) kills nothing, so the
+child watches its client's connection itself (`_end_with_client`) and ends, with everything it
+started (bubblewrap dies with its parent), the moment the client is gone.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ def run(conn: socket.socket, context: str) -> NoReturn:
         os.close(pidfd)
     except OSError:
         os._exit(1)  # the client is gone already
+    _end_with_client(conn)
     try:
         code = _run(request["argv"])
     except KeyboardInterrupt:
@@ -71,6 +77,30 @@ def run(conn: socket.socket, context: str) -> NoReturn:
         traceback.print_exc()  # as a fresh process would, exit status 1
         code = 1
     _exit(conn, code)
+
+
+def _end_with_client(conn: socket.socket) -> None:
+    """Kill this process, as the server would, once the client's end of `conn` is closed (the
+    client ended or was killed): a thread waits for the hang-up."""
+    import select
+    import threading
+
+    # A descriptor of its own (not inherited: PEP 446), which nothing else closes, so its
+    # number is never another file's.
+    watched = os.dup(conn.fileno())
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(watched, 0)  # only a hang-up or an error is of interest
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            if any(event & (select.POLLHUP | select.POLLERR) for _, event in events):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="codecoder-client-watch", daemon=True).start()
 
 
 def _receive(conn: socket.socket) -> tuple[bytes, list[int], int | None, int]:

@@ -63,6 +63,8 @@ _GIT_SIMPLE = frozenset(
         *("write-tree",),
     }
 )
+# What a grant may name after `git` (`run_command:git:status`): a "did you mean" chooses among them.
+GIT_BUILTINS = _GIT_SIMPLE
 # Builtins that are compound in every form, with why.
 _GIT_RUNS = {
     "difftool": "runs a diff tool (`-x`/`--extcmd`, `difftool.<tool>.cmd`)",

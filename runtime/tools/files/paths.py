@@ -4,6 +4,13 @@ Paths in tool arguments are workspace-relative POSIX paths; absolute paths and `
 when the arguments are validated, naming the field. Extra read roots (from the project file,
 passed in `ToolContext.extra["read_roots"]` as a mapping of name to directory) are read as
 `@name/relative/path`, read-only.
+
+Where the caller stands. A person at a terminal in `src/` means `src/x` by `x`: the arguments
+are validated with the caller's directory in the workspace as context (`STANDING`, a
+workspace-relative directory, "." for the workspace itself), and a relative path is joined to
+it; leading `..` climb back towards the workspace, never out of it. What comes out is the
+workspace-relative path, so a key (`write_file:src/x`) is the same wherever it was asked from.
+An agent (MCP, the Python API) stands at the workspace itself.
 """
 
 from __future__ import annotations
@@ -12,30 +19,50 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, ValidationInfo
 
 from codecoder.foundation.display import unspelled
 from codecoder.foundation.errors import ExecutionFailed
 from codecoder.foundation.openbeneath import open_root
 
+# The key of a validation context that holds where the caller stands in the workspace.
+STANDING = "standing"
 
-def normalise_path(value: str, *, allow_root: bool = False) -> str:
-    """The canonical workspace-relative POSIX form of `value` ("." for the workspace itself).
 
-    Raises ValueError for absolute paths, `~`, `..` components and NUL bytes: paths are
+def normalise_path(value: str, *, allow_root: bool = False, standing: str = ".") -> str:
+    """The canonical workspace-relative POSIX form of `value` ("." for the workspace itself),
+    read from `standing` (a canonical workspace-relative directory) when it is relative.
+
+    Raises ValueError for absolute paths, `~`, `..` components that are not leading ones
+    climbing back from `standing` (or climb out of the workspace) and NUL bytes: paths are
     checked before anything runs, and the key of a write is this canonical form.
     """
     if "\0" in value:
         raise ValueError("the path contains a NUL byte")
     # A name that is not UTF-8 comes back as the tools show it (`n\\xe9e.txt`).
     value = unspelled(value)
+    relative_to = (
+        "the workspace"
+        if standing == "."
+        else f"where you stand ({standing}/ in the workspace; `..` climbs back up to it)"
+    )
     if value.startswith("/"):
-        raise ValueError(f"{value!r} is absolute; paths are relative to the workspace")
+        raise ValueError(f"{value!r} is absolute; paths are relative to {relative_to}")
     if value.startswith("~"):
-        raise ValueError(f"{value!r}: `~` is not expanded; paths are relative to the workspace")
+        raise ValueError(f"{value!r}: `~` is not expanded; paths are relative to {relative_to}")
     parts = [part for part in value.split("/") if part not in ("", ".")]
+    base = [] if standing == "." or value.startswith("@") else standing.split("/")
+    while parts and parts[0] == ".." and base:
+        parts.pop(0)
+        base.pop()
     if ".." in parts:
-        raise ValueError(f"{value!r} leaves the workspace (`..` is not allowed)")
+        if standing == ".":
+            raise ValueError(f"{value!r} leaves the workspace (`..` is not allowed)")
+        where = "climbs out of it" if parts[0] == ".." else "has `..` past its start"
+        raise ValueError(
+            f"{value!r} leaves the workspace: it {where}; paths are relative to {relative_to}"
+        )
+    parts = base + parts
     if not parts:
         if allow_root:
             return "."
@@ -43,16 +70,23 @@ def normalise_path(value: str, *, allow_root: bool = False) -> str:
     return "/".join(parts)
 
 
-def _file_path(value: str) -> str:
-    return normalise_path(value)
+def standing_of(info: ValidationInfo | None) -> str:
+    """Where the caller stands, from a validation's context ("." when none is given)."""
+    context = info.context if info is not None else None
+    standing = context.get(STANDING, ".") if isinstance(context, dict) else "."
+    return standing if isinstance(standing, str) and standing else "."
 
 
-def _dir_path(value: str) -> str:
-    return normalise_path(value, allow_root=True)
+def _file_path(value: str, info: ValidationInfo) -> str:
+    return normalise_path(value, standing=standing_of(info))
 
 
-def _write_path(value: str) -> str:
-    path = normalise_path(value)
+def _dir_path(value: str, info: ValidationInfo) -> str:
+    return normalise_path(value, allow_root=True, standing=standing_of(info))
+
+
+def _write_path(value: str, info: ValidationInfo) -> str:
+    path = normalise_path(value, standing=standing_of(info))
     if any("\udc80" <= ch <= "\udcff" for ch in path):
         raise ValueError(
             "the name is not UTF-8 (a byte shown as \\xHH): the write tools create and change "

@@ -138,7 +138,9 @@ def _numbered(lines: list[str], start: int, limit: int, budget: int) -> tuple[st
 
 class ListDirParameters(Parameters):
     path: DirPath = Field(
-        default=".", description="The directory to list, relative to the workspace."
+        default=".",
+        validate_default=True,  # "." is where the caller stands (tools.files.paths)
+        description="The directory to list, relative to the workspace.",
     )
 
 
@@ -193,7 +195,11 @@ class GlobParameters(Parameters):
         ),
         min_length=1,
     )
-    path: DirPath = Field(default=".", description="The directory to search from.")
+    path: DirPath = Field(
+        default=".",
+        validate_default=True,  # "." is where the caller stands (tools.files.paths)
+        description="The directory to search from.",
+    )
     max_results: int = Field(default=1000, ge=1, le=100_000, description="Stop after this many.")
     include_ignored: bool = Field(default=False, description=_IGNORED_DESCRIPTION)
     hidden: bool = Field(default=False, description=_HIDDEN_DESCRIPTION)
@@ -269,7 +275,9 @@ class GrepParameters(Parameters):
         )
     )
     path: DirPath = Field(
-        default=".", description="A file, or a directory searched recursively (not `.git`)."
+        default=".",
+        validate_default=True,  # "." is where the caller stands (tools.files.paths)
+        description="A file, or a directory searched recursively (not `.git`).",
     )
     glob: str | None = Field(
         default=None,

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from codecoder.environments.wasm.environment import WasmEnvironment
 from codecoder.environments.wasm.request import Preopen, WasmRequest, WasmResult
@@ -21,11 +21,11 @@ from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolRe
 from codecoder.tools.files import limits
 from codecoder.tools.files.fileops import WORKSPACE_GUEST, _files
 from codecoder.tools.files.keys import _path_key
-from codecoder.tools.files.paths import normalise_path
+from codecoder.tools.files.paths import normalise_path, standing_of
 
 
-def _module_path(value: str) -> str:
-    path = normalise_path(value)
+def _module_path(value: str, info: ValidationInfo) -> str:
+    path = normalise_path(value, standing=standing_of(info))
     if not path.endswith((".wasm", ".wat")):
         raise ValueError(f"{path!r} is not a .wasm or .wat module")
     return path

@@ -28,6 +28,7 @@ replayed.
          "stdout_bytes": int, "stderr_bytes": int, "truncated": bool, "timed_out": bool,
          "oom_killed": bool, "pids_limit_hit": bool, "disk_used": int | null,
          "disk_budget_hit": bool, "survivors": int, "duration": float,
+         (disk_used: what a writable call wrote to the workspace, diskbudget.py)
          "changes": {"entries": int, "files": int, "bytes": int, "deleted": int,
                      "over_budget": bool,
                      "inline": {"tar": base64 str, "summary": str} (small ones only)} | null}

@@ -6,8 +6,9 @@ descriptor but its own pipes. A command can therefore not signal, trace or read 
 docker-init (both root), nor reach their stdin and stdout. Where runas cannot run, subprocess's
 `user=` drops to that uid from a fork of the agent (slower; the agent then checks the result).
 
-The call ends when its main process exits, its deadline passes, its disk budget is spent or the
-host hangs up; then every other process is killed (processes.py) before the answer is made.
+The call ends when its main process exits, its deadline passes, its disk budget is spent (what
+it wrote: diskbudget.py) or the host hangs up; then every other process is killed
+(processes.py) before the answer is made.
 
 A request with `"stream": true` has its output sent as it comes, in `output` lines before the
 answer (`OutputStream`), so the host can show it and keep it should the call be interrupted.
@@ -26,8 +27,9 @@ from typing import Any
 from capture import Capture
 from cgroups import OOM_COUNTER_FILES, PIDS_COUNTER_FILES, read_counter
 from channel import READ_CHUNK, Channel, Message
+from diskbudget import DiskBudget
 from exitwatch import ExitWatch
-from image import LOADER, RUNAS, WORKSPACE
+from image import LOADER, RUNAS
 from processes import end_everything, kill_all
 from procfs import proc_status
 
@@ -128,14 +130,6 @@ def identity_problem(pid: int, uid: int, gid: int) -> str | None:
     return None
 
 
-def workspace_used() -> int | None:
-    try:
-        st = os.statvfs(WORKSPACE)
-    except OSError:
-        return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-
 def run_command(
     request: Message, channel: Channel, exits: ExitWatch, uid: int, gid: int, runas: bool
 ) -> Message:
@@ -156,7 +150,8 @@ def run_command(
 
     oom_before = read_counter(OOM_COUNTER_FILES)
     pids_before = read_counter(PIDS_COUNTER_FILES)
-    used_before = workspace_used() if budget is not None else None
+    # What the call writes, never the shared file system's growth, counts (diskbudget.py).
+    disk = DiskBudget(int(budget), uid, gid) if budget is not None else None
     started = time.monotonic()
     # As the command's user, with no supplementary group and no capability left (the
     # bounding set is empty and none survives the uid change; runas checks, or CPython
@@ -225,18 +220,17 @@ def run_command(
             if drain_until is None and now >= deadline:
                 timed_out = True
                 stop(now)
-            if budget is not None and used_before is not None and now >= next_disk_check:
-                next_disk_check = now + DISK_CHECK_SECONDS
-                used = workspace_used()
-                if used is not None and used - used_before > budget:
+            if disk is not None and now >= next_disk_check and drain_until is None:
+                if disk.over():
                     budget_hit = True
                     stop(now)
+                next_disk_check = time.monotonic() + DISK_CHECK_SECONDS
             if drain_until is not None and now >= drain_until:
                 break
             if streaming is not None:
                 streaming.send_due(now)
             limit = (deadline if drain_until is None else drain_until) - now
-            if budget is not None:
+            if disk is not None:
                 limit = min(limit, next_disk_check - now)
             due = streaming.wait(now) if streaming is not None else None
             if due is not None:
@@ -285,7 +279,6 @@ def run_command(
     sig = -code if code < 0 else None
     oom_after = read_counter(OOM_COUNTER_FILES)
     pids_after = read_counter(PIDS_COUNTER_FILES)
-    used_after = workspace_used() if used_before is not None else None
     # SIGKILL reaches the call either directly (exit by signal 9) or through a shell that
     # reports its killed child as 137; only with a new OOM kill in the cgroup is it an OOM.
     killed = sig == signal.SIGKILL or code == 128 + signal.SIGKILL
@@ -296,9 +289,7 @@ def run_command(
         and oom_after is not None
         and oom_after > oom_before
     )
-    disk_used = (
-        used_after - used_before if used_after is not None and used_before is not None else None
-    )
+    disk_used = disk.used() if disk is not None else None
     return {
         "exit_code": 128 + sig if sig is not None else code,
         "signal": sig,

@@ -97,11 +97,11 @@ def fake_resolver(names: dict[str, list[str]]) -> Any:
     return resolve
 
 
-def tunnel(path: Path, target: str, payload: bytes = b"ping") -> tuple[bytes, bytes]:
+def tunnel(address: str, target: str, payload: bytes = b"ping") -> tuple[bytes, bytes]:
     """CONNECT `target` through the proxy's socket: its answer head, then what came through."""
     with socket.socket(socket.AF_UNIX) as sock:
         sock.settimeout(5)
-        sock.connect(str(path))
+        sock.connect(address)
         sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
         head = b""
         while b"\r\n\r\n" not in head:
@@ -125,12 +125,52 @@ def tunnel(path: Path, target: str, payload: bytes = b"ping") -> tuple[bytes, by
 # --- the proxy on its own ----------------------------------------------------------------------
 
 
+def connect_through(address: tuple[str, int], target: str) -> bytes:
+    """CONNECT `target` through a TCP listener the proxy accepts on: its answer head."""
+    with socket.create_connection(address, timeout=5) as sock:
+        sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return head
+
+
+def test_a_listener_the_sandbox_shuts_down_under_the_proxy_ends_quietly(
+    upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    # @bwrap hands the proxy the listening socket of its sandbox; the sandbox keeps it too and
+    # may shut it down while the proxy waits to accept (or the call ends and closes it): the
+    # accept fails (EINVAL). That is the sandbox taking no more connections, not a crash: no
+    # asyncio traceback (CI saw one call in five print one under load).
+    proxy = EgressProxy(Egress((upstream.entry,)))
+    gate = Gate(admitted=["127.0.0.1"])
+    try:
+        with proxy.call(gate):
+            for _ in range(10):
+                listener = socket.create_server(("127.0.0.1", 0))
+                sandbox_end = socket.socket(fileno=os.dup(listener.fileno()))
+                proxy.serve_listener(listener)
+                head = connect_through(listener.getsockname(), upstream.entry)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                sandbox_end.shutdown(socket.SHUT_RDWR)  # under the proxy, accept pending
+                time.sleep(0.2)
+                listener.close()
+                sandbox_end.close()
+    finally:
+        proxy.close()
+    crashes = [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+    assert crashes == [], [r.getMessage() for r in crashes]
+
+
 def test_a_listed_host_is_tunnelled_and_the_connection_recorded(upstream: Upstream) -> None:
     proxy = EgressProxy(Egress((upstream.entry,)))
     gate = Gate(admitted=["127.0.0.1"])
     try:
         with proxy.call(gate):
-            head, body = tunnel(proxy.path, upstream.entry)
+            head, body = tunnel(proxy.address, upstream.entry)
             # The greeting may arrive before the payload is relayed; the call's end closes the
             # tunnel, so it waits for the upstream to have what was sent.
             deadline = time.monotonic() + 5
@@ -182,7 +222,7 @@ def test_what_is_not_listed_or_resolves_to_a_local_address_is_refused(
     gate = Gate(admitted=["registry.test", "127.0.0.2"])
     try:
         with proxy.call(gate):
-            head, body = tunnel(proxy.path, target)
+            head, body = tunnel(proxy.address, target)
     finally:
         proxy.close()
 
@@ -196,7 +236,7 @@ def test_a_host_the_gate_refuses_is_not_reached(upstream: Upstream) -> None:
     gate = Gate(admitted=[])
     try:
         with proxy.call(gate):
-            head, body = tunnel(proxy.path, upstream.entry)
+            head, body = tunnel(proxy.address, upstream.entry)
     finally:
         proxy.close()
 
@@ -210,10 +250,10 @@ def test_nothing_is_admitted_outside_a_call_and_a_calls_tunnels_end_with_it(
 ) -> None:
     proxy = EgressProxy(Egress((upstream.entry,)))
     try:
-        outside, body = tunnel(proxy.path, upstream.entry)
+        outside, body = tunnel(proxy.address, upstream.entry)
         with socket.socket(socket.AF_UNIX) as sock:
             with proxy.call(Gate(admitted=["127.0.0.1"])):
-                sock.connect(str(proxy.path))
+                sock.connect(proxy.address)
                 sock.sendall(f"CONNECT {upstream.entry} HTTP/1.1\r\n\r\n".encode())
                 sock.settimeout(5)
                 opened = sock.recv(4096)
@@ -242,7 +282,7 @@ def test_requests_other_than_a_plain_connect_are_refused(request_head: bytes) ->
     try:
         with proxy.call(Gate(admitted=["127.0.0.1"])), socket.socket(socket.AF_UNIX) as sock:
             sock.settimeout(5)
-            sock.connect(str(proxy.path))
+            sock.connect(proxy.address)
             with contextlib.suppress(OSError):  # the proxy may answer before reading it all
                 sock.sendall(request_head)
             answer = sock.recv(4096)
@@ -310,7 +350,7 @@ def test_a_thousand_connections_leave_the_threads_bounded_and_the_next_call_work
             for _ in range(1000):
                 client = socket.socket(socket.AF_UNIX)
                 client.settimeout(10)
-                while client.connect_ex(str(proxy.path)) != 0:  # the backlog is full: again
+                while client.connect_ex(proxy.address) != 0:  # the backlog is full: again
                     time.sleep(0.001)
                 if first:
                     # One past the limit is answered 503 and closed before anything is read: by
@@ -329,7 +369,7 @@ def test_a_thousand_connections_leave_the_threads_bounded_and_the_next_call_work
             for client in clients:
                 client.close()
         with proxy.call(Gate(admitted=["127.0.0.1"])):
-            head, body = tunnel(proxy.path, upstream.entry)
+            head, body = tunnel(proxy.address, upstream.entry)
     finally:
         proxy.close()
         silent.close()

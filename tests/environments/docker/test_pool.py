@@ -666,3 +666,37 @@ def test_a_template_dropped_because_its_directory_moved_takes_its_warm_sandboxes
     assert next(checks) >= 3  # one made (checked before and after), one refused
     assert left == []
     assert docker_engine.api.containers(all=True, filters=mine) == []
+
+
+def test_back_to_back_claims_teach_the_pool_how_many_to_keep_warm(
+    workspace: Path, docker_engine: Any
+) -> None:
+    """A CI loop's new processes claim one after another, faster than a sandbox is made: a
+    pool of the two a session asks for was empty every other claim. Once it has seen such a
+    run of claims, it keeps that many warm, so the next run finds one at every claim."""
+    template = _template(workspace)
+    pool = WarmPool(DockerEngine(), _pool_labels(), memory=None)
+    pool.start()
+    run = 4
+    handed: list[str] = []
+    try:
+        assert pool.claim(template, 2) is None  # the first ever: nothing made yet
+        wait_until(lambda: len(pool.status()["templates"][0]["ready"]) >= 2)
+        first = [pool.claim(template, 2) for _ in range(run)]
+        handed += [sandbox.id for sandbox in first if sandbox is not None]
+        entry = wait_until(lambda: len((t := pool.status()["templates"][0])["ready"]) >= run and t)
+        second = [pool.claim(template, 2) for _ in range(run)]
+        handed += [sandbox.id for sandbox in second if sandbox is not None]
+    finally:
+        for sandbox_id in handed:
+            pool.release(sandbox_id)
+        pool.close()
+
+    assert entry["demand"] >= run
+    assert all(sandbox is not None for sandbox in second), second
+    assert (
+        docker_engine.api.containers(
+            all=True, filters={"label": [f"codecoder.session=pool-test-{os.getpid()}"]}
+        )
+        == []
+    )

@@ -7,7 +7,10 @@ does not hold up another's.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,11 @@ from codecoder.dispatcher import CallOutcome
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.mock import MockEnvironment
 from codecoder.foundation.ceiling import EnvironmentTag
+from codecoder.foundation.decision import Answer
+from codecoder.permissions.prompt import fixed
 from codecoder.session import Runtime, Session
 from tests.conftest import write_config
+from tests.environments.bwrap_support import processes_with
 
 CONFIG = {
     "environments": {"run_command": "@docker"},
@@ -108,3 +114,35 @@ def test_an_environment_given_to_the_runtime_is_shared_by_its_sessions(project: 
         second = shared.environment(EnvironmentTag.DOCKER, session="two")
 
     assert first is given and second is given
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_cancelled_acall_stops_the_command_in_the_container(
+    workspace: Path, docker_engine: Any, anyio_backend: str
+) -> None:
+    write_config(workspace, {"environments": {"run_command": "@docker"}})
+    marker = f"4243.{os.getpid()}"
+    command = f"sleep {marker} & sleep {marker}; wait"
+    with Runtime(workspace, asker=fixed(Answer.ONCE)) as runtime, runtime.session() as session:
+        task = asyncio.ensure_future(session.acall("run_command", {"command": command}))
+        deadline = time.monotonic() + 120
+        while len(processes_with(marker)) < 2:
+            assert time.monotonic() < deadline, "the command never started"
+            assert not task.done(), task.result().to_json()
+            await asyncio.sleep(0.05)
+        (container,) = docker_engine.api.containers(
+            filters={"label": f"codecoder.session={session.id}"}
+        )
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Stopped when the cancellation came through (with the sandbox it ran in).
+        assert processes_with(marker) == []
+        left = docker_engine.api.containers(filters={"id": container["Id"]})
+        assert left == [] or not [
+            p
+            for p in docker_engine.api.top(container["Id"])["Processes"] or []
+            if marker in " ".join(p)
+        ]

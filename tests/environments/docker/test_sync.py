@@ -400,7 +400,7 @@ def test_a_host_file_with_holes_stays_out_of_the_volume_and_hard_links_go_as_lin
     ],
 )
 def test_an_engine_on_another_machine_is_told_apart(
-    address: str | None, local: bool, monkeypatch: pytest.MonkeyPatch
+    address: str | None, local: bool, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if address is None:
         monkeypatch.delenv("DOCKER_HOST", raising=False)
@@ -408,7 +408,9 @@ def test_an_engine_on_another_machine_is_told_apart(
         monkeypatch.setenv("DOCKER_HOST", address)
 
     assert engine_is_local() is local
-    assert DockerEnvironment("/tmp").sync is not local
+    # A workspace of the command user's (one that belongs to root is synced anyway:
+    # environments.docker.workspacemode).
+    assert DockerEnvironment(workspace).sync is not local
 
 
 def test_a_bind_mount_on_a_remote_engine_is_refused(

@@ -23,6 +23,7 @@ from codecoder.foundation.errors import ExecutionFailed
 from codecoder.interfaces.hooks import HookOptions, handle
 from codecoder.permissions.prompt import fixed
 from codecoder.session import Runtime
+from tests.environments.bwrap_support import need_bwrap
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -227,7 +228,9 @@ def test_an_included_file_is_watched_by_its_content(repo: Path) -> None:
     guard = GitGuard(repo)
     assert guard.unseen() == []
     (repo / "inc.cfg").write_text("[core]\n\tfsmonitor = touch M\n")
-    assert len(guard.unseen()) == 1
+    unseen = guard.unseen()
+    assert unseen[0].startswith(".git: config include.path = '../inc.cfg (sha256:")
+    assert unseen[1:] == [".git: config core.fsmonitor = 'touch M' was added"]
 
 
 def test_removing_what_was_seen_needs_no_acceptance(repo: Path) -> None:
@@ -255,7 +258,10 @@ def test_a_fifo_planted_as_config_or_hook_does_not_hang_the_check(repo: Path) ->
 def test_the_claude_code_hook_denies_a_host_command_after_a_plant(
     repo: Path, tmp_path: Path
 ) -> None:
-    options = HookOptions(project=repo, allow=("run_command:git:status",), interactive=False)
+    # The host's own shell, on the host (`--host-shell`): what git would run there is judged.
+    options = HookOptions(
+        project=repo, allow=("run_command:git:status",), sandbox=None, interactive=False
+    )
 
     def bash(command: str) -> str:
         event = {
@@ -366,4 +372,74 @@ def test_in_bwrap_the_same_copy_never_plants_what_host_git_runs(
     assert again.ok, again.error
     assert on_host.decision.environment == "@shell"
     assert on_host.ok, on_host.error
+    assert not marker.exists()
+
+
+SSH_COMMAND = 'printf \'[core]\\n\\tsshCommand = "sh -c \\\\"touch {marker}\\\\""\\n\''
+FSMONITOR = 'printf \'[core]\\n\\tfsmonitor = "sh -c \\\\"touch {marker}\\\\""\\n\''
+
+
+@pytest.mark.parametrize(
+    ("layout", "edit", "then"),
+    [
+        # .git/config includes a file of the workspace; the sandbox edits it (issue 33).
+        (
+            {".git/config+": "[include]\n\tpath = ../shared.gitconfig\n", "shared.gitconfig": ""},
+            SSH_COMMAND + " >> shared.gitconfig",
+            "git fetch ssh://example.invalid/repo.git",
+        ),
+        (
+            {".git/config+": "[include]\n\tpath = ../shared.gitconfig\n", "shared.gitconfig": ""},
+            FSMONITOR + " >> shared.gitconfig",
+            "git status --short",
+        ),
+        # ... which includes another (git follows includes of includes).
+        (
+            {
+                ".git/config+": "[include]\n\tpath = ../a.gitconfig\n",
+                "a.gitconfig": "[include]\n\tpath = b.gitconfig\n",
+                "b.gitconfig": "",
+            },
+            FSMONITOR + " >> b.gitconfig",
+            "git status --short",
+        ),
+        # A program the human's config names, kept in the workspace.
+        (
+            {
+                ".git/config+": "[core]\n\tsshCommand = ./tools/ssh.sh\n",
+                "tools/ssh.sh": "#!/bin/sh\nexit 1\n",
+            },
+            "printf '#!/bin/sh\\ntouch {marker}\\n' > tools/ssh.sh",
+            "git fetch ssh://example.invalid/repo.git",
+        ),
+    ],
+)
+def test_what_a_first_sandboxed_call_changes_for_host_git_is_refused_whatever_the_order(
+    repo: Path, tmp_path: Path, layout: dict[str, str], edit: str, then: str
+) -> None:
+    """No host command ran before the sandboxed call: the record of what git runs is taken
+    before the first sandboxed call, not at the first host command after it."""
+    need_bwrap()
+    marker = tmp_path / "PWNED"
+    for name, content in layout.items():
+        path = repo / name.rstrip("+")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if name.endswith("+") else "w") as file:
+            file.write(content)
+        if name.startswith("tools/"):
+            path.chmod(0o755)
+    contained = Runner(repo, bindings={})
+    try:
+        edited = contained.run(edit.format(marker=marker))
+    finally:
+        contained.close()
+    assert edited.decision.environment == "@bwrap"
+    assert edited.ok, edited.error
+    host = Runner(repo)
+    try:
+        refused = host.run(then)
+    finally:
+        host.close()
+    assert isinstance(refused.error, ExecutionFailed), refused
+    assert "codecoder trust --git" in str(refused.error)
     assert not marker.exists()

@@ -381,6 +381,7 @@ def test_a_wasm_capability_gets_its_arguments_as_json_on_stdin(
         "answer": "once",
         "reason": "allowed once",
         "violations": [],
+        "decided_by": "person",  # a RecordingAsker stands for a person
     }
 
 
@@ -525,6 +526,7 @@ def test_a_wasm_capability_granted_for_the_project_runs_in_a_new_process_without
         "answer": None,
         "reason": "codecoder.json allowlist",
         "violations": [],
+        "decided_by": "rule",
     }
 
 

@@ -161,9 +161,10 @@ async def test_revoke_takes_a_grant_back_from_a_running_server_which_then_asks_a
         )
         assert len(human.asked) == 1
     again = codecoder("allowlist", "revoke", "run_command:mkdir", project=project)
-    assert (again.returncode, again.stdout) == (
+    assert (again.returncode, again.stdout, again.stderr) == (
         1,
-        "run_command:mkdir is not granted anywhere (`codecoder allowlist list`)\n",
+        "",
+        "codecoder: run_command:mkdir is not granted anywhere (`codecoder allowlist list`)\n",
     )
 
 

@@ -104,6 +104,7 @@ def test_replay_takes_the_files_scope_names_and_says_when_a_line_gave_no_answer(
         ("Edit(./src/app.py)", "did you mean --allow 'edit_file:src/app.py'?"),
         ("Write(notes.txt)", "did you mean --allow 'write_file:notes.txt'?"),
         ("run_comand:git", "there is no tool named 'run_comand' (did you mean run_command?)"),
+        ("run_command:gti", "did you mean --allow 'run_command:git'?"),
         ("run_command:git:status:short", "did you mean --allow 'run_command:git:status'?"),
         ("read_file:README.md", "read_file needs no permission (Permission::None)"),
     ],
@@ -221,3 +222,67 @@ def test_decide_shows_each_choice_with_what_it_records_and_how_long(project: Pat
         f"({written})",
         "  [d] Deny: nothing runs; nothing is recorded",
     ]
+
+
+def test_an_entry_that_can_never_match_is_an_error_trusted_or_not_and_never_obeyed(
+    project: Path,
+) -> None:
+    """The trial's file: after `trust`, check said "errors found; trusted (5 widening(s)
+    obeyed)" and listed the entries that can never match as rules in effect."""
+    file = project / "codecoder.json"
+    file.write_text(
+        "{\n"
+        '  "allowlist": {\n'
+        '    "run_comand:ls": "AlwaysThisProject",\n'
+        '    "run_command:npm test": "AlwaysThisProject",\n'
+        '    "write_file:./x": "AlwaysThisProject",\n'
+        '    "run_command:make": "AlwaysThisProject"\n'
+        "  },\n"
+        '  "deny": ["run_command:git:push"]\n'
+        "}\n"
+    )
+    expected = [
+        ("error", "unknown_tool", "run_comand:ls", 3),
+        ("error", "never_matches", "run_command:npm test", 4),
+        ("error", "never_matches", "write_file:./x", 5),
+    ]
+    for trusted in (False, True):
+        report = as_json(codecoder("check", "--json", project=project))
+        found = [(d["severity"], d["code"], d["key"], d["line"]) for d in report["diagnostics"]]
+        assert [d for d in found if d[0] == "error"] == expected, trusted
+        assert report["ok"] is False
+        allowed = [rule["value"] for rule in report["rules"] if rule["kind"] == "allow"]
+        assert allowed == (["run_command:make"] if trusted else [])
+        assert codecoder("trust", "--yes", project=project).returncode == 0
+    text = codecoder("check", project=project).stdout
+    assert text.splitlines()[-1] == (
+        f"{file}: errors found; trusted (1 widening(s) obeyed; 3 never take effect, see the "
+        "errors above)"
+    )
+    assert "did you mean run_command?" in text
+    assert "to mean that, write run_command:npm:test" in text
+    rules = text.split("rules in effect:\n")[1].split("@docker")[0]
+    assert "npm test" not in rules and "./x" not in rules and "run_comand" not in rules
+
+
+def test_revoking_what_nothing_grants_names_what_does(project: Path) -> None:
+    write_config(project, {"allowlist": {"run_command:make": "AlwaysThisProject"}})
+    typo = codecoder("allowlist", "revoke", "run_command:mkae", project=project)
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert typo.stderr == (
+        "codecoder: run_command:mkae is not granted anywhere (`codecoder allowlist list`); did "
+        "you mean run_command:make?\n"
+    )
+    never = codecoder("allowlist", "revoke", "--json", "run_command:gti", project=project)
+    assert as_json(never)["meant"] == "run_command:git"
+    assert (
+        "nor could it be: gti is no program on this PATH"
+        in codecoder("allowlist", "revoke", "run_command:gti", project=project).stderr
+    )
+
+
+def test_a_misspelt_setting_names_the_one_meant(project: Path) -> None:
+    (project / "codecoder.json").write_text('{"limts": {"timeout": 5}}\n')
+    report = as_json(codecoder("check", "--json", project=project))
+    [diagnostic] = report["diagnostics"]
+    assert diagnostic["message"].startswith('unknown key "limts" (did you mean limits?)')

@@ -149,10 +149,10 @@ def test_a_question_is_asked_and_answered_on_the_clients_terminal(machine: Machi
     on_the_host(machine)
     child = spawn(machine, "call", "run_command", json.dumps({"command": "echo ran by $PPID"}))
     child.expect("permission required")
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")  # a one-shot call: no session choice
     assert "environment  @shell (host processes, not sandboxed)" in child.before
     child.sendline("x")
-    child.expect("please answer one of o/s/d")
+    child.expect("please answer one of o/d")
     child.sendline("o")
     child.expect(pexpect.EOF)
     child.close()
@@ -175,7 +175,7 @@ def test_with_arguments_on_stdin_the_question_goes_to_the_clients_controlling_te
         encoding="utf-8",
         timeout=60,
     )
-    child.expect(r"choice \[o/s/p/w/c/d\]: ")
+    child.expect(r"choice \[o/p/w/c/d\]: ")
     assert "key          write_file:src/asked.txt" in child.before
     child.sendline("o")
     child.expect(pexpect.EOF)
@@ -396,3 +396,25 @@ def running_call(machine: Machine) -> int:
 
 def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def test_a_call_ends_with_its_client_even_after_the_server_died(machine: Machine) -> None:
+    # The server used to be the only one watching the client: killed first, nobody was, and
+    # the call (and its sandbox) ran on for as long as its command did.
+    command, processes = sleeping(machine)
+    proc = machine.popen("call", "run_command", command, "--answer", "once")
+    try:
+        wait_until(lambda: (machine.project / "started").exists(), timeout=60)
+        server = machine.server_pid()
+        assert server is not None
+        child = running_call(machine)
+        assert processes()
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not alive(server))
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: not alive(child))
+        wait_until(lambda: processes() == [])
+    finally:
+        for pid in processes():
+            os.kill(pid, signal.SIGKILL)

@@ -17,9 +17,12 @@ from typing import Any
 import pytest
 
 from codecoder.interfaces.hooks import HookSessions, map_call
+from codecoder.interfaces.installation import codecoder_command
 from tests.conftest import write_config
 
 REPO = Path(__file__).resolve().parents[3]
+# The codecoder a hook names in the commands it rewrites: the one it runs as, by its path.
+CODECODER = codecoder_command()[0]
 
 
 @pytest.fixture
@@ -37,8 +40,11 @@ def hook(
     env: dict[str, str] | None = None,
 ) -> Any:
     env = {**{k: v for k, v in os.environ.items() if k != "CI"}, **(env or {})}
+    # Most of these tests judge the host's own shell, on the host (`--host-shell`); the default,
+    # contained in @bwrap, is what the `--sandbox` tests and test_hooks_contained.py judge.
+    where = () if "--sandbox" in args else ("--host-shell",)
     proc = subprocess.run(
-        [sys.executable, "-m", "codecoder", "hook", host, "--project", str(project), *args],
+        [sys.executable, "-m", "codecoder", "hook", host, "--project", str(project), *where, *args],
         input=event if isinstance(event, str) else json.dumps(event),
         capture_output=True,
         text=True,
@@ -155,9 +161,10 @@ def test_reads_outside_the_workspace_are_never_allowed(
         "~/.ssh/id_rsa",
     ):
         out = answer("claude-code", claude("Read", {"file_path": path}), project)
-        assert decision(out)[0] == "ask", path
+        # Refused, as codecoder refuses it (issue 32.6: it was asked).
+        assert decision(out)[0] == "deny", path
     glob = answer("claude-code", claude("Glob", {"pattern": "../**/*"}), project)
-    assert decision(glob)[0] == "ask"
+    assert decision(glob)[0] == "deny"
 
 
 def test_a_write_to_a_protected_path_is_asked_every_time(project: Path, state: Path) -> None:
@@ -250,7 +257,7 @@ def test_gemini_answers_in_its_own_format_and_an_approval_there_is_once(
     )
     assert fetch["decision"] == "allow"
     read = answer("gemini", gemini("read_file", {"file_path": "/etc/shadow"}), project)
-    assert read["decision"] == "ask"
+    assert read["decision"] == "deny"  # codecoder never reads outside the workspace
 
 
 @pytest.mark.parametrize("how", ["--non-interactive", "CI=true"])
@@ -271,7 +278,7 @@ def test_non_interactive_denies_what_it_would_ask_and_says_how_to_allow_it(
         "decision": "deny",
         "reason": "codecoder: run_command:npm:run:test[:]unit on @shell needs approval, and nobody "
         "can answer here; to allow it for a run: codecoder hook --allow "
-        "run_command:npm:run:test[:]unit",
+        "'run_command:npm:run:test[:]unit'",  # quoted: as a shell would take it
         "systemMessage": out["reason"],  # the person sees why, in Gemini's transcript
     }
     allowed = answer(
@@ -318,7 +325,7 @@ def test_sandbox_docker_rewrites_the_command_into_codecoder_exec(
     verdict, reason = decision(out)
     assert verdict == "allow" and "run_container:make:test (@docker)" in reason
     assert out["hookSpecificOutput"]["updatedInput"] == {
-        "command": f"codecoder exec --project {project} --hook claude-code:s1 -- 'make test'",
+        "command": f"{CODECODER} exec --project={project} --hook=claude-code:s1 -- 'make test'",
         "timeout": 5,
     }
     asked = answer(
@@ -330,7 +337,9 @@ def test_sandbox_docker_rewrites_the_command_into_codecoder_exec(
     )
     assert asked["decision"] == "ask"
     rewritten = asked["hookSpecificOutput"]["tool_input"]["command"]
-    assert rewritten.startswith(f"codecoder exec --project {project} --hook gemini:g1 --approved ")
+    assert rewritten.startswith(
+        f"{CODECODER} exec --project={project} --hook=gemini:g1 --approved="
+    )
     assert rewritten.endswith(" -- 'rm -rf build'")
 
 
@@ -372,7 +381,7 @@ def test_map_call_resolves_paths_and_refuses_nul_and_escapes(project: Path) -> N
 def exec_rewritten(command: str, project: Path) -> subprocess.CompletedProcess[str]:
     """Run the `codecoder exec …` a hook rewrote a shell command into, as the host would."""
     words = shlex.split(command)
-    assert words[:2] == ["codecoder", "exec"]
+    assert words[:2] == [CODECODER, "exec"]
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
         [sys.executable, "-m", "codecoder", *words[1:]],
@@ -395,8 +404,8 @@ def test_sandbox_bwrap_allows_a_read_only_command_and_rewrites_it_to_run_contain
         assert verdict == "allow"
         assert "(@bwrap) is allowed: a read-only command" in reason
         assert out["hookSpecificOutput"]["updatedInput"] == {
-            "command": f"codecoder exec --project {project} --hook claude-code:s1 --sandbox bwrap "
-            f"-- {shlex.quote(command)}"
+            "command": f"{CODECODER} exec --project={project} --hook=claude-code:s1 "
+            f"--sandbox=bwrap -- {shlex.quote(command)}"
         }
 
 
@@ -436,10 +445,10 @@ def test_sandbox_bwrap_asks_for_a_contained_command_and_a_grant_for_the_project_
     )
     assert asked["decision"] == "ask"
     assert asked["reason"] == (
-        "codecoder: run_command:npm:test on @bwrap needs your approval; approving allows "
-        "this call only: codecoder asks again next time"
+        "codecoder: `npm test` — run_command:npm:test on @bwrap needs your approval; approving "
+        "allows this call only: codecoder asks again next time"
     )
-    assert " --sandbox bwrap --approved " in asked["hookSpecificOutput"]["tool_input"]["command"]
+    assert " --sandbox=bwrap --approved=" in asked["hookSpecificOutput"]["tool_input"]["command"]
     write_config(project, {"allowlist": {"run_command:*": "AlwaysThisProject"}})
     granted = answer(
         "gemini",
@@ -466,16 +475,17 @@ def test_sandbox_bwrap_escalates_only_through_the_hosts_question(
     verdict, reason = decision(out)
     assert verdict == "ask"
     assert reason.startswith(
-        "codecoder: run_command:git:ls-remote would run contained in @bwrap and would likely "
-        "fail (git ls-remote talks to a remote repository, with your network and credentials"
+        f"codecoder: `{command}` — run_command:git:ls-remote would run contained in @bwrap and "
+        "would likely fail (git ls-remote talks to a remote repository, with your network and "
+        "credentials"
     )
     assert reason.endswith(
         "approving runs it on the host instead, unconfined (@shell), for the rest of this session"
     )
     rewritten = out["hookSpecificOutput"]["updatedInput"]["command"]
-    assert " --sandbox bwrap --approved " in rewritten
+    assert " --sandbox=bwrap --approved=" in rewritten
     # Without the token (as the model would write it), nothing runs on the host.
-    plain = rewritten.split(" --approved ")[0] + f" -- {shlex.quote(command)}"
+    plain = rewritten.split(" --approved=")[0] + f" -- {shlex.quote(command)}"
     refused = exec_rewritten(plain, project)
     assert refused.returncode == 3, refused.stderr
     ran = exec_rewritten(rewritten, project)
@@ -631,7 +641,8 @@ def test_with_sandbox_docker_a_users_rule_lets_codecoder_exec_run_it_once(
     specific = out["hookSpecificOutput"]
     assert specific["permissionDecision"] == "allow"
     words = specific["updatedInput"]["command"].split()
-    assert words[1:3] == ["exec", "--project"] and "--approved" in words
+    assert words[1] == "exec" and words[2].startswith("--project=")
+    assert any(word.startswith("--approved=") for word in words)
     (kept,) = (state / "codecoder" / "projects").rglob("hooks/*.json")
     (question,) = json.loads(kept.read_text())["pending"].values()
     assert question["scope"] == "once"

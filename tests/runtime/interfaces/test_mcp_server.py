@@ -689,6 +689,7 @@ async def test_a_none_tool_runs_without_asking(project: Path) -> None:
         "answer": None,
         "reason": "needs no permission",
         "violations": [],
+        "decided_by": "rule",
     }
 
 

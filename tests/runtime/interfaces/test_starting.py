@@ -179,7 +179,9 @@ def test_a_comment_that_is_not_text_is_an_error_at_its_line(project: Path) -> No
 def test_call_help_gives_examples_and_every_built_in_tool(project: Path) -> None:
     shown = codecoder(project, "call", "--help")
     assert shown.returncode == 0
-    assert 'examples:\n  codecoder call read_file \'{"path": "README.md"}\'\n' in shown.stdout
+    # Each example's claim is run by tests/test_docs_examples.py.
+    examples = shown.stdout.split("examples (in a git repository holding a README.md", 1)[1]
+    assert '\n  codecoder call read_file \'{"path": "README.md"}\'  ' in examples
     listed = shown.stdout.split("tools (environment, whether a call asks;")[1].splitlines()[1:]
     rows = {line.split()[0]: line.split()[1:3] for line in listed}
     assert set(rows) == BUILTIN_TOOL_NAMES
@@ -215,6 +217,8 @@ def test_bash_completes_commands_tool_names_and_choices(tmp_path: Path) -> None:
         complete_line "codecoder ini"
         complete_line "codecoder call run_c"
         complete_line "codecoder call run_command x --answer "
+        complete_line "codecoder call read_file --json --ans"
+        complete_line "codecoder call read_file --json --answer "
         complete_line "codecoder completion "
     """
     done = subprocess.run(
@@ -223,6 +227,8 @@ def test_bash_completes_commands_tool_names_and_choices(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [
         "init ",
         "run_capability run_command run_container",
+        "once session project deny",
+        "--answer ",
         "once session project deny",
         "bash zsh fish",
     ]

@@ -66,7 +66,8 @@ def spawn(project: Path, command: str, environment: str = "@shell") -> pexpect.s
     """`codecoder call run_command` in a terminal, run_command bound to `environment`: by
     default @shell, the prompt of a tool on the host."""
     write_config(project, {"environments": {"run_command": environment}})
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    # Plain text, compared as such (colours: tests/runtime/interfaces/test_cli_questions.py).
+    env = {**{k: v for k, v in os.environ.items() if k != "CI"}, "NO_COLOR": "1"}
     args = [
         "-m",
         "codecoder",
@@ -89,14 +90,14 @@ def spawn(project: Path, command: str, environment: str = "@shell") -> pexpect.s
 def test_a_person_answers_in_a_real_terminal(project: Path) -> None:
     child = spawn(project, "printf 'ok\\n'")
     child.expect("permission required")
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")
     screen = child.before
     assert "environment  @shell (host processes, not sandboxed)" in screen
     assert "AlwaysThisProject is not offered" in screen
     assert "ceiling is AlwaysThisSession" in screen
     assert "[p]" not in screen
     child.sendline("x")
-    child.expect("please answer one of o/s/d")
+    child.expect("please answer one of o/d")
     child.sendline("o")
     child.expect(pexpect.EOF)
     child.close()
@@ -107,7 +108,7 @@ def test_a_person_answers_in_a_real_terminal(project: Path) -> None:
 def test_escape_codes_in_a_command_are_shown_harmlessly(project: Path) -> None:
     hidden = "echo safe\x1b[2K\x1b[1A\rrm -rf ~ # \u202eevil"
     child = spawn(project, hidden)
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")
     screen = child.before
     assert "\x1b" not in screen.replace("\x1b[?1034h", "")
     assert "echo safe\\e[2K\\e[1A\\rrm -rf ~ # \\u{202e}evil" in screen
@@ -119,7 +120,7 @@ def test_escape_codes_in_a_command_are_shown_harmlessly(project: Path) -> None:
 
 def test_end_of_input_at_the_prompt_denies(project: Path) -> None:
     child = spawn(project, "echo hi")
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
@@ -228,7 +229,7 @@ def test_a_padded_command_shows_its_payload_in_a_real_terminal(
     project: Path, padding: str, marker: str
 ) -> None:
     child = spawn(project, "echo ok" + padding * 3000 + "; touch PWNED")
-    child.expect(r"choice \[o/s/d\]: ")
+    child.expect(r"choice \[o/d\]: ")
     assert f"echo ok{marker}; touch PWNED" in child.before
     child.sendline("d")
     child.expect(pexpect.EOF)
@@ -282,8 +283,8 @@ def test_the_mcp_form_titles_say_what_the_program_wide_choice_covers() -> None:
 
 
 def call_in_terminal(project: Path, *args: str) -> pexpect.spawn:
-    """`codecoder call ARGS` in a real terminal, in `project`."""
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    """`codecoder call ARGS` in a real terminal, in `project` (plain text: NO_COLOR)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "CI"}, "NO_COLOR": "1"}
     return pexpect.spawn(
         sys.executable,
         ["-m", "codecoder", "call", *args],
@@ -299,30 +300,47 @@ def screen_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").splitlines()
 
 
-def test_the_question_says_what_a_session_answer_records_covers_and_how_long_in_a_call(
+def session_in_terminal(project: Path) -> pexpect.spawn:
+    """`codecoder session` in a real terminal, in `project`: a session that outlives a call,
+    so its questions offer the session choices (a one-shot `call` offers none)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "CI"}, "NO_COLOR": "1"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "codecoder", "session"],
+        cwd=str(project),
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(60, 220),
+    )
+    child.expect_exact("codecoder> ")
+    return child
+
+
+def test_the_question_says_what_a_session_answer_records_covers_and_how_long_in_a_session(
     project: Path,
 ) -> None:
     (project / "README.md").write_text("hello\n")
     write_config(project, {"environments": {"run_command": "@shell"}})
-    child = call_in_terminal(
-        project, "run_command", json.dumps({"command": "cp README.md README.bak"})
-    )
+    child = session_in_terminal(project)
+    child.sendline("run_command " + json.dumps({"command": "cp README.md README.bak"}))
     child.expect_exact("choice [o/s/d]: ")
     shown = screen_lines(child.before)
-    assert shown[shown.index("") + 1 :] == [
+    assert shown[shown.index("  [o] Once               this call only; nothing is recorded") :] == [
         "  [o] Once               this call only; nothing is recorded",
         "  [s] AlwaysThisSession  run_command:cp — every simple `cp …` command, with any arguments",
-        "                         lasts until this `codecoder call` exits (this process only); "
-        "kept in memory only (nothing is written)",
+        "                         lasts until you leave this session (/quit); kept in its memory; "
+        "`codecoder allowlist list` shows it",
         "  [d] Deny               nothing runs; nothing is recorded",
         "  (AlwaysThisProject is not offered: run_command:cp runs in @shell (host processes, not "
         "sandboxed), whose ceiling is AlwaysThisSession: permanent trust goes only to sandboxed "
         "tools)",
     ]
     child.sendline("s")
+    child.expect_exact("codecoder> ")
+    child.sendline("/quit")
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 0
     assert (project / "README.bak").read_text() == "hello\n"
 
 
@@ -331,20 +349,22 @@ def test_with_a_session_ttl_the_session_choice_says_when_it_expires(project: Pat
 
     write_config(project, {"session_ttl": 3600, "environments": {"run_command": "@shell"}})
     before = time.time() + 3600
-    child = call_in_terminal(project, "run_command", json.dumps({"command": "true"}))
+    child = session_in_terminal(project)
+    child.sendline("run_command true")
     child.expect_exact("choice [o/s/d]: ")
     after = time.time() + 3600
     times = {time.strftime("%H:%M", time.localtime(t)) for t in (before, after)}
     said = {
-        "                         lasts until this `codecoder call` exits (this process only), "
-        f"and at most until {at} (session_ttl 3600 s); kept in memory only (nothing is written)"
+        "                         lasts until you leave this session (/quit), and at most until "
+        f"{at} (session_ttl 3600 s); kept in its memory; `codecoder allowlist list` shows it"
         for at in times
     }
-    assert said & set(screen_lines(child.before))
+    assert said & set(screen_lines(child.before)), screen_lines(child.before)
     child.sendline("d")
+    child.expect_exact("codecoder> ")
+    child.sendline("/quit")
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 3
 
 
 def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_project_grant_goes(
@@ -355,7 +375,7 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "app.py", "content": content})
     )
-    child.expect_exact("choice [o/s/p/c/g/d]: ")
+    child.expect_exact("choice [o/p/c/g/d]: ")  # a one-shot call: no session choice
     shown = screen_lines(child.before)
     start = shown.index("  key          write_file:app.py")
     assert shown[start:] == [
@@ -372,9 +392,6 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
         "               │  ",
         "",
         "  [o] Once                this call only; nothing is recorded",
-        "  [s] AlwaysThisSession   write_file:app.py — only app.py",
-        "                          lasts until this `codecoder call` exits (this process only); "
-        "kept in memory only (nothing is written)",
         "  [p] AlwaysThisProject   write_file:app.py — only app.py",
         f"                          lasts until revoked; written to {project / 'codecoder.json'}",
         "  [c] AlwaysThisProject   write_file:** + edit_file:** — any file in this workspace, "
@@ -407,7 +424,7 @@ def test_a_new_file_question_shows_its_size_and_head_bounded_and_neutralised(
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "tools/run.sh", "content": content})
     )
-    child.expect_exact("choice [o/s/p/w/c/g/d]: ")
+    child.expect_exact("choice [o/p/w/c/g/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         tools/run.sh")
     assert shown[start + 1 : start + 5] == [
@@ -431,7 +448,7 @@ def test_an_edit_question_shows_the_diff_of_the_edit(project: Path) -> None:
     (project / "notes.txt").write_text("".join(f"line {n}\n" for n in range(10)))
     edit = {"path": "notes.txt", "old_string": "line 5\n", "new_string": "line five\nmore\n"}
     child = call_in_terminal(project, "edit_file", json.dumps(edit))
-    child.expect_exact("choice [o/s/p/c/g/d]: ")
+    child.expect_exact("choice [o/p/c/g/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         notes.txt")
     assert shown[start + 1 : shown.index("", start)] == [
@@ -461,7 +478,7 @@ def test_a_multi_line_command_is_shown_as_lines_and_its_notes_apart_without_esca
     child = call_in_terminal(
         project, "run_command", json.dumps({"command": "echo one\necho 'two\x1b[2K'\r\nls"})
     )
-    child.expect_exact("choice [o/s/d]: ")
+    child.expect_exact("choice [o/d]: ")
     shown = screen_lines(child.before)
     start = shown.index(
         '  key          run_command:"…" (this whole command, exactly as shown below)'
@@ -532,7 +549,7 @@ def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Pat
 
 def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
     child = spawn(project, "npm test", "@bwrap")
-    child.expect(r"choice \[o/s/a/p/w/c/g/d\]: ")
+    child.expect(r"choice \[o/p/w/c/g/d\]: ")
     screen = child.before.replace("\r\n", "\n")
     said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
@@ -566,7 +583,7 @@ def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     child = spawn(project, f"git ls-remote {remote}", "@bwrap")
-    child.expect(r"choice \[o/s/p/h/r/e/d\]: ")
+    child.expect(r"choice \[o/p/h/d\]: ")  # a one-shot call: the host once, no session
     screen = child.before.replace("\r\n", "\n")
     said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "  on the host  run_command:git:ls-remote (@shell, unconfined)" in screen
@@ -578,11 +595,7 @@ def test_an_escalation_is_chosen_in_a_real_terminal_and_runs_on_the_host(
         "[h] Once on the host this call only, run on the host, unconfined (@shell), as "
         "run_command:git:ls-remote; nothing is recorded" in said
     )
-    assert any(line.startswith("[r] AlwaysThisSession on the host run_command:") for line in said)
-    assert any(
-        line.startswith("[e] AlwaysThisSession on the host run_command:git — every simple `git …`")
-        for line in said
-    )
+    assert not any(line.startswith(("[r]", "[e]")) for line in said)
     child.sendline("h")
     child.expect(pexpect.EOF)
     child.close()

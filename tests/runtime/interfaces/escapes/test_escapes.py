@@ -143,11 +143,11 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
         "rules": 20,
         "hooks": 31,
         "wasm": 46,
-        "bwrap": 38,
+        "bwrap": 49,
         "docker": 55,
         "pool": 19,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 532
+    assert len({a.id for a in corpus}) == len(corpus) == 543
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
