@@ -396,13 +396,15 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
         f"                          lasts until revoked; written to {project / 'codecoder.json'}",
         "  [c] AlwaysThisProject   write_file:** + edit_file:** — any file in this workspace, "
         "written or edited (write_file and edit_file), at any depth; never a protected path "
-        "(codecoder.json, .codecoder/, any .git or .gitmodules, the agents' settings such as "
-        ".claude/): those are asked every time",
+        "(codecoder.json, .codecoder/, any .git or",  # wrapped between words at 220 columns
+        "                          .gitmodules, the agents' settings such as .claude/): those "
+        "are asked every time",
         f"                          lasts until revoked; written to {project / 'codecoder.json'}",
         "  [g] AlwaysEveryProject  write_file:** + edit_file:** — any file in this workspace, "
         "written or edited (write_file and edit_file), at any depth; never a protected path "
-        "(codecoder.json, .codecoder/, any .git or .gitmodules, the agents' settings such as "
-        ".claude/): those are asked every time",
+        "(codecoder.json, .codecoder/, any .git or",  # wrapped between words at 220 columns
+        "                          .gitmodules, the agents' settings such as .claude/): those "
+        "are asked every time",
         "                          lasts until revoked, in every project where it runs "
         f"contained; written to your own file, {user_file()}",
         "  [d] Deny                nothing runs; nothing is recorded",
