@@ -1,4 +1,17 @@
-"""Questions per 100 calls (issue 22): how often realistic agent work stops for the human.
+"""Questions per 100 calls (issues 22 and 34): how often realistic agent work stops for the human.
+
+Two sets of recorded sessions. The four of issue 22 (`SESSIONS`) are described below. The
+twelve of issue 34 (`CONTAINED_SESSIONS`: Python, TypeScript, Rust, Go, Django, a pnpm monorepo,
+C with sanitizers, a data script, a docs site, a git-heavy release, a uv project, a Node
+upgrade; 230 calls) also say which hosts each command connects to (`"network"`), and their
+replay makes those connections for real: through the runtime's egress proxy
+(`environments.egress.EgressProxy`, serving the call's gate, as in @bwrap) to a stand-in server
+on loopback that plays every registry (nothing leaves this machine), so a host's question comes
+during the call as it would, through the permission chain. Network questions are counted per
+host, host escalations (an answer that runs a command on the host) apart, first and later
+sessions; the user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`) is shared by the
+replay's projects, as a person's is, so an "every project" answer holds in the projects after
+it (`Replay.fresh_user` replays each project with an empty one, for comparison).
 
 Four recorded agent sessions (`sessions/*.json`: a Python bug fix, a Node feature, a CI
 investigation, a Rust clean-up; 110 tool calls, written as agents really work) are replayed
@@ -36,8 +49,11 @@ import contextlib
 import importlib.resources
 import json
 import os
+import shlex
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +62,26 @@ from typing import Any
 from codecoder.benchmarks.measure import Measured
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Target
 from codecoder.benchmarks.workspace import require_tools
-from codecoder.environments.base import CommandResult
+from codecoder.environments.base import CommandResult, NetworkGate
+from codecoder.environments.egress import Egress, EgressProxy
 from codecoder.environments.mock import MockEnvironment
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer
 from codecoder.permissions.prompt import AskRequest
 from codecoder.session import Runtime
 
-__all__ = ["AREA", "SESSIONS", "broadest_lasting", "replay"]
+__all__ = ["AREA", "CONTAINED_SESSIONS", "SESSIONS", "broadest_lasting", "replay"]
 
 SESSIONS = ("python-bugfix", "node-feature", "ci-investigation", "rust-cleanup")
+CONTAINED_SESSIONS = (
+    *("py-library-feature", "ts-api-endpoint", "rust-cli-flag", "go-service-timeout"),
+    *("django-model-field", "pnpm-monorepo-shared-types", "c-parser-sanitizers"),
+    *("data-cleaning-script", "docs-site-page", "git-release", "uv-cli-bugfix"),
+    "node-dependency-upgrade",
+)
+# What the replay's resolver answers for every name: a public address the proxy never reaches
+# (its connections go to the stand-in).
+_PLACEHOLDER = "93.184.216.34"
 SHELL_BASELINE = "run_command on @shell"
 # The code host the projects push to, whose credential the simulated user routes.
 ROUTED_HOST = "github.com"
@@ -76,10 +102,42 @@ SPECS = (
         SHELL_BASELINE,
         Target("max_value", 3.0, "≤ 3"),
     ),
+    FigureSpec(
+        "questions.contained.first",
+        "questions per 100 calls, network hosts included, first session (12 agent sessions, "
+        "230 calls, their connections through the egress proxy), run_command in @bwrap",
+        "per100",
+        SHELL_BASELINE,
+        Target("max_value", 5.0, "≤ 5"),
+    ),
+    FigureSpec(
+        "questions.contained.later",
+        "questions per 100 calls, network hosts included, a later session of the same "
+        "projects, run_command in @bwrap",
+        "per100",
+        SHELL_BASELINE,
+        Target("max_value", 1.0, "≤ 1"),
+    ),
+    FigureSpec(
+        "questions.contained.escalations",
+        "host escalations per 100 calls (answers that run a command on the host, unconfined), "
+        "first session, the 12 sessions in @bwrap; baseline: every command on @shell runs there",
+        "per100",
+        SHELL_BASELINE,
+        Target("max_value", 0.5, "≤ 0.5"),
+    ),
+    FigureSpec(
+        "questions.contained.escalations.later",
+        "host escalations per 100 calls, a later session, the 12 sessions in @bwrap",
+        "per100",
+        SHELL_BASELINE,
+        Target("max_value", 0.5, "≤ 0.5"),
+    ),
 )
 
 # The tired human's order of preference: the widest grant that lasts longest.
 _PREFERENCE = (
+    Answer.EVERY_PROJECT,
     Answer.PROJECT_ANY,
     Answer.PROJECT_PROGRAM,
     Answer.PROJECT,
@@ -146,6 +204,21 @@ class Replay:
             q.phase == phase and (session is None or q.session == session) for q in self.questions
         )
 
+    def escalations(self, phase: str) -> int:
+        """Answers that ran a command on the host, unconfined."""
+        return sum(
+            q.phase == phase and Answer(q.answer).on_host for q in self.questions if q.answer
+        )
+
+    def hosts(self, phase: str) -> dict[str, int]:
+        """Network questions by host."""
+        found: dict[str, int] = {}
+        for q in self.questions:
+            if q.phase == phase and q.tool == "network":
+                host = q.key.removeprefix("network:")
+                found[host] = found.get(host, 0) + 1
+        return found
+
 
 def load_session(name: str) -> dict[str, Any]:
     text = (
@@ -157,19 +230,26 @@ def load_session(name: str) -> dict[str, Any]:
     return session
 
 
-def replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...] = SESSIONS) -> Replay:
-    """Replay every session, a first time and a later time, with run_command in `binding`."""
-    with _user_routes(scratch / "user-config"):
-        return _replay(binding, scratch, names)
+def replay(
+    binding: EnvironmentTag,
+    scratch: Path,
+    names: tuple[str, ...] = SESSIONS,
+    *,
+    fresh_user: bool = False,
+) -> Replay:
+    """Replay every session, a first time and a later time, with run_command in `binding`;
+    `fresh_user`: each project with an empty user file (else one file for all, as a person's)."""
+    user = scratch / f"user-config-{binding.name.lower()}{'-fresh' if fresh_user else ''}"
+    shutil.rmtree(user, ignore_errors=True)
+    with _user_routes(user), _StandIn() as stand_in:
+        return _replay(binding, scratch, names, stand_in, user if fresh_user else None)
 
 
 @contextlib.contextmanager
 def _user_routes(directory: Path) -> Iterator[None]:
     """The simulated user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`), routing
     github.com's credential, in effect while the block runs."""
-    path = directory / "codecoder" / "config.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"credentials": {ROUTED_HOST: {"from": "git"}}}) + "\n")
+    _routes_only(directory)
     before = os.environ.get("XDG_CONFIG_HOME")
     os.environ["XDG_CONFIG_HOME"] = str(directory)
     try:
@@ -181,7 +261,20 @@ def _user_routes(directory: Path) -> Iterator[None]:
             os.environ["XDG_CONFIG_HOME"] = before
 
 
-def _replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...]) -> Replay:
+def _routes_only(directory: Path) -> None:
+    """The user's file holding the credential route and nothing else (no grant yet)."""
+    path = directory / "codecoder" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"credentials": {ROUTED_HOST: {"from": "git"}}}) + "\n")
+
+
+def _replay(
+    binding: EnvironmentTag,
+    scratch: Path,
+    names: tuple[str, ...],
+    stand_in: _StandIn,
+    fresh_user: Path | None,
+) -> Replay:
     tools = require_tools("run_command", "write_file", "edit_file", "read_file")
     questions: list[Question] = []
     calls = 0
@@ -191,6 +284,13 @@ def _replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...]) -> R
         shutil.rmtree(project, ignore_errors=True)
         calls += len(recorded["calls"])
         _repository(project, name)
+        if fresh_user is not None:
+            _routes_only(fresh_user)
+        connects = {
+            call["args"]["command"]: tuple(call.get("network", ()))
+            for call in recorded["calls"]
+            if call["tool"] == "run_command"
+        }
         for phase in ("first", "later"):
             _lay_out(project, recorded["files"])
             human = _TiredHuman()
@@ -199,7 +299,7 @@ def _replay(binding: EnvironmentTag, scratch: Path, names: tuple[str, ...]) -> R
                 Runtime(
                     project,
                     asker=human,
-                    environments=_commands_answered_at_once(),
+                    environments=_commands_answered_at_once(connects, stand_in),
                     bindings={"run_command": binding, "commit": binding},
                     audit_log=None,
                     tools=tools,
@@ -259,15 +359,72 @@ def _repository(project: Path, name: str) -> None:
     (project / "codecoder.json").write_text(json.dumps(allow, indent=2) + "\n")
 
 
-def _commands_answered_at_once() -> dict[EnvironmentTag, MockEnvironment]:
+class _StandIn:
+    """A stand-in for every registry and code host, on loopback: answers any request with 200
+    and a few bytes; and the egress proxy the replay's calls connect through to it (as @bwrap's
+    sandboxes do: every https host asked for, each decided through the call's gate)."""
+
+    def __enter__(self) -> _StandIn:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        self.proxy = EgressProxy(
+            Egress.asking(),
+            resolver=lambda host, port: [_PLACEHOLDER],
+            unix=False,
+            upstream=self.server.getsockname(),
+        )
+        return self
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def connect(self, hosts: tuple[str, ...], gate: NetworkGate) -> list[str]:
+        """Connect to each host through the proxy, for the call whose gate is `gate`, as the
+        command would; what each connection was answered (its status line)."""
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        address = listener.getsockname()
+        said = []
+        with self.proxy.serving(listener, gate):
+            for host in hosts:
+                with socket.create_connection(address, timeout=10) as conn:
+                    conn.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                    answer = conn.recv(4096).decode(errors="replace")
+                    if answer.startswith("HTTP/1.1 200"):
+                        conn.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                        conn.recv(4096)
+                    said.append(answer.split("\r\n", 1)[0])
+        listener.close()
+        return said
+
+    def __exit__(self, *exc: object) -> None:
+        self.proxy.close()
+        self.server.close()
+
+
+def _commands_answered_at_once(
+    connects: Mapping[str, tuple[str, ...]], stand_in: _StandIn
+) -> dict[EnvironmentTag, MockEnvironment]:
     def done(request: Any) -> CommandResult:
-        words = request.argv or (request.script or "").split()
-        if request.network is not None and list(words[:2]) == ["git", "push"]:
-            # What the egress proxy does when the contained push connects: the call's gate
-            # decides network:github.com through the permission chain.
-            why_not = request.network.admit(ROUTED_HOST, 443)
-            if why_not is not None:
-                return CommandResult(exit_code=128, stdout="", stderr=why_not, duration=0.0)
+        command = request.script or shlex.join(request.argv or ())
+        hosts = connects.get(command, ())
+        if not hosts and command.startswith("git push"):
+            hosts = (ROUTED_HOST,)  # the four sessions of issue 22 name no hosts
+        if request.network is not None and hosts:
+            refused = [s for s in stand_in.connect(hosts, request.network) if " 200 " not in s]
+            if refused:
+                return CommandResult(exit_code=1, stdout="", stderr=refused[0], duration=0.0)
         return CommandResult(exit_code=0, stdout="", stderr="", duration=0.0)
 
     return {
@@ -284,7 +441,10 @@ def _why(request: AskRequest, binding: EnvironmentTag, phase: str, args: Mapping
             return "it needs the host (network, credentials): no host grant outlives its session"
         return "it needs the host (network, credentials): asked so that the host can be chosen"
     if request.tool == "network":
-        return "the first connection to the routed host: its network key, granted for the project"
+        return (
+            "a host's first connection from the sandbox: its network key (a package index's "
+            "hosts as one)"
+        )
     if binding is EnvironmentTag.BWRAP and command.startswith("git push"):
         return "git push, contained through the credential broker: asked once for the project"
     if request.tool in _WRITES:
@@ -299,11 +459,24 @@ def _why(request: AskRequest, binding: EnvironmentTag, phase: str, args: Mapping
         if command and key_command(command).read_only:
             return "read-only, but @shell does not confine it: asked like any command"
         return "the first command of its program in this session (@shell: session grants only)"
-    return "the first command the project runs in the sandbox: no grant yet"
+    return "the first command the sandbox runs: no grant yet (the answer holds in every project)"
 
 
 @contextlib.contextmanager
 def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
+    measured = _issue_22(ctx)
+    measured.update(_contained(ctx))
+    yield measured
+
+
+def _reasons(questions: list[Question]) -> str:
+    reasons: dict[str, int] = {}
+    for question in questions:
+        reasons[question.why] = reasons.get(question.why, 0) + 1
+    return "; ".join(f"{n}× {why}" for why, n in reasons.items())
+
+
+def _issue_22(ctx: BenchContext) -> dict[str, Measured]:
     shell = replay(EnvironmentTag.SHELL, ctx.scratch)
     contained = replay(EnvironmentTag.BWRAP, ctx.scratch)
     left = [q.to_json() for q in contained.questions]
@@ -317,15 +490,12 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
     measured: dict[str, Measured] = {}
     for phase in ("first", "later"):
         remaining = [q for q in contained.questions if q.phase == phase]
-        reasons: dict[str, int] = {}
-        for question in remaining:
-            reasons[question.why] = reasons.get(question.why, 0) + 1
         note = (
             f"{len(remaining)} questions in {contained.calls} calls in @bwrap against "
             f"{shell.count(phase)} on @shell"
         )
-        if reasons:
-            note += "; left: " + "; ".join(f"{n}× {why}" for why, n in reasons.items())
+        if remaining:
+            note += "; left: " + _reasons(remaining)
         measured[f"questions.{phase}.bwrap"] = Measured(
             subject=[contained.per100(phase)],
             baseline=[shell.per100(phase)],
@@ -338,7 +508,62 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
                 "left": [q for q in left if q["phase"] == phase],
             },
         )
-    yield measured
+    return measured
+
+
+def _contained(ctx: BenchContext) -> dict[str, Measured]:
+    names = CONTAINED_SESSIONS
+    shell = replay(EnvironmentTag.SHELL, ctx.scratch, names)
+    contained = replay(EnvironmentTag.BWRAP, ctx.scratch, names)
+    fresh = replay(EnvironmentTag.BWRAP, ctx.scratch, names, fresh_user=True)
+    by_session = {
+        name: {
+            phase: {"@shell": shell.count(phase, name), "@bwrap": contained.count(phase, name)}
+            for phase in ("first", "later")
+        }
+        for name in names
+    }
+    measured: dict[str, Measured] = {}
+    for phase, figure in (("first", "first"), ("later", "later")):
+        remaining = [q for q in contained.questions if q.phase == phase]
+        note = (
+            f"{len(remaining)} questions in {contained.calls} calls in @bwrap "
+            f"({sum(contained.hosts(phase).values())} of them for network hosts) against "
+            f"{shell.count(phase)} on @shell; with an empty user file for each project "
+            f"{fresh.count(phase)} ({fresh.per100(phase):.1f} per 100)"
+        )
+        if remaining:
+            note += "; left: " + _reasons(remaining)
+        measured[f"questions.contained.{figure}"] = Measured(
+            subject=[contained.per100(phase)],
+            baseline=[shell.per100(phase)],
+            note=note,
+            extra={
+                "calls": contained.calls,
+                "questions": len(remaining),
+                "baseline_questions": shell.count(phase),
+                "network_by_host": contained.hosts(phase),
+                "fresh_user_questions": fresh.count(phase),
+                "fresh_user_per100": fresh.per100(phase),
+                "by_session": by_session,
+                "left": [q.to_json() for q in remaining],
+            },
+        )
+    commands = sum(
+        call["tool"] == "run_command" for name in names for call in load_session(name)["calls"]
+    )
+    for phase, name in (("first", "escalations"), ("later", "escalations.later")):
+        escalated = [
+            q for q in contained.questions if q.phase == phase and Answer(q.answer).on_host
+        ]
+        measured[f"questions.contained.{name}"] = Measured(
+            subject=[100.0 * len(escalated) / contained.calls],
+            baseline=[100.0 * commands / contained.calls],
+            note=f"{len(escalated)} in {contained.calls} calls: "
+            + (", ".join(f"{q.session}: {q.key}" for q in escalated) or "none"),
+            extra={"escalations": [q.to_json() for q in escalated]},
+        )
+    return measured
 
 
 AREA = Area("questions", "questions per 100 calls", SPECS, run, cheap=True)

@@ -478,6 +478,12 @@ class CredentialBroker:
                     if _head_size(answer) > HEAD_LIMIT:
                         return False
                     status = answer.status_code
+                    if credential is not None:
+                        # Judged before the sandbox sees any of the answer: a client that ends
+                        # at once (its call, and this connection, with it) cannot outrun it.
+                        await loop.run_in_executor(
+                            None, self.judged, route, path, credential, status
+                        )
                     kept = [(n, v) for n, v in answer.headers if n.lower() not in _DROPPED]
                     await _send(
                         sandbox,
@@ -496,8 +502,6 @@ class CredentialBroker:
             return False
         finally:
             up_writer.transport.abort()
-        if credential is not None:
-            await loop.run_in_executor(None, self.judged, route, path, credential, status)
         return True
 
 

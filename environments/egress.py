@@ -1,11 +1,13 @@
-"""The egress proxy: the one way out of a sandbox (@docker, @bwrap) whose network is an allowlist.
+"""The egress proxy: the one way out of a sandbox (@docker, @bwrap).
 
-`"docker": {"network": {"allow": ["pypi.org", "files.pythonhosted.org"]}}` (`Egress`, the one
-allowlist of the project's sandboxes) keeps the sandbox's network namespace empty but for
-loopback. In @docker the agent in the container relays 127.0.0.1:3128 (the container's
-HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the container;
-in @bwrap the sandbox's helper listens on 127.0.0.1:3128 in its own network namespace and hands
-that listening socket to the runtime (`serve_listener`), which accepts the sandbox's
+In @bwrap it is always there (`Egress.asking`): any host on port 443 may be asked for, each as
+the permission key `network:<host>` during the call, and a trusted `"docker": {"network":
+{"allow": [...]}}` adds what it lists (other ports, addresses). In @docker the allowlist is the
+boundary: `{"allow": ["pypi.org", "files.pythonhosted.org"]}` (`Egress`) keeps the container's
+network namespace empty but for loopback, and its agent relays 127.0.0.1:3128 (the container's
+HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the container.
+In @bwrap the sandbox's helper listens on 127.0.0.1:3128 in its own network namespace and hands
+that listening socket to the runtime (`EgressProxy.serving`), which accepts the sandbox's
 connections on it directly: no Unix socket is reachable from inside at all. Not an IP network:
 with a Docker "internal" network and the proxy on its gateway, every service of the host that
 listens on all interfaces would be reachable at that gateway too
@@ -13,31 +15,36 @@ listens on all interfaces would be reachable at that gateway too
 engine started with --iptables=false has no rules at all). A Unix socket reaches one thing.
 
 A connection is an HTTP CONNECT request (HTTPS, or any TCP protocol a client tunnels); a
-plain-HTTP request is refused with a message saying to use https. Each is decided in order:
+plain-HTTP request is refused with a message saying to use https. The CONNECT target is what
+is decided and reached, never a Host header. Each is decided in order:
 
-1. the host is in the allowlist (the trusted configuration's boundary: `host`, `host:port`,
-   `*.suffix`);
-2. it is resolved once, and every address must be public unless the allowlist names that very
-   address (`127.0.0.1:8443`): a name never leads to a loopback, private, link-local or metadata
-   address (`runtime.tools.web.address_refusal`), so a DNS answer cannot point it there;
+1. the host may be asked for: the allowlist names it (`host`, `host:port`, `*.suffix`), or
+   every host is asked and the port is 443;
+2. it is resolved, once, and every address must be public unless the allowlist names that very
+   address (`127.0.0.1:8443`): a name never leads to a loopback, private, link-local or
+   metadata address (`foundation.hosts.address_refusal`), so a DNS answer cannot point it
+   there; a host no allowlist names is resolved only after step 3 admitted it (a name nobody
+   allowed is never looked up: no data leaves in the names a command asks for);
 3. the call's `NetworkGate` admits it: the permission key `network:<host>`, asked like any other
-   (a project may grant it for good: what comes back lands in the container).
+   (a project may grant it for good: what comes back lands in the sandbox). A refusal is
+   answered at once (403, its body saying which key and how to allow it), so a client fails
+   fast instead of retrying a silent proxy.
 
 Then the proxy connects to the checked address (never resolving the name again) and copies bytes
 both ways. Every connection, refused or not, is reported to the gate when it ends (the runtime
 audits it). Outside a call nothing is admitted, and a call's tunnels are closed when it ends.
 
-Its limits hold on this side of the boundary, whatever runs in the container: one event loop
+Its limits hold on this side of the boundary, whatever runs in the sandbox: one event loop
 thread carries every connection (reading heads, copying bytes), and a pool of `DECIDERS`
 threads makes the decisions that may block (resolving a name, asking the human); at most
 `MAX_CONNECTIONS` connections are open at once (the next is answered 503 and closed), and a
 head must arrive within `HEAD_SECONDS`. So however many connections a sandbox opens, the
 runtime's threads stay bounded and the next call is served.
 
-Only the agent's relay can reach the socket: the directory holding it is mounted inside a
-root-only tmpfs in the container (`containers.EGRESS_MOUNT`), which the command user cannot
-enter; the agent (root, owner of that tmpfs) connects. The directory is made read-only once the
-socket is bound, so the agent never takes it for a place a command could write.
+In @docker only the agent's relay can reach the socket: the directory holding it is mounted
+inside a root-only tmpfs in the container (`containers.EGRESS_MOUNT`), which the command user
+cannot enter; the agent (root, owner of that tmpfs) connects. The directory is made read-only
+once the socket is bound, so the agent never takes it for a place a command could write.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from codecoder.environments.base import Connection, NetworkGate
@@ -68,11 +76,21 @@ from codecoder.foundation.hosts import (
 )
 from codecoder.foundation.scratch import scratch_directory
 
-__all__ = ["MAX_CONNECTIONS", "PROXY_PORT", "Egress", "EgressProxy"]
+__all__ = [
+    "DEFAULT_PORTS",
+    "MAX_CONNECTIONS",
+    "PROXY_PORT",
+    "Egress",
+    "EgressProxy",
+    "client_variables",
+]
 
 log = logging.getLogger(__name__)
 
 PROXY_PORT: Final = 3128  # where the agent (the helper) listens inside the sandbox
+# The ports every host is asked for where every host is (@bwrap): https. Anything else is
+# reached only where a trusted allowlist names `host:port`.
+DEFAULT_PORTS: Final = frozenset({443})
 SOCKET_NAME: Final = "proxy.sock"
 HEAD_LIMIT: Final = 16 * 1024
 HEAD_SECONDS: Final = 10.0
@@ -85,6 +103,40 @@ MAX_CONNECTIONS: Final = 128
 DECIDERS: Final = 4
 
 
+def client_variables() -> dict[str, str]:
+    """The environment that points the common clients inside a sandbox at the proxy: the
+    variables most honour (`HTTPS_PROXY`, and the lower-case ones curl, wget and git's libcurl
+    read), and each client's own where it has one: npm and pnpm (`npm_config_*`), yarn
+    (`YARN_*`), pip (`PIP_PROXY`), cargo (`CARGO_HTTP_PROXY`), Node's own fetch
+    (`NODE_USE_ENV_PROXY`); go reads `HTTPS_PROXY`. The loopback names stay direct (a test
+    server the command starts). And the clients' own calls home are off (npm's and pip's
+    checks for a newer version of themselves, telemetry): each would be a host question
+    nobody asked for, in every call (`npm test` alone would ask for registry.npmjs.org). npm
+    writes no debug log: it would end with the sandbox's private home, while its last line
+    sent the human there ("A complete log of this run can be found in ..."); what it printed
+    is the call's output."""
+    url = f"http://127.0.0.1:{PROXY_PORT}"
+    direct = "localhost,127.0.0.1,::1"
+    names = (
+        *("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"),
+        *("npm_config_proxy", "npm_config_https_proxy", "YARN_HTTP_PROXY"),
+        *("YARN_HTTPS_PROXY", "PIP_PROXY", "CARGO_HTTP_PROXY"),
+    )
+    found = dict.fromkeys(names, url)
+    found |= {"NO_PROXY": direct, "no_proxy": direct, "npm_config_noproxy": direct}
+    found["NODE_USE_ENV_PROXY"] = "1"
+    found |= {
+        "npm_config_update_notifier": "false",
+        "npm_config_logs_max": "0",
+        "NO_UPDATE_NOTIFIER": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "DO_NOT_TRACK": "1",
+        "YARN_ENABLE_TELEMETRY": "0",
+        "NEXT_TELEMETRY_DISABLED": "1",
+    }
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Egress:
     """`"network": {"allow": [...]}`: the sandbox's only way out is the runtime's egress proxy,
@@ -93,9 +145,11 @@ class Egress:
     other."""
 
     allow: tuple[str, ...]
+    # @bwrap's default: every host on `DEFAULT_PORTS` besides the listed ones, each asked.
+    every_host: bool = False
 
     def __post_init__(self) -> None:
-        if not self.allow:
+        if not self.allow and not self.every_host:
             raise ValueError('network {"allow": []} allows nothing: use "none"')
         for index, entry in enumerate(self.allow):
             try:
@@ -107,6 +161,12 @@ class Egress:
                     f"network.allow[{index}] is *: name the hosts a build needs (a registry, "
                     "its file host); every host is a network without a sandbox around it"
                 )
+
+    @classmethod
+    def asking(cls, listed: Egress | None = None) -> Egress:
+        """@bwrap's egress: any host on port 443, each asked as `network:<host>`, and what
+        `listed` (the project's trusted allowlist) names besides (other ports, addresses)."""
+        return cls(listed.allow if listed is not None else (), every_host=True)
 
     @classmethod
     def of(cls, value: object) -> Egress | None:
@@ -126,7 +186,10 @@ class Egress:
         return {"allow": list(self.allow)}
 
     def admits(self, host: str, port: int) -> bool:
-        """Whether an entry of the allowlist names `host:port` (the proxy's first check)."""
+        """Whether `host:port` may be asked for at all (the proxy's first check): an entry of
+        the allowlist names it, or every host is asked and the port is a default one."""
+        if self.every_host and port in DEFAULT_PORTS:
+            return True
         return _rule_for([parse_host_entry(entry) for entry in self.allow], host, port) is not None
 
 
@@ -169,8 +232,13 @@ class _Asked:
 
 
 class EgressProxy:
-    """An HTTP CONNECT proxy on a Unix socket in a private directory (`directory`, to be
-    mounted into the container), admitting the hosts of `egress` for the call in progress."""
+    """An HTTP CONNECT proxy admitting the hosts of `egress` for the calls in progress.
+
+    Two ways in: a Unix socket in a private directory (`directory`, mounted into @docker's
+    container; `unix=False` makes none), whose connections are decided through the gate of the
+    block `call(gate)` runs; and listening sockets handed over from a sandbox's own network
+    namespace (`serving(listener, gate)`, @bwrap), each decided through its own gate, so one
+    proxy serves every call of an environment at once."""
 
     def __init__(
         self,
@@ -179,34 +247,51 @@ class EgressProxy:
         resolver: Resolver = system_resolver,
         max_connections: int = MAX_CONNECTIONS,
         broker: CredentialBroker | None = None,
+        unix: bool = True,
+        upstream: tuple[str, int] | None = None,
     ) -> None:
+        """`upstream`: where every admitted connection goes instead of the address decided
+        (a stand-in server on loopback, for the questions benchmark's replay; never set by the
+        runtime): everything up to the connection is decided as always."""
+        self.egress = egress
+        self._upstream = upstream
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
         self._broker = broker
         self._resolver = resolver
         self.max_connections = max_connections
-        # Outside the workspace, in the process's scratch (foundation.scratch).
-        self.directory = scratch_directory("codecoder-egress-")
-        self.path = self.directory / SOCKET_NAME
-        # A Unix socket's address has at most 107 bytes, and the state directory may lie deep
-        # in a home: where the path is longer, it is reached through this descriptor.
-        self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.address = (
-            str(self.path)
-            if len(os.fsencode(self.path)) < 100
-            else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
-        )
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(self.address)
-        # The container's root reaches it without any capability (it is not the owner when the
-        # runtime is not root): the socket is 0666 and the directory 0555, read-only once the
-        # socket is in it. Inside the container a root-only tmpfs keeps commands out.
-        self.path.chmod(0o666)
-        self.directory.chmod(0o555)
-        server.listen(64)
-        server.setblocking(False)
+        server: socket.socket | None = None
+        self.directory: Path | None = None
+        self.path: Path | None = None
+        self.address: str | None = None
+        self._directory_fd: int | None = None
+        if unix:
+            # Outside the workspace, in the process's scratch (foundation.scratch).
+            self.directory = scratch_directory("codecoder-egress-")
+            self.path = self.directory / SOCKET_NAME
+            # A Unix socket's address has at most 107 bytes, and the state directory may lie
+            # deep in a home: where the path is longer, it is reached through this descriptor.
+            self._directory_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.address = (
+                str(self.path)
+                if len(os.fsencode(self.path)) < 100
+                else f"/proc/self/fd/{self._directory_fd}/{SOCKET_NAME}"
+            )
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(self.address)
+            # The container's root reaches it without any capability (it is not the owner when
+            # the runtime is not root): the socket is 0666 and the directory 0555, read-only
+            # once the socket is in it. Inside the container a root-only tmpfs keeps commands
+            # out.
+            self.path.chmod(0o666)
+            self.directory.chmod(0o555)
+            server.listen(64)
+            server.setblocking(False)
         self._lock = threading.Lock()
-        self._gate: NetworkGate | None = None
-        self._call = 0
+        # The calls in progress and their gates; the Unix socket's connections belong to
+        # `_unix_call` (the block `call()` runs), 0 when none runs.
+        self._calls: dict[int, NetworkGate | None] = {}
+        self._unix_call = 0
+        self._next_call = 0
         self._closed = False
         # Per call: the connections open (their handlers' tasks) and those not yet recorded.
         self._open: dict[int, set[asyncio.Task[None]]] = {}
@@ -216,8 +301,10 @@ class EgressProxy:
         self._deciders = concurrent.futures.ThreadPoolExecutor(
             DECIDERS, thread_name_prefix="codecoder-egress-decide"
         )
-        # Listening sockets of sandboxes (@bwrap) this loop accepts on (`serve_listener`).
-        self._listeners: set[socket.socket] = set()
+        # Listening sockets of sandboxes (@bwrap) this loop accepts on (`serving`), each with
+        # the call its connections belong to.
+        self._listeners: dict[socket.socket, int] = {}
+        self._server: asyncio.AbstractServer | None = None
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(
@@ -228,83 +315,115 @@ class EgressProxy:
 
     @contextlib.contextmanager
     def call(self, gate: NetworkGate | None) -> Iterator[None]:
-        """Admit connections through `gate` while the block runs; when it ends, end them, and
-        wait (a little) until each is recorded."""
+        """Admit the Unix socket's connections through `gate` while the block runs; when it
+        ends, end them, and wait (a little) until each is recorded."""
+        call = self._begin(gate)
         with self._lock:
-            self._gate = gate
-            self._call += 1
-            call = self._call
+            self._unix_call = call
         try:
             yield
         finally:
             with self._lock:
-                self._gate = None
-            if not self._closed:
-                with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
-                    self._loop.call_soon_threadsafe(self._end_call, call)
-            deadline = time.monotonic() + HANDLER_SECONDS
-            with self._recorded:
-                while self._unrecorded.get(call) and time.monotonic() < deadline:
-                    self._recorded.wait(max(deadline - time.monotonic(), 0.0))
-                self._unrecorded.pop(call, None)
+                if self._unix_call == call:
+                    self._unix_call = 0
+            self._end(call)
 
-    def serve_listener(self, listener: socket.socket) -> None:
-        """Also accept connections on `listener` (a socket listening inside a sandbox's own
-        network namespace, handed over by @bwrap's helper), decided like every other, until
-        `release_listener` or the proxy closes.
+    @contextlib.contextmanager
+    def serving(self, listener: socket.socket, gate: NetworkGate | None) -> Iterator[None]:
+        """Accept connections on `listener` (a socket listening inside a sandbox's own network
+        namespace, handed over by @bwrap's helper), decided through `gate`, while the block
+        runs; then stop accepting (its owner closes it), end them, and wait (a little) until
+        each is recorded.
 
         Accepted here rather than by an asyncio server: the sandbox holds the same listening
         socket and may shut it down at any moment, which wakes the loop to an accept that fails
         (EINVAL); an asyncio server would print that as a crash report for a call that worked.
         Here it only means the sandbox takes no more connections."""
+        call = self._begin(gate)
         listener.setblocking(False)
 
         async def serve() -> None:
-            self._listeners.add(listener)
+            self._listeners[listener] = call
             self._loop.add_reader(listener.fileno(), self._accept_from, listener)
-
-        asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
-
-    def release_listener(self, listener: socket.socket) -> None:
-        """Stop accepting on `listener` (before its owner closes it: a descriptor closed while
-        the loop still watched its number could be another socket's by then)."""
 
         async def release() -> None:
             self._forget_listener(listener)
 
-        with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
-            asyncio.run_coroutine_threadsafe(release(), self._loop).result(HEAD_SECONDS)
+        try:
+            asyncio.run_coroutine_threadsafe(serve(), self._loop).result(HEAD_SECONDS)
+            yield
+        finally:
+            # Before its owner closes it: a descriptor closed while the loop still watched its
+            # number could be another socket's by then.
+            with contextlib.suppress(RuntimeError, concurrent.futures.TimeoutError):
+                asyncio.run_coroutine_threadsafe(release(), self._loop).result(HEAD_SECONDS)
+            self._end(call)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._gate = None
+            self._calls.clear()
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._stop)
         self._thread.join(HANDLER_SECONDS + 1)
         self._deciders.shutdown(wait=False, cancel_futures=True)
-        with contextlib.suppress(OSError):
-            self.directory.chmod(0o700)
-        shutil.rmtree(self.directory, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.close(self._directory_fd)
+        if self.directory is not None:
+            with contextlib.suppress(OSError):
+                self.directory.chmod(0o700)
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if self._directory_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._directory_fd)
 
     @property
     def active(self) -> int:
         """Connections open now (for `check` and the tests)."""
         return self._active
 
+    # -- calls ------------------------------------------------------------------------------------
+
+    def _begin(self, gate: NetworkGate | None) -> int:
+        with self._lock:
+            self._next_call += 1
+            call = self._next_call
+            if not self._closed:
+                self._calls[call] = gate
+        return call
+
+    def _end(self, call: int) -> None:
+        """End `call`: its tunnels closed, its decisions still queued dropped; wait (a little)
+        until each of its connections is recorded."""
+        with self._lock:
+            self._calls.pop(call, None)
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
+                self._loop.call_soon_threadsafe(self._end_call, call)
+        deadline = time.monotonic() + HANDLER_SECONDS
+        with self._recorded:
+            while self._unrecorded.get(call) and time.monotonic() < deadline:
+                self._recorded.wait(max(deadline - time.monotonic(), 0.0))
+            self._unrecorded.pop(call, None)
+
+    def _live(self, call: int, gate: NetworkGate) -> bool:
+        with self._lock:
+            return not self._closed and self._calls.get(call) is gate
+
     # -- the event loop ---------------------------------------------------------------------------
 
-    def _run(self, server: socket.socket, started: threading.Event) -> None:
+    def _run(self, server: socket.socket | None, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
 
-        async def serve() -> asyncio.AbstractServer:
-            return await asyncio.start_unix_server(self._handle, sock=server, limit=HEAD_LIMIT)
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with self._lock:
+                call = self._unix_call
+            await self._handle(reader, writer, call)
 
-        self._server = self._loop.run_until_complete(serve())
+        if server is not None:
+            self._server = self._loop.run_until_complete(
+                asyncio.start_unix_server(handle, sock=server, limit=HEAD_LIMIT)
+            )
         started.set()
         try:
             self._loop.run_forever()
@@ -313,7 +432,8 @@ class EgressProxy:
             self._loop.close()
 
     def _stop(self) -> None:
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
         for listener in list(self._listeners):
             self._forget_listener(listener)
         for tasks in self._open.values():
@@ -324,13 +444,15 @@ class EgressProxy:
 
     def _forget_listener(self, listener: socket.socket) -> None:
         """No more accepting on `listener` (in the loop's thread); its owner closes it."""
-        if listener in self._listeners:
-            self._listeners.discard(listener)
+        if self._listeners.pop(listener, None) is not None:
             with contextlib.suppress(OSError, ValueError):
                 self._loop.remove_reader(listener.fileno())
 
     def _accept_from(self, listener: socket.socket) -> None:
-        """Take the connections waiting on a sandbox's listener (see `serve_listener`)."""
+        """Take the connections waiting on a sandbox's listener (see `serving`)."""
+        call = self._listeners.get(listener)
+        if call is None:
+            return
         for _ in range(64):
             try:
                 conn, _ = listener.accept()
@@ -340,14 +462,18 @@ class EgressProxy:
                 # Shut down or closed by the sandbox (EINVAL, EBADF): it takes no more.
                 self._forget_listener(listener)
                 return
-            self._loop.create_task(self._accepted(conn))
+            self._loop.create_task(self._accepted(conn, call))
 
-    async def _accepted(self, conn: socket.socket) -> None:
+    async def _accepted(self, conn: socket.socket, call: int) -> None:
         """Serve an accepted connection as an asyncio server would: the server side of its
         streams (a brokered connection's TLS is the server's), `_handle` in a task of its own."""
         conn.setblocking(False)
         reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=self._loop)
-        protocol = asyncio.StreamReaderProtocol(reader, self._handle, loop=self._loop)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._handle(reader, writer, call)
+
+        protocol = asyncio.StreamReaderProtocol(reader, handle, loop=self._loop)
         try:
             await self._loop.connect_accepted_socket(lambda: protocol, sock=conn)
         except OSError:
@@ -358,7 +484,9 @@ class EgressProxy:
         for task in list(self._open.get(call, ())):
             task.cancel()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, call: int
+    ) -> None:
         if self._active >= self.max_connections:
             # Refused before anything is read: a command opening connections without end gets
             # no more, and costs nothing.
@@ -368,7 +496,7 @@ class EgressProxy:
         task = asyncio.current_task()
         assert task is not None
         with self._lock:
-            gate, call = self._gate, self._call
+            gate = self._calls.get(call)
             if gate is not None:
                 self._unrecorded[call] = self._unrecorded.get(call, 0) + 1
         self._active += 1
@@ -415,8 +543,9 @@ class EgressProxy:
             route = self._broker.route_for(asked.host, asked.port) if self._broker else None
             if route is not None:
                 return await self._brokered(reader, writer, gate, call, asked, route)
+            target = self._upstream or (asked.address, asked.port)
             up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(asked.address, asked.port, limit=CHUNK), CONNECT_SECONDS
+                asyncio.open_connection(*target, limit=CHUNK), CONNECT_SECONDS
             )
         except _Refused as refused:
             with contextlib.suppress(OSError, RuntimeError):
@@ -427,11 +556,14 @@ class EgressProxy:
             if asked.host == "?":
                 return None
             why = getattr(exc, "strerror", None) or repr(exc)
-            return asked.refused(f"cannot connect to {asked.host}:{asked.port}: {why}")
+            reason = f"cannot connect to {asked.host}:{asked.port}: {why}"
+            # Said at once: a client waiting on a silent proxy retries for a minute.
+            with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+                writer.write(_answer(502, reason))
+                await asyncio.wait_for(writer.drain(), HEAD_SECONDS)
+            return asked.refused(reason)
         try:
-            with self._lock:
-                live = self._gate is gate and self._call == call and not self._closed
-            if not live:
+            if not self._live(call, gate):
                 return asked.refused("the call ended while the connection was being decided")
             asked.tunnelled = True
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -454,9 +586,7 @@ class EgressProxy:
         """A connection to a host with a credential route: the broker terminates its TLS and
         forwards git smart-HTTP requests only (`environments.broker`)."""
         assert self._broker is not None and asked.address is not None
-        with self._lock:
-            live = self._gate is gate and self._call == call and not self._closed
-        if not live:
+        if not self._live(call, gate):
             return asked.refused("the call ended while the connection was being decided")
         asked.tunnelled = True
         asked.reason += " (through the credential broker)"
@@ -469,12 +599,37 @@ class EgressProxy:
         return asked.ended()
 
     def _decide(self, gate: NetworkGate, host: str, port: int) -> tuple[str, str]:
-        """The address to connect to and what admitted it; `_Refused` saying why not."""
+        """The address to connect to and what admitted it; `_Refused` saying why not.
+
+        A host the trusted allowlist names is resolved and checked first (nobody is asked about
+        a connection that would be refused anyway); any other host is asked for before its name
+        is resolved: a name nobody allowed is never looked up, so a command cannot carry data
+        out in the names it asks for (DNS)."""
         rule = self._rule_for(host, port)
-        if rule is None:
+        every = self.egress.every_host and port in DEFAULT_PORTS
+        if rule is None and not every:
+            if self.egress.every_host:
+                raise _Refused(
+                    403,
+                    f"{host}:{port}: only port {', '.join(map(str, sorted(DEFAULT_PORTS)))} "
+                    "(https) is reached from a sandbox, unless a trusted codecoder.json lists "
+                    f'"{_shown(host, port)}" in docker.network.allow',
+                )
             allowed = ", ".join(_shown(h, p) for h, p in self.rules)
             raise _Refused(403, f"{host}:{port} is not in docker.network.allow ({allowed})")
-        listed_address = _is_address(rule[0])
+        if rule is not None:
+            address = self._address(host, port, rule)
+        why_not = gate.admit(host, port)
+        if why_not is not None:
+            raise _Refused(403, why_not)
+        if rule is None:
+            return self._address(host, port, None), f"allowed as network:{host} (port {port})"
+        return address, f"allowed by docker.network.allow entry {_shown(*rule)}"
+
+    def _address(self, host: str, port: int, rule: tuple[str, int | None] | None) -> str:
+        """The address `host` resolves to, once, if every address it has is public (or is the
+        very address the allowlist names); `_Refused` otherwise."""
+        listed = rule[0] if rule is not None and _is_address(rule[0]) else None
         if _is_address(host):
             addresses = [host]
         else:
@@ -486,16 +641,13 @@ class EgressProxy:
                 raise _Refused(502, f"{host} resolves to no address")
         for text in addresses:
             refusal = address_refusal(ipaddress.ip_address(text))
-            if refusal is not None and not (listed_address and text == rule[0]):
+            if refusal is not None and text != listed:
                 raise _Refused(
                     403,
                     f"{host} resolves to {text}, {refusal}; such an address is reached only "
                     "when docker.network.allow names the address itself",
                 )
-        why_not = gate.admit(host, port)
-        if why_not is not None:
-            raise _Refused(403, why_not)
-        return addresses[0], f"allowed by docker.network.allow entry {_shown(*rule)}"
+        return addresses[0]
 
     def _rule_for(self, host: str, port: int) -> tuple[str, int | None] | None:
         return _rule_for(self.rules, host, port)

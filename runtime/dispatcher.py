@@ -181,6 +181,25 @@ def _with_git_changes(result: ToolResult, changes: list[str]) -> ToolResult:
     return ToolResult(result.output + note, result.is_error, {**result.data, "git_unseen": changes})
 
 
+def _program_of(key: PermissionKey | None) -> str | None:
+    """The command a call's network questions name (`pip download`), where its key knows it."""
+    if key is None or not key.argv:
+        return None
+    return " ".join(key.argv[:2])
+
+
+def _with_refused_hosts(result: ToolResult, refused: Mapping[str, str]) -> ToolResult:
+    """A sandboxed call's result, saying which hosts its connections were refused and why
+    (its client was answered the same at once): what a person needs to allow them, in the
+    result itself, not in a log that ended with the sandbox."""
+    if not refused:
+        return result
+    lines = "".join(f"\n[codecoder: egress refused: {why}]" for why in refused.values())
+    return ToolResult(
+        result.output + lines, result.is_error, {**result.data, "network_refused": dict(refused)}
+    )
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -270,11 +289,16 @@ class Dispatcher:
                     self._audit,
                     self._session.id,
                     runtime.config.credential_hosts if tag is EnvironmentTag.BWRAP else (),
+                    program=_program_of(key),
+                    environment=tag,
                 )
                 if tag in (EnvironmentTag.DOCKER, EnvironmentTag.BWRAP)
                 else None,
             )
-            result = tool.execute(params, ctx)
+            with self._engine.grants_written_after():
+                result = tool.execute(params, ctx)
+            if isinstance(ctx.network, SessionNetwork):
+                result = _with_refused_hosts(result, ctx.network.refusals())
             if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):
                 # Landlock alone cannot keep existing protected paths read-only: @confined is
                 # checked afterwards as the host is.

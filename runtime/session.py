@@ -57,7 +57,8 @@ from codecoder.config.capabilities import (
 )
 from codecoder.config.project import PROJECT_FILE, ProjectConfig, load_project
 from codecoder.config.projectfile import Diagnostic
-from codecoder.config.writing import add_allow_entry
+from codecoder.config.reading import user_file_path
+from codecoder.config.writing import add_allow_entry, add_user_allow_entry
 from codecoder.dispatcher import CallOutcome, Dispatcher, PreparedCall
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
@@ -173,6 +174,20 @@ class Runtime:
     def record_grant(self, entry: str, digest: str | None) -> None:
         """Write an AlwaysThisProject answer to codecoder.json (the engine's `GrantRecorder`)."""
         add_allow_entry(self.project_file, entry, digest=digest)
+
+    @property
+    def user_file(self) -> Path:
+        """The user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`)."""
+        return user_file_path()
+
+    def record_user_grant(self, entry: str, digest: str | None) -> None:
+        """Write an AlwaysEveryProject answer to the user's own file (a `GrantRecorder`)."""
+        if digest is not None:
+            raise ConfigError("a grant pinned to a digest is one project's", self.user_file)
+        try:
+            add_user_allow_entry(self.user_file, entry)
+        except ValueError as exc:
+            raise ConfigError(str(exc), self.user_file) from exc
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -439,6 +454,8 @@ class Session:
                 asker=asker,
                 record_grant=runtime.record_grant,
                 project_file=str(runtime.project_file),
+                record_user_grant=runtime.record_user_grant,
+                user_file=str(runtime.user_file),
             )
         self.engine = engine
         self.allowlist = engine.session
@@ -564,7 +581,12 @@ class Session:
             if capability is None:
                 raise UsageError(f"--allow {raw!r}: the project has no capability of that name")
             key = capability.permission_key()
-        self.allowlist.grant(key, environment, digest=key.digest, origin="--allow")
+        # A host is granted for the sandboxes that reach it through the egress proxy.
+        sandboxes = (
+            (EnvironmentTag.BWRAP, EnvironmentTag.DOCKER) if tool is NETWORK else (environment,)
+        )
+        for each in sandboxes:
+            self.allowlist.grant(key, each, digest=key.digest, origin="--allow")
         return key
 
     def _record_capability_approval(self, tool: str, outcome: CallOutcome) -> None:

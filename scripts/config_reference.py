@@ -95,8 +95,9 @@ DESCRIPTIONS: dict[str, str] = {
         "Grants for the project: a key pattern (`run_command:npm:test`, `write_file:tests/**`) to "
         '`"AlwaysThisProject"` (or `{"scope": "AlwaysThisProject", "digest": …}`, which the '
         "runtime writes for a capability, pinned to its code). `AlwaysThisSession` is reported as "
-        "meaningless in a file. A grant above its tool's ceiling grants nothing. Never read from "
-        "your own file: grants are per project."
+        "meaningless in a file. A grant above its tool's ceiling grants nothing. In your own "
+        "file, a grant holds in every project where its tool runs contained (never a "
+        "capability's, never on @shell): what an AlwaysEveryProject answer writes."
     ),
     "deny": (
         "Key patterns that are refused, never asked, even inside a compound command "

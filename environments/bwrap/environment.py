@@ -12,15 +12,19 @@ calls run one at a time: before each, the protected paths are looked up and boun
 after it, what it planted is quarantined and the call fails
 (`environments.bwrap.protection`, `environments.workspaceguard.quarantine`), as in @docker.
 
-With an egress allowlist (`docker.network.allow`, the project's one allowlist), the helper
-listens on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket
-to the runtime's egress proxy (`environments.egress`), which decides every connection through
-the permission chain (`network:<host>`) and audits it; HTTP(S)_PROXY point there.
+Every writable sandbox has the egress proxy (`environments.egress`, `Egress.asking`; a
+read-only call, which ran with no question, has no way out at all): its helper listens
+on 127.0.0.1:3128 in the sandbox's own network namespace and hands the listening socket to the
+environment's one proxy, which decides each connection through the call's gate (the permission
+chain's `network:<host>`, asked during the call) and audits it; HTTP(S)_PROXY and the common
+clients' own settings point there (`egress.client_variables`). A trusted allowlist
+(`docker.network.allow`) adds the ports and addresses it lists, and is what a credential route
+needs (`environments.broker`).
 
 Warm sandboxes (`environments.bwrap.warm`, on unless `warm=False`): after a call, the next
-call's sandbox is built in the background with the same plan; a call whose plan, computed at
-claim time, is the same takes it and sends only its request. A call with an egress allowlist or
-a snapshot always runs cold.
+call's sandbox is built in the background with the same plan, its egress listener already
+handed over; a call whose plan, computed at claim time, is the same takes it and sends only its
+request. A call with a snapshot always runs cold.
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ from codecoder.environments.bwrap.warm import (
     encode_request,
     identities,
 )
-from codecoder.environments.egress import PROXY_PORT, Egress, EgressProxy
+from codecoder.environments.egress import Egress, EgressProxy, client_variables
 from codecoder.environments.placeholders import is_placeholder
 from codecoder.environments.privatefiles import (
     SHOWN_SYS,
@@ -90,7 +94,8 @@ log = logging.getLogger(__name__)
 
 BASH: Final = "/bin/bash"
 BUILD_ATTEMPTS: Final = 3
-_PROXY_VARIABLES: Final = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+# How long a call waits for its sandbox's egress listener (sent before the helper says ready).
+LISTENER_WAIT: Final = 5.0
 # Where the clients in the sandbox take their CA bundle from (the system's CAs and the broker's).
 _BUNDLE_VARIABLES: Final = (
     "GIT_SSL_CAINFO",
@@ -133,7 +138,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
         self.workspace = Path(workspace).resolve()
         self.settings = settings or BwrapSettings()
-        self.egress = egress
+        # `egress`: the project's trusted allowlist, if any; every sandbox has the proxy.
+        self.listed = egress
+        self.egress = Egress.asking(egress)
+        self._proxy: EgressProxy | None = None
         found = bwrap or bwrap_binary()
         helper = confine_binary()
         if found is None or helper is None:
@@ -150,6 +158,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         self._shell = ShellEnvironment(BASH)
         self._protection = Protection(self.workspace)
         self._writing = threading.Lock()
+        self._starting = threading.Lock()
         self._gitconfig: bytes | None = None
         self._closed = False
         self.warm = warm
@@ -162,7 +171,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 upstream_ca=upstream_ca,
                 upstream_address=upstream_address,
             )
-            if credentials and egress is not None
+            if credentials and self.listed is not None
             else None
         )
 
@@ -195,6 +204,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     def close(self) -> None:
         self._closed = True
         self.warm_sandboxes.close()
+        with self._starting:
+            proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()
         if self.broker is not None:
             self.broker.close()
         # A call still running keeps its placeholders a while (its check after the call
@@ -205,6 +218,17 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         finally:
             if held:
                 self._writing.release()
+
+    def proxy(self) -> EgressProxy:
+        """The egress proxy of every call of this environment (started at the first)."""
+        with self._starting:
+            if self._proxy is None:
+                if self._closed:
+                    raise SandboxUnavailable("this @bwrap environment was closed")
+                self._proxy = EgressProxy(
+                    self.egress, resolver=self._resolver, broker=self.broker, unix=False
+                )
+            return self._proxy
 
     def end_session(self, session: str) -> None:
         self.warm_sandboxes.end_session(session)
@@ -307,12 +331,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
     def _injected(self) -> dict[str, str]:
         """The variables the runtime itself sets in the sandbox, over the caller's: where the
         egress proxy listens, and the credential broker's CA bundle. (Settings the runtime
-        gives package managers belong here too.)"""
-        injected: dict[str, str] = {}
-        if self.egress is not None:
-            url = f"http://127.0.0.1:{PROXY_PORT}"
-            injected.update(dict.fromkeys(_PROXY_VARIABLES, url))
-            injected["NO_PROXY"] = injected["no_proxy"] = "localhost,127.0.0.1,::1"
+        gives package managers belong here too.) Every sandbox has the proxy (a writable call
+        reaches it; a read-only one has no way out at all), so the clients' settings are always
+        set (`egress.client_variables`)."""
+        injected = client_variables()
         if self.broker is not None:
             injected.update(dict.fromkeys(_BUNDLE_VARIABLES, BUNDLE_PATH))
             injected["NODE_EXTRA_CA_CERTS"] = BUNDLE_PATH
@@ -330,14 +352,13 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             gitconfig = self._gitconfig_fd(stack)
             helper, helper_fd = helper_command(self.helper, stack)
             listen_fd = None
-            if self.egress is not None:
-                # A proxy of the call's own: the connections it admits are decided through
-                # this call's gate, whatever runs beside it.
-                proxy = EgressProxy(self.egress, resolver=self._resolver, broker=self.broker)
-                stack.callback(proxy.close)
+            if request.writable:
+                # The sandbox's egress listener comes back over this pair; its connections are
+                # decided through this call's gate, whatever runs beside it. A read-only call
+                # (one that ran unasked, SPEC §5) has no way out at all.
                 host_end, child_end = socket.socketpair()
                 stack.callback(child_end.close)
-                stack.enter_context(_serving(proxy, host_end, request))
+                stack.enter_context(_serving(self.proxy(), host_end, request))
                 listen_fd = child_end.fileno()
             argv = [
                 self.bwrap,
@@ -359,8 +380,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
     def _warm_key(self, plan: SandboxPlan, request: CommandRequest) -> WarmKey | None:
         """What a warm sandbox must have been built with to serve `request`, or None when the
-        call must run cold (warm sandboxes off, an egress allowlist, a snapshot)."""
-        if not self.warm or self._closed or self.egress is not None or plan.snapshot is not None:
+        call must run cold (warm sandboxes off, a snapshot)."""
+        if not self.warm or self._closed or plan.snapshot is not None:
             return None
         mounts = plan.mounts(_GITCONFIG_FD)
         assert mounts[-2] == "--chdir"
@@ -381,7 +402,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             session=request.session,
             writable=plan.writable,
             mounts=tuple(mounts[:-2]),
-            helper=tuple(plan.helper_options(None, None)),
+            helper=tuple(plan.helper_options(None, _LISTEN_FD if plan.writable else None)),
             sources=sources,
         )
 
@@ -393,9 +414,12 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         built = dataclasses.replace(key, identities=identities(key.sources))
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The egress listener's pair, for a writable sandbox (a read-only one has no way out).
+        egress_end, egress_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.ExitStack() as stack:
             stack.callback(_close, ready_w)
             stack.callback(child_end.close)
+            stack.callback(egress_child.close)
             gitconfig = self._gitconfig_fd(stack)
             helper, helper_fd = helper_command(self.helper, stack)
             argv = [
@@ -404,7 +428,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                 *plan.mounts(gitconfig),
                 "--",
                 helper,
-                *plan.helper_options(ready_w, None),
+                *plan.helper_options(ready_w, egress_child.fileno() if plan.writable else None),
                 "--request",
                 str(child_end.fileno()),
                 "--",
@@ -420,14 +444,24 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
                     stderr=subprocess.DEVNULL,
                     start_new_session=True,
                     close_fds=True,
-                    pass_fds=(ready_w, gitconfig, helper_fd, child_end.fileno()),
+                    pass_fds=(
+                        ready_w,
+                        gitconfig,
+                        helper_fd,
+                        child_end.fileno(),
+                        egress_child.fileno(),
+                    ),
                 )
             except OSError as exc:
                 log.info("a warm @bwrap sandbox could not start: %s", exc)
                 host_end.close()
+                egress_end.close()
                 _close(ready_r)
                 return None
-        return WarmSandbox(built, proc, host_end, ready_r)
+        if not plan.writable:
+            egress_end.close()
+            return WarmSandbox(built, proc, host_end, ready_r)
+        return WarmSandbox(built, proc, host_end, ready_r, egress=egress_end)
 
     def _run_warm(
         self, sandbox: WarmSandbox, request: CommandRequest, payload: bytes
@@ -468,7 +502,14 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             proc.stdin = open(ours.pop(0), "wb")  # noqa: SIM115 - closed by collect
         proc.stdout = open(ours[0], "rb")  # noqa: SIM115
         proc.stderr = open(ours[1], "rb")  # noqa: SIM115
-        return self._shell.collect(proc, request, started)
+        with contextlib.ExitStack() as stack:
+            listener = sandbox.take_listener(LISTENER_WAIT) if request.writable else None
+            if listener is None and request.writable:
+                log.warning("a warm @bwrap sandbox handed over no egress listener")
+            elif listener is not None:
+                stack.callback(listener.close)
+                stack.enter_context(self.proxy().serving(listener, request.network))
+            return self._shell.collect(proc, request, started)
 
     def _unbuilt(self, result: CommandResult) -> Exception:
         # Whatever made it fail, that bubblewrap works here is no longer believed.
@@ -530,9 +571,10 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
         return read
 
 
-# Any descriptor number: the key compares the mounts, not which descriptor carried the file.
+# Any descriptor numbers: the key compares the mounts, not which descriptor carried the file.
 _GITCONFIG_FD: Final = 3
 _IDENTITY: Final = "git-identity"
+_LISTEN_FD: Final = 4
 
 
 def _described(
@@ -649,25 +691,36 @@ def _user_git_config(key: str, environ: Mapping[str, str]) -> str | None:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _shut_down(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+
+
 @contextlib.contextmanager
 def _serving(
     proxy: EgressProxy, host_end: socket.socket, request: CommandRequest
 ) -> Iterator[None]:
     """While the call runs: receive the sandbox's listening socket from its helper and let the
     proxy accept on it, deciding through the call's gate; when it ends, close it all."""
-    listeners: list[socket.socket] = []
+    with contextlib.ExitStack() as serving:
+        lock = threading.Lock()
+        ended = False
 
-    def receive() -> None:
-        try:
-            _, fds, _, _ = socket.recv_fds(host_end, 1, 1)
-        except OSError:
-            return
-        for fd in fds:
-            listener = socket.socket(fileno=fd)
-            listeners.append(listener)
-            proxy.serve_listener(listener)
+        def receive() -> None:
+            try:
+                _, fds, _, _ = socket.recv_fds(host_end, 1, 1)
+            except OSError:
+                return
+            for fd in fds:
+                listener = socket.socket(fileno=fd)
+                with lock:
+                    # Undone last to first: the proxy stops accepting, then it is shut down
+                    # and closed.
+                    serving.callback(listener.close)
+                    serving.callback(_shut_down, listener)
+                    if not ended:
+                        serving.enter_context(proxy.serving(listener, request.network))
 
-    with proxy.call(request.network):
         receiver = threading.Thread(target=receive, name="codecoder-bwrap-egress", daemon=True)
         receiver.start()
         try:
@@ -676,12 +729,9 @@ def _serving(
             with contextlib.suppress(OSError):
                 host_end.shutdown(socket.SHUT_RDWR)
             receiver.join(timeout=2)
+            with lock:
+                ended = True
             host_end.close()
-            for listener in listeners:
-                proxy.release_listener(listener)  # before it is closed: see release_listener
-                with contextlib.suppress(OSError):
-                    listener.shutdown(socket.SHUT_RDWR)
-                listener.close()
 
 
 @contextlib.contextmanager

@@ -4,10 +4,12 @@
 Into it come, read-only, only the *toolchains* the command needs and what a trusted
 codecoder.json adds (`"bwrap": {"home": [...]}`):
 
-* a toolchain is the directory under the home that holds a program the command runs: the
+* a toolchain is the directory under the home that holds a program the command may run: the
   program named by the command (as PATH finds it, before and after symlinks), the interpreter
   its `#!` line names (`/usr/bin/env node` looked up the same way), and so on a few levels
-  down; for a compound command, every word that PATH resolves to a file under the home. The
+  down; for a compound command, every word that PATH resolves to a file under the home; and
+  every directory of the PATH under the home, since a command runs other programs by name
+  (`make test` runs the `python` of `~/.pyenv/shims`, which no word of it names). The
   directory is the first component under the home (`~/.pyenv`, `~/.nvm`, `~/.cargo`), or the
   first two under `~/.local`, `~/.config`, `~/.cache` and `~/.var`, with its companions
   (`~/.cargo` needs `~/.rustup`; `~/.local/bin` needs `~/.local/lib`);
@@ -251,6 +253,11 @@ def toolchains(
                 break
             note(program)
             program = _interpreter(Path(os.path.realpath(program)), path, cwd)
+    # What the command runs by name, directly or not: the PATH's directories under the home
+    # (each as if it held a program, so that its toolchain directory is what is shown).
+    for directory in path.split(os.pathsep):
+        if directory.startswith("/") and os.path.isdir(directory):
+            note(Path(directory) / "program")
     return tuple(roots)
 
 

@@ -42,7 +42,10 @@ user namespace), mount, PID (bubblewrap's init is PID 1: when the command ends, 
 kills whatever it left), network (only a loopback of its own), IPC, UTS and cgroup;
 `--die-with-parent` (the sandbox dies with the runtime) and `--new-session` (no controlling
 terminal: nothing can be typed into the human's). Then the confine helper applies Landlock and
-seccomp (`sandboxes/bwrap/confine.c`) and runs the command.
+seccomp (`sandboxes/bwrap/confine.c`) and runs the command. A command may trace its own
+processes (`--ptrace`: a debugger, LeakSanitizer) and nothing else: Landlock refuses ptrace on
+any process outside its domain (bubblewrap's init included), and no other process is in the
+sandbox's PID namespace.
 """
 
 from __future__ import annotations
@@ -164,11 +167,13 @@ class SandboxPlan:
 
     def helper_options(self, ready_fd: int | None, listen_fd: int | None) -> list[str]:
         """What the confine helper restricts: writes beneath the workspace (when writable), the
-        private /tmp, /var/tmp, the home and /dev; signals and abstract sockets scoped."""
+        private /tmp, /var/tmp, the home and /dev; signals and abstract sockets scoped; tracing
+        left to Landlock, which keeps it within the sandbox's own processes (`--ptrace`: a
+        debugger or LeakSanitizer traces its own; the PID namespace shows nothing else)."""
         writes = [*_PRIVATE_TMP, *self.homes, Path("/dev")]
         if self.writable:
             writes = [self.workspace, *self.writable_extra, *writes]
-        options: list[str] = []
+        options: list[str] = ["--ptrace"]
         for path in writes:
             options += ["--write", str(path)]
         if ready_fd is not None:

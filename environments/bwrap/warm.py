@@ -16,17 +16,19 @@ The rules, each attacked in tests/environments/test_bwrap_warm.py and `codecoder
   were its own tmpfs). A sandbox is never reused, whatever happened;
 - claimed only when its plan is the plan the call would get cold, computed at claim time: the
   same mounts (every protected path found now, a nested repository a call just created
-  included), read-only or writable, the same helper options, the same session, no egress
-  allowlist, no snapshot; and the file system objects it bound are still the same ones (device,
-  inode and type of each bound source: a protected directory swapped on the host since the
-  build would no longer be covered by its mount). Anything else discards it and the call runs
-  cold: a mismatch costs a cold call, never a wrong sandbox;
+  included), read-only or writable, the same helper options, the same session, no snapshot;
+  and the file system objects it bound are still the same ones (device, inode and type of each
+  bound source: a protected directory swapped on the host since the build would no longer be
+  covered by its mount). Anything else discards it and the call runs cold: a mismatch costs a
+  cold call, never a wrong sandbox;
 - owned by one session: a claim names its session, `end_session` and `close` kill what the
   session or the environment still holds; bubblewrap runs with `--die-with-parent`, started from
   the environment's own long-lived thread, so it dies with the runtime;
 - the channel carries nothing back: the runtime only writes the request on its end and closes
   it; the command never holds the sandbox's end (closed before the exec), and a sandbox's
-  socket belongs to that sandbox alone.
+  socket belongs to that sandbox alone. Its egress listener comes over a pair of its own
+  before the helper restricts itself, and is served, for the call that claims it, through that
+  call's gate only.
 """
 
 from __future__ import annotations
@@ -110,12 +112,39 @@ class WarmSandbox:
     the request socket, the ready pipe, and what bubblewrap said (a memfd, for failures)."""
 
     def __init__(
-        self, key: WarmKey, proc: subprocess.Popen[bytes], channel: socket.socket, ready: int
+        self,
+        key: WarmKey,
+        proc: subprocess.Popen[bytes],
+        channel: socket.socket,
+        ready: int,
+        *,
+        egress: socket.socket | None = None,
     ) -> None:
+        """`egress`: the runtime's end of the pair the helper hands its egress listener over
+        (before it restricts itself, so before it says it is ready)."""
         self.key = key
         self.proc = proc
         self.channel = channel
         self._ready: int | None = ready
+        self._egress = egress
+
+    def take_listener(self, timeout: float) -> socket.socket | None:
+        """The sandbox's egress listener (127.0.0.1:3128 in its network namespace), or None
+        when it handed none over; the pair it came through is closed either way."""
+        egress, self._egress = self._egress, None
+        if egress is None:
+            return None
+        try:
+            egress.settimeout(timeout)
+            _, fds, _, _ = socket.recv_fds(egress, 1, 1)
+        except OSError:
+            return None
+        finally:
+            egress.close()
+        listeners = [socket.socket(fileno=fd) for fd in fds]
+        for extra in listeners[1:]:
+            extra.close()
+        return listeners[0] if listeners else None
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether the helper said it is ready (built and restricted) within `timeout`."""
@@ -165,6 +194,9 @@ class WarmSandbox:
             self.proc.wait(timeout=2)
         self.channel.close()
         self._close_ready()
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
 
 
 def _fds(streams: Sequence[int]) -> bytes:

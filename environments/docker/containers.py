@@ -228,6 +228,7 @@ class SandboxContainers:
         environment = {"HOME": "/tmp", "LANG": "C.UTF-8"}
         if proxy is not None:
             # The socket only: the directory holds nothing else, and the agent relays to it.
+            assert proxy.directory is not None  # made with its Unix socket
             mounts.append(TemplateMount(EGRESS_MOUNT, str(proxy.directory)))
             url = f"http://127.0.0.1:{PROXY_PORT}"
             for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):

@@ -20,7 +20,7 @@ from typing import Final
 from codecoder.environments.host.git import guarded_environ
 from codecoder.environments.host.path import host_path, locate
 
-__all__ = ["push_urls"]
+__all__ = ["fetch_urls", "push_urls"]
 
 _REMOTE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _REWRITES: Final = re.compile(r"url\..*\.(insteadof|pushinsteadof)")
@@ -32,6 +32,20 @@ def push_urls(
 ) -> tuple[str, ...] | None:
     """The URLs `git push [remote]` in `workspace` pushes to, as configured (no rewriting in
     effect), or None when that cannot be known for sure (see the module docstring)."""
+    return _remote_urls(workspace, remote, environ, pushing=True)
+
+
+def fetch_urls(
+    workspace: Path, remote: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...] | None:
+    """The URL `git fetch [remote]` (or `git pull`) in `workspace` fetches from, as configured,
+    or None when that cannot be known for sure, as for `push_urls`."""
+    return _remote_urls(workspace, remote, environ, pushing=False)
+
+
+def _remote_urls(
+    workspace: Path, remote: str | None, environ: Mapping[str, str] | None, *, pushing: bool
+) -> tuple[str, ...] | None:
     environ = os.environ if environ is None else environ
     program = locate("git", workspace, {"PATH": host_path(workspace, environ)})
     if program.path is None:
@@ -51,7 +65,7 @@ def push_urls(
         return None
     if remote is None:
         branch = _git(git, workspace, environ, "symbolic-ref", "-q", "--short", "HEAD")
-        remote = _default_remote(config, branch.strip() if branch else None)
+        remote = _default_remote(config, branch.strip() if branch else None, pushing=pushing)
     if remote is None or not _REMOTE_NAME.fullmatch(remote):
         return None
     for directory in dirs.splitlines():
@@ -62,18 +76,21 @@ def push_urls(
     section = f"remote.{remote}."
     if any(config.get(section + name) for name in _OWN_PROGRAMS):
         return None
-    urls = config.get(section + "pushurl") or config.get(section + "url") or []
+    pushed = config.get(section + "pushurl") if pushing else None
+    urls = pushed or config.get(section + "url") or []
     return tuple(urls) or None
 
 
-def _default_remote(config: Mapping[str, list[str]], branch: str | None) -> str | None:
+def _default_remote(
+    config: Mapping[str, list[str]], branch: str | None, *, pushing: bool = True
+) -> str | None:
     """The remote a bare `git push` pushes to: the branch's pushRemote, remote.pushDefault,
-    the branch's remote, else origin (git's order)."""
-    for key in (
-        f"branch.{branch}.pushremote" if branch else None,
-        "remote.pushdefault",
-        f"branch.{branch}.remote" if branch else None,
-    ):
+    the branch's remote, else origin (git's order); a bare `git fetch`, the branch's remote,
+    else origin."""
+    keys = (
+        (f"branch.{branch}.pushremote" if branch else None, "remote.pushdefault") if pushing else ()
+    )
+    for key in (*keys, f"branch.{branch}.remote" if branch else None):
         values = config.get(key) if key else None
         if values:
             return values[-1]

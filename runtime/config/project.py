@@ -14,8 +14,9 @@ roots, a web policy, defaults) lies under the project's codecoder.json:
     environments                                          per tool, the project's wins
     bwrap.home, bwrap.env                                 both files' entries count
     limits, session_ttl, docker, web and agent settings   per setting, the project's wins
-    allowlist                                             the project's only (grants are per
-                                                          project; the user file has none)
+    allowlist                                             both files' grants count: the
+                                                          user's hold in every project whose
+                                                          tool runs contained (never @shell)
 
 `ProjectConfig.rules` says which file each rule came from; `codecoder check` prints it.
 
@@ -445,6 +446,8 @@ def _layered(
         if not any(d.code in _NEVER["allowlist"] for d in diagnostics[before:]):
             rules.append(Rule("allow", entry.pattern, str(pf.path), entry.line))
 
+    grants += _user_grants(user, tools, environment_of, diagnostics, rules)
+
     denies: list[Grant] = []
     unreadable = [
         next(d for d in layer.diagnostics if d.severity == "error")
@@ -506,6 +509,55 @@ def _layered(
         rules=tuple(rules),
         unreadable=tuple(unreadable),
     )
+
+
+def _user_grants(
+    user: ProjectFile,
+    tools: Mapping[str, ToolInfo],
+    environment_of: Callable[[str], EnvironmentTag],
+    diagnostics: list[Diagnostic],
+    rules: list[Rule],
+) -> list[Grant]:
+    """The grants of the user's own file, for every project: each holds where its tool runs
+    contained here (a project that binds the tool to @shell gets a warning, and the entry
+    grants nothing there: @shell's ceiling); a capability's is refused (one project's code)."""
+    if not user.exists or not user.usable:
+        return []
+    origin = str(user.path)
+    found: list[Grant] = []
+    for entry in user.allowlist:
+        where: dict[str, Any] = {"line": entry.line, "column": entry.column, "file": origin}
+        pattern = checked_pattern(entry.pattern, tools, diagnostics, where, deny=False)
+        if pattern is None or not entry.grants:
+            continue
+        if pattern.tool == RUN_CAPABILITY:
+            diagnostics.append(
+                Diagnostic(
+                    "error",
+                    "capability_in_user_file",
+                    f"{entry.pattern}: a capability is one project's code; grant it in that "
+                    "project's codecoder.json",
+                    key=entry.pattern,
+                    **where,
+                )
+            )
+            continue
+        environment = environment_of(pattern.tool)
+        if not environment.allows(Scope.PROJECT):
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    "user_grant_not_here",
+                    f"{entry.pattern} (your file, for every project) grants nothing in this "
+                    f"project: {environment.refusal(entry.pattern)}",
+                    key=entry.pattern,
+                    **where,
+                )
+            )
+            continue
+        found.append(Grant(pattern, entry.line, entry.column, file=origin))
+        rules.append(Rule("allow", entry.pattern, origin, entry.line))
+    return found
 
 
 def _position(d: Diagnostic) -> tuple[str, int, int]:

@@ -23,7 +23,9 @@ defaults, because those could loosen them. A missing file is an empty configurat
 an empty one.
 
 The user's own file (`$XDG_CONFIG_HOME/codecoder/config.json`, `load_user_file`) has the same
-schema without `allowlist` (grants are per project); its diagnostics carry its path in `file`.
+schema; its `allowlist` holds grants for every project (an AlwaysEveryProject answer), which
+hold only where their tool runs contained (`runtime.config.project`), and never a capability's
+digest (a capability is one project's code); its diagnostics carry its path in `file`.
 
 The values are checked against the schema (`runtime.config.schema`) and located in the text
 (`runtime.config.jsonsource`); `runtime.config.writing` reads the file it changes with
@@ -107,23 +109,24 @@ def user_file_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def load_user_file(path: Path) -> ProjectFile:
-    """Read the user's own file: codecoder.json's schema without grants. Every diagnostic
-    carries the file's path; a grant in it is an error (grants are per project)."""
+    """Read the user's own file: codecoder.json's schema, its grants for every project. Every
+    diagnostic carries the file's path; a grant pinned to a digest is an error (a capability
+    is one project's code)."""
     pf = load_project_file(path)
     problems = list(pf.diagnostics)
-    if pf.allowlist:
-        line, column = pf.position_of("/allowlist")
-        problems.append(
-            Diagnostic(
-                "error",
-                "schema",
-                "the user file holds no grants: grants are per project, in codecoder.json "
-                "(answer AlwaysThisProject at the prompt)",
-                "allowlist",
-                line,
-                column,
+    for entry in pf.allowlist:
+        if entry.digest is not None:
+            problems.append(
+                Diagnostic(
+                    "error",
+                    "schema",
+                    f"{entry.pattern}: a grant pinned to a digest (a capability's) belongs to "
+                    "its project's codecoder.json, not to your own file",
+                    entry.pattern,
+                    entry.line,
+                    entry.column,
+                )
             )
-        )
     diagnostics = tuple(dataclasses.replace(d, file=str(path)) for d in problems)
     if any(d.severity == "error" for d in diagnostics):
         return dataclasses.replace(

@@ -36,7 +36,7 @@ from codecoder.foundation.display import quoted as _quote
 from codecoder.foundation.errors import ConfigError
 from codecoder.foundation.regularfile import open_regular
 
-__all__ = ["add_allow_entry", "exclusive_lock_of", "remove_allow_entry"]
+__all__ = ["add_allow_entry", "add_user_allow_entry", "exclusive_lock_of", "remove_allow_entry"]
 
 
 def add_allow_entry(
@@ -68,6 +68,26 @@ def add_allow_entry(
     _update(path, grant, granted=(pattern, digest))
 
 
+def add_user_allow_entry(path: Path, pattern: str) -> None:
+    """Grant `pattern` for every project in the user's own file at `path` (an EVERY_PROJECT
+    answer), creating it if missing; the same care as `add_allow_entry`, without a trust
+    record: the user's file is the human's own."""
+    if problem := pattern_problem(pattern):
+        raise ValueError(f"cannot grant {_quote(pattern)}: {problem}")
+
+    def grant(document: dict[str, Any]) -> bool:
+        if "allowlist" not in document:
+            _insert_allowlist(document)
+        allowlist: dict[str, Any] = document["allowlist"]
+        if allowlist.get(pattern) == PROJECT_SCOPE:
+            return False
+        allowlist[pattern] = PROJECT_SCOPE
+        return True
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _update(path, grant, granted=(pattern, None), keep_trust=False)
+
+
 def remove_allow_entry(path: Path, pattern: str) -> bool:
     """Revoke `pattern` from the codecoder.json at `path`; True if it was there.
 
@@ -93,22 +113,31 @@ def _update(
     *,
     granted: tuple[str, str | None] | None = None,
     revoked: str | None = None,
+    keep_trust: bool = True,
 ) -> None:
     """Apply `change` to the document on disk under the lock; write if it says it changed, and
     keep the file's trust as it was (`runtime.config.trust.record_after`) under the same lock,
-    as one change with the file (see the module docstring)."""
+    as one change with the file (see the module docstring); a project file's only
+    (`keep_trust`: the user's own file has no trust record)."""
     try:
         with exclusive_lock_of(path):
             _remove_stale_temporaries(path)
             document, mode, before = _read_for_update(path)
             root = path.parent.resolve()
-            # What a writer killed mid-way left is settled before anything else is read.
-            trust.settle(root, None if before is None else trust.digest_of(before))
+            if keep_trust:
+                # What a writer killed mid-way left is settled before anything else is read.
+                trust.settle(root, None if before is None else trust.digest_of(before))
             if change(document):
-                trusted = before is not None and _trusted_by_meaning(root, path, before)
+                trusted = (
+                    keep_trust and before is not None and _trusted_by_meaning(root, path, before)
+                )
                 after = _serialize(document)
-                record = trust.record_after(
-                    root, before, after, granted=granted, revoked=revoked, trusted=trusted
+                record = (
+                    trust.record_after(
+                        root, before, after, granted=granted, revoked=revoked, trusted=trusted
+                    )
+                    if keep_trust
+                    else None
                 )
                 if record is not None:
                     trust.begin(root, after, record)

@@ -75,7 +75,8 @@ class EnvironmentTag(enum.StrEnum):
 _CEILINGS = {
     EnvironmentTag.SHELL: Scope.SESSION,
     # Commands in bubblewrap's namespaces with Landlock on top (SPEC §6): the workspace writable
-    # but its protected paths read-only, the user's secrets hidden, no network.
+    # but its protected paths read-only, the user's secrets hidden, the network only through
+    # the egress proxy (each host a permission of its own).
     EnvironmentTag.BWRAP: Scope.PROJECT,
     # Commands confined by Landlock and seccomp alone, where bubblewrap cannot create
     # namespaces: reads and writes limited, no TCP, but no mount namespace to keep the
@@ -98,7 +99,7 @@ _CONTAINMENT = {
     EnvironmentTag.SHELL: "host processes, not sandboxed",
     EnvironmentTag.BWRAP: (
         "host processes in bubblewrap namespaces: protected paths read-only, secrets hidden, "
-        "no network"
+        "the network only through the egress proxy, each host asked"
     ),
     EnvironmentTag.CONFINED: (
         "host processes confined by Landlock and seccomp only: reads limited, writes beneath the "

@@ -58,7 +58,10 @@ class Answer(enum.StrEnum):
     for the session (a session grant bound to @shell); HOST_SESSION_PROGRAM, offered with them
     for a simple command, grants for the session every simple command of its program that
     would fail contained, on the host (`run_command:gh`, bound to @shell; never for the
-    project: @shell's ceiling). `AskRequest.grants` says which entry each choice records.
+    project: @shell's ceiling). EVERY_PROJECT records the broadest contained entry offered (any
+    command in the sandbox, any file, a host or a package index) in the user's own file
+    (`$XDG_CONFIG_HOME/codecoder/config.json`), where it holds in every project whose tool runs
+    contained; never a host grant. `AskRequest.grants` says which entry each choice records.
     """
 
     ONCE = "once"
@@ -67,6 +70,7 @@ class Answer(enum.StrEnum):
     PROJECT = "project"
     PROJECT_PROGRAM = "project-program"
     PROJECT_ANY = "project-any"
+    EVERY_PROJECT = "every-project"
     HOST_ONCE = "host-once"
     HOST_SESSION = "host-session"
     HOST_SESSION_PROGRAM = "host-session-program"
@@ -115,6 +119,7 @@ _SCOPES = {
     Answer.SESSION_PROGRAM: Answer.SESSION,
     Answer.PROJECT_PROGRAM: Answer.PROJECT,
     Answer.PROJECT_ANY: Answer.PROJECT,
+    Answer.EVERY_PROJECT: Answer.PROJECT,
     Answer.HOST_ONCE: Answer.ONCE,
     Answer.HOST_SESSION: Answer.SESSION,
     Answer.HOST_SESSION_PROGRAM: Answer.SESSION,
@@ -148,6 +153,7 @@ ANSWER_NAMES = (
     "session-program",
     "project-program",
     "project-any",
+    "every-project",
     "host-once",
     "host-session",
     "host-session-program",

@@ -28,10 +28,21 @@ key, and its question offers running it on the host instead, once or for the ses
 session grant bound to @shell, never a project grant: @shell's ceiling). Only the human's
 answer escalates; the Decision then names @shell and the sandbox it was escalated from.
 
-For a simple command in a sandbox the question also offers every simple command there
-(`run_command:*`, AlwaysThisProject), which never covers a compound command; for a file the
-write tools change, its directory (`edit_file:src/report/**`) and any file in the workspace
-(`edit_file:**`, AlwaysThisProject), which never cover a protected path (below).
+For a command in a sandbox the question also offers any command there (`run_command:**`,
+AlwaysThisProject): it covers compound lines too, since they run in the same sandbox, but
+never one that needs the host (a part of it would fail contained: its question offers the host)
+and never a protected one, and deny rules, checked first, still refuse any line with a denied
+command in it; `run_command:*` (every simple command) keeps its meaning. For a file the write
+tools change, its directory (`edit_file:src/report/**`) and any file in the workspace, written
+or edited (`edit_file:**` with `write_file:**`, AlwaysThisProject), which never cover a
+protected path (below). Where a chain can write the user's own file, the broadest of these, and
+a host's or package index's network grant, are also offered for every project
+(`EVERY_PROJECT`): contained grants only, never a host grant.
+
+A command that may work contained with the network (`npm install`, `git fetch` of an https
+remote: `Permission.host_after_contained`) is asked as a contained command first; only a later
+question for it in the same session also offers the host, once the contained route was
+offered.
 
 Keys for protected paths (codecoder.json, .codecoder/, every .git and .gitmodules, the
 runtime's state and the user's configuration directory, and commands that run the codecoder
@@ -44,9 +55,12 @@ standing decision, or the question the human would be asked (`codecoder decide`,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import NoReturn, Protocol
 
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
@@ -61,8 +75,10 @@ from codecoder.foundation.errors import (
 )
 from codecoder.permissions.allowlist import Grant, ProjectAllowlist, SessionAllowlist
 from codecoder.permissions.keys import GrantLevel, KeyStyle, Permission, PermissionKey
-from codecoder.permissions.patterns import KeyPattern
+from codecoder.permissions.patterns import ANY_COMMAND, KeyPattern
 from codecoder.permissions.prompt import Asker, AskRequest, decider_of
+
+log = logging.getLogger(__name__)
 
 _SUBJECT_LABELS = {KeyStyle.COMMAND: "runs", KeyStyle.PATH: "path"}
 
@@ -89,14 +105,55 @@ class PermissionChain:
         asker: Asker,
         record_grant: GrantRecorder,
         project_file: str = "codecoder.json",
+        *,
+        record_user_grant: GrantRecorder | None = None,
+        user_file: str = "",
     ) -> None:
         """`project_file` is where an AlwaysThisProject answer is written, as the question
-        names it."""
+        names it; `record_user_grant` writes an EVERY_PROJECT answer to the user's own file
+        (`user_file`), which is offered only where there is one."""
         self._project = project
         self.session = session
         self.asker = asker
         self._record_grant = record_grant
+        self._record_user_grant = record_user_grant
         self.project_file = project_file
+        self.user_file = user_file
+        # Keys whose contained route was offered in this session (host_after_contained).
+        self._contained_offered: set[str] = set()
+        # While a call runs (`grants_written_after`): the grants answered meanwhile, written
+        # when it ends.
+        self._deferred: list[tuple[GrantRecorder, str, str | None]] | None = None
+        self._deferring = threading.Lock()
+
+    @contextlib.contextmanager
+    def grants_written_after(self) -> Iterator[None]:
+        """While the block (a call) runs, hold the file writes of the grants answered meanwhile
+        (a host asked for during the call) and make them when it ends: they hold at once in
+        memory, and the sandbox the call runs in never sees codecoder.json change under it
+        (a protected path changed during a call is what its guard quarantines)."""
+        with self._deferring:
+            outer = self._deferred is not None
+            if not outer:
+                self._deferred = []
+        try:
+            yield
+        finally:
+            if not outer:
+                with self._deferring:
+                    pending, self._deferred = self._deferred or [], None
+                for record, entry, digest in pending:
+                    try:
+                        record(entry, digest)
+                    except (ConfigError, OSError, ValueError) as exc:
+                        log.warning("the grant %s holds for this session only: %s", entry, exc)
+
+    def _write(self, record: GrantRecorder, entry: str, digest: str | None) -> None:
+        with self._deferring:
+            if self._deferred is not None:
+                self._deferred.append((record, entry, digest))
+                return
+        record(entry, digest)
 
     def evaluate(
         self, tool: str, environment: EnvironmentTag, permission: Permission
@@ -138,6 +195,8 @@ class PermissionChain:
             )
             raise RulesUnreadable(f"{key.raw} is refused: {project.unreadable}", decision)
         host = permission.host
+        if permission.host_after_contained and key.raw not in self._contained_offered:
+            host = None  # the contained route first: no host choice, and wide grants cover it
         _refuse_denied(project, tool, environment, key)
         if host is not None:
             _refuse_denied(project, tool, EnvironmentTag.SHELL, host)
@@ -207,13 +266,23 @@ class PermissionChain:
                 notes.append("the session grant for this key has expired")
         else:
             notes.append(PROTECTED_NOTE)
-        if host is not None:
+        if host is not None and key.needs_host:
             notes.append(
-                f"{key.needs_host}: contained in {environment.value} (no network, your "
-                "credentials hidden) it would likely fail; the host choices run it on the host "
-                "instead, unconfined (@shell)"
+                f"{key.needs_host}: contained in {environment.value} (the network only through "
+                "its egress proxy, your credentials hidden) it would likely fail; the host "
+                "choices run it on the host instead, unconfined (@shell)"
+            )
+        elif host is not None:
+            notes.append(
+                f"it ran contained in {environment.value} earlier in this session (the network "
+                "through its egress proxy, each host asked); if that is not enough, the host "
+                "choices run it on the host instead, unconfined (@shell)"
             )
         notes.extend(violations)
+        if permission.host_after_contained:
+            self._contained_offered.add(key.raw)
+            if host is None:
+                permission = dataclasses.replace(permission, host=None)
         return self._ask(
             tool, environment, permission, violations, "; ".join(notes), asker or self.asker
         )
@@ -234,6 +303,9 @@ class PermissionChain:
         narrow, wide = levels[0], levels[1] if len(levels) > 1 and host is None else None
         widest = _widest(key, environment, host)
         choices, why_not = _choices(key, environment, host, wide is not None, widest is not None)
+        if self._record_user_grant is not None and _for_every_project(key, choices):
+            at = choices.index(Answer.DENY) if host is None else choices.index(Answer.HOST_ONCE)
+            choices = (*choices[:at], Answer.EVERY_PROJECT, *choices[at:])
         if self.session.lifetime.one_call:
             # Nothing follows this call in its session: "for this session" is "once".
             choices = tuple(choice for choice in choices if choice.scope is not Answer.SESSION)
@@ -243,6 +315,7 @@ class PermissionChain:
             Answer.SESSION_PROGRAM: wide or narrow,
             Answer.PROJECT_PROGRAM: wide or narrow,
             Answer.PROJECT_ANY: widest or narrow,
+            Answer.EVERY_PROJECT: widest or wide or narrow,
         }
         if host is not None:
             recorded_by[Answer.HOST_SESSION] = host.grant_levels[0]
@@ -264,6 +337,7 @@ class PermissionChain:
             session_lasts=self.session.lasts(),
             session_kept=self.session.lifetime.kept,
             project_file=self.project_file,
+            user_file=self.user_file,
             preview=key.preview,
             subject_label=_SUBJECT_LABELS.get(key.style, "does"),
             compound=key.compound,
@@ -278,7 +352,8 @@ class PermissionChain:
         # that has none) counts as its plain scope: the narrowest entry, in the call's own
         # environment; it never runs anything on the host.
         effective = answer if answer in choices else answer.scope
-        entry = request.grant_for(effective).entry if effective in choices else narrow.entry
+        level = request.grant_for(effective) if effective in choices else narrow
+        entry = level.entry
         recorded = entry if effective.scope in (Answer.SESSION, Answer.PROJECT) else None
 
         def decided(allowed: bool, source: Source, reason: str, *more: str) -> Decision:
@@ -327,7 +402,7 @@ class PermissionChain:
                 recorded,
                 given,
                 f"allowed on the host, unconfined, {how} (an escalation from "
-                f"{environment.value}: {key.needs_host})",
+                f"{environment.value}: {key.needs_host or 'the human chose the host'})",
                 done,
                 escalated_from=environment,
                 decided_by=decider,
@@ -337,7 +412,8 @@ class PermissionChain:
         if key.protected:
             refuse(CeilingViolation(key.raw, environment.value, "Once", PROTECTED_NOTE))
         if effective.scope is Answer.SESSION:
-            self.session.grant(key, environment, digest=key.digest, entry=entry)
+            for each in level.entries:
+                self.session.grant(_of_entry(key, each), environment, digest=key.digest, entry=each)
             return decided(True, Source.SESSION, "allowed for this session")
         # AlwaysThisProject: checked against the ceiling here, at the grant, as well as at load.
         if not environment.allows(Scope.PROJECT):
@@ -349,18 +425,25 @@ class PermissionChain:
                     environment.refusal(key.raw),
                 )
             )
+        every = effective is Answer.EVERY_PROJECT and self._record_user_grant is not None
+        record = self._record_user_grant if every else self._record_grant
+        assert record is not None
+        where = self.user_file if every else self.project_file
         try:
-            self._record_grant(entry, key.digest)
+            for each in level.entries:
+                self._write(record, each, key.digest)
         except ConfigError as exc:
             raise DeniedByUser(
-                f"{key.raw} was not granted: codecoder.json is not usable and is left as it "
-                f"is ({exc})",
+                f"{key.raw} was not granted: {where} is not usable and is left as it is ({exc})",
                 decided(False, Source.DENIED, f"cannot record the grant: {exc}"),
             ) from exc
-        self._project().add_grant(Grant(KeyPattern.parse(entry), digest=key.digest))
-        return decided(
-            True, Source.PROJECT, f"allowed for the project (written to {self.project_file})"
-        )
+        for each in level.entries:
+            self._project().add_grant(
+                Grant(KeyPattern.parse(each), digest=key.digest, file=where if every else None)
+            )
+        if every:
+            return decided(True, Source.PROJECT, f"allowed for every project (written to {where})")
+        return decided(True, Source.PROJECT, f"allowed for the project (written to {where})")
 
     @staticmethod
     def _violation(grant: Grant, key: str, environment: EnvironmentTag) -> str:
@@ -420,20 +503,40 @@ def _widest(
     key: PermissionKey, environment: EnvironmentTag, host: PermissionKey | None
 ) -> GrantLevel | None:
     """The widest entry offered for the project (PROJECT_ANY), if any: the key's own
-    (`edit_file:**`, any file in the workspace), or for a simple command every simple command in
-    its sandbox (`run_command:*`). None for a compound command, which only its own string
-    covers, and for one that would fail contained, whose question offers the host instead."""
-    if key.compound or host is not None:
+    (`edit_file:**`, any file in the workspace), or for a command any command in its sandbox
+    (`run_command:**`, compound lines included). None for a command that would fail contained,
+    whose question offers the host instead."""
+    if host is not None:
         return None
     if key.widest is not None:
         return key.widest
     if key.style is not KeyStyle.COMMAND:
         return None
     return GrantLevel(
-        f"{key.tool}:*",
-        f"any simple command in {environment.value} (one program with literal arguments; "
-        "never a compound command, nor one that needs the host)",
+        f"{key.tool}:{ANY_COMMAND}",
+        f"any command in {environment.value}, compound lines included (never one that needs "
+        "the host, nor one touching a protected path; deny rules still refuse)",
     )
+
+
+def _for_every_project(key: PermissionKey, choices: tuple[Answer, ...]) -> bool:
+    """Whether the question also offers its broadest contained grant for every project: where
+    it offers a widest entry for the project (any command in the sandbox, any file), or a
+    network grant (a host, a package index) for the project; never for a key pinned to what
+    was approved (a capability's digest: the project's own code). A host git reaches with the
+    user's credential may be granted for every project too: the credential goes there only
+    from a project whose trusted codecoder.json admits that host (`credential_hosts`), a
+    choice made per project already, and its question says what the grant carries."""
+    if key.protected or key.digest is not None:
+        return False
+    return Answer.PROJECT_ANY in choices or (key.tool == "network" and Answer.PROJECT in choices)
+
+
+def _of_entry(key: PermissionKey, entry: str) -> PermissionKey:
+    """`key` as the session allowlist records `entry` (whose tool may be another's: an `also`
+    entry of another write tool)."""
+    tool = entry.partition(":")[0]
+    return key if tool == key.tool else dataclasses.replace(key, tool=tool)
 
 
 def _host_program(host: PermissionKey) -> GrantLevel | None:

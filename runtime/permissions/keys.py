@@ -67,11 +67,20 @@ class GrantLevel:
     """One allowlist entry an "always" answer can record for a key, and what it covers.
 
     `entry` is a pattern that matches the key (`run_command:git:status`); `covers` says in
-    words what else it matches, for the prompt ("only `git status …` commands").
+    words what else it matches, for the prompt ("only `git status …` commands"). `also` are
+    entries recorded with it by the same answer, where one grant is several keys: a package
+    index's hosts (`network:pypi.org` with `network:files.pythonhosted.org`), any file edited
+    or written (`edit_file:**` with `write_file:**`).
     """
 
     entry: str
     covers: str
+    also: tuple[str, ...] = ()
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """Every entry the answer records: `entry`, then `also`."""
+        return (self.entry, *self.also)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,20 +209,31 @@ class Permission:
     rules still apply to it, then it runs with no question (SPEC §5), where its environment
     confines it read-only (`EnvironmentTag.confines_read_only`); anywhere else it is asked as
     `ask(key)` would be. `host`, for a command that would fail contained, is its key where it
-    would run on the host: the question offers that as an explicit choice.
+    would run on the host: the question offers that as an explicit choice. With
+    `host_after_contained` (a command that may well work contained, with the network: `npm
+    install`, `git fetch` of an https remote), the host is offered only by a later question
+    in the session, once the contained route was: until then it is a contained command like
+    any other.
     """
 
     key: PermissionKey | None = None
     reads_only: bool = False
     host: PermissionKey | None = None
+    host_after_contained: bool = False
 
     @classmethod
     def none(cls) -> Permission:
         return cls(None)
 
     @classmethod
-    def ask(cls, key: PermissionKey, *, host: PermissionKey | None = None) -> Permission:
-        return cls(key, host=host)
+    def ask(
+        cls,
+        key: PermissionKey,
+        *,
+        host: PermissionKey | None = None,
+        host_after_contained: bool = False,
+    ) -> Permission:
+        return cls(key, host=host, host_after_contained=host_after_contained and host is not None)
 
     @classmethod
     def read_only(cls, key: PermissionKey) -> Permission:

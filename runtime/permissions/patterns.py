@@ -8,8 +8,11 @@ A pattern is `tool:action`. How `action` matches depends on the tool's key style
   `run_command:git:status` covers simple `git status …` commands (whatever global options come
   first); `run_command:npm:run:test` covers `npm run test …`; `run_command:*` covers every
   simple command. A `*` level matches any one level, and a last `*` any number of them. No
-  wildcard ever covers a compound command: a compound key is covered only by an entry equal to
-  it, and a quoted entry (`run_command:"git status"`) covers exactly that command line.
+  such wildcard ever covers a compound command: a compound key is covered only by an entry
+  equal to it, a quoted entry (`run_command:"git status"`) covers exactly that command line,
+  and `run_command:**` (`ANY_COMMAND`) any command, compound lines included: the sandbox grant,
+  which the lookup chain consults only where the command runs contained and needs nothing of
+  the host (a project grant never holds on @shell: its ceiling).
 * path keys (`write_file`): a glob over the workspace-relative path, where `*` and `?` stay within
   one path segment, `**` spans any number of them and `[abc]`, `[!abc]`, `[a-z]` match one
   character of a set: `write_file:tests/**`. A move names two paths; `move_file:SRC -> DST`
@@ -55,6 +58,8 @@ from codecoder.permissions.programs import ANY, canonical_name, command_depth, i
 T = TypeVar("T")
 
 MOVE_SEPARATOR = " -> "
+# `run_command:**`: any command, compound lines included (see the module docstring).
+ANY_COMMAND = "**"
 WILDCARD = "\x00*"  # a `*` level of a command pattern (no level of a key contains NUL)
 _BRACKETED = re.compile(r"\[(.)\]")
 _PROGRAM_NAME = re.compile(r"[A-Za-z0-9_@%+,./-]+")
@@ -141,6 +146,10 @@ class KeyPattern:
             return True
         if deny:
             return self._denies(key)
+        if self.action == ANY_COMMAND and key.style is KeyStyle.COMMAND:
+            # Never a command that needs the host (in @bwrap its question offers the host; in a
+            # container it fails): only its own key covers it.
+            return not key.needs_host
         if key.compound:
             return False
         if self.action == "*":
@@ -156,7 +165,7 @@ class KeyPattern:
         return False
 
     def _denies(self, key: PermissionKey) -> bool:
-        if self.action == "*":
+        if self.action == "*" or (self.action == ANY_COMMAND and key.style is KeyStyle.COMMAND):
             return True
         if not self.action:
             return False
@@ -354,6 +363,8 @@ def never_matches(
         )
     if not pattern.action or pattern.action == "*" or pattern.is_exact_compound:
         return None
+    if style is KeyStyle.COMMAND and pattern.action == ANY_COMMAND:
+        return None
     if style is KeyStyle.COMMAND:
         return _command_never_matches(pattern, deny=deny)
     if style is KeyStyle.PATH:
@@ -479,7 +490,7 @@ class PatternIndex(Generic[T]):
             head = "/".join(literal)
         elif style is KeyStyle.COMMAND:
             program = pattern.levels[0]
-            head = "" if program == WILDCARD else program
+            head = "" if program == WILDCARD or action == ANY_COMMAND else program
             if head and self._deny:
                 head = canonical_name(head)
         else:
@@ -516,6 +527,12 @@ class PatternIndex(Generic[T]):
         if key.style is KeyStyle.COMMAND and not key.compound and tool in self._quoted:
             # A quoted entry covers exactly its command line, simple or not.
             yield from self._exact.get(_quoted_entry(tool, key.subject), ())
+        if key.compound and not self._deny:
+            # Only `tool:**` among the wildcards covers a compound command.
+            for item in self._scan.get(tool, ()):
+                if item[0].action == ANY_COMMAND:
+                    yield item
+            return
         if key.compound or (
             # A command key without views, or a move (which can carry a directory holding what
             # a rule under it covers): deny rules are few, so every one is tested.

@@ -21,7 +21,9 @@ that runs the call somewhere else than the request's environment says so in `Cho
 A command that would fail contained is also offered the host, unconfined, once or for the
 session (`HOST_ONCE`, `HOST_SESSION`: `Choice.runs_in` is @shell, and they name the key they
 run under there); a simple one also every command of its program that would fail contained,
-for the session (`HOST_SESSION_PROGRAM`: `run_command:gh` bound to @shell).
+for the session (`HOST_SESSION_PROGRAM`: `run_command:gh` bound to @shell). The broadest
+contained grant may also be offered for every project (`EVERY_PROJECT`, written to the user's
+own file).
 """
 
 from __future__ import annotations
@@ -68,13 +70,15 @@ class Choice:
     kept: str  # "nothing is recorded", "kept in memory …", "written to /p/codecoder.json"
     runs_in: EnvironmentTag | None = None  # set when the choice runs the call elsewhere
     entry_shown: str = ""  # how the entry is shown, where not as itself (a multi-line command)
+    also: tuple[str, ...] = ()  # entries recorded with `entry` (`GrantLevel.also`)
 
     @property
     def grant(self) -> str:
         """The entry and what it covers, one phrase: "run_command:cp — every simple …"."""
         if self.entry is None:
             return self.covers
-        return f"{self.entry_shown or visible(self.entry)} — {visible(self.covers)}"
+        shown = " + ".join([self.entry_shown or visible(self.entry), *map(visible, self.also)])
+        return f"{shown} — {visible(self.covers)}"
 
     @property
     def when(self) -> str:
@@ -98,6 +102,7 @@ class Choice:
             "lasts": self.lasts,
             "kept": self.kept,
             "runs_in": self.runs_in.value if self.runs_in else None,
+            "also": list(self.also),
         }
 
 
@@ -125,6 +130,7 @@ class AskRequest:
     session_lasts: str = "until this session ends"
     session_kept: str = "kept in memory only (nothing is written)"
     project_file: str = "codecoder.json"
+    user_file: str = "~/.config/codecoder/config.json"  # where EVERY_PROJECT writes
     subject_label: str = "runs"  # what the subject is: "runs" (a command), "path", "does"
     compound: bool = False  # the key is the whole command (runtime.permissions.commandkey)
     # What the call would change (a diff): read when the question is shown, never compared.
@@ -161,8 +167,13 @@ class AskRequest:
         if answer.scope is Answer.DENY:
             return Choice(answer, letter, "Deny", None, _DENY, "this call only", _NOTHING)
         level = self.grant_for(answer)
+        label = f"{answer.label}{where}"
         if answer.scope is Answer.SESSION:
             lasts, kept = self.session_lasts, self.session_kept
+        elif answer is Answer.EVERY_PROJECT:
+            label = "AlwaysEveryProject"
+            lasts = "until revoked, in every project where it runs contained"
+            kept = f"written to your own file, {self.user_file}"
         else:
             lasts, kept = "until revoked", f"written to {self.project_file}"
         covers = f"{level.covers}, run on the host, unconfined (@shell)" if host else level.covers
@@ -170,13 +181,14 @@ class AskRequest:
         return Choice(
             answer,
             letter,
-            f"{answer.label}{where}",
+            label,
             level.entry,
             covers,
             lasts,
             kept,
             host,
             entry_shown=shown,
+            also=level.also,
         )
 
     def options(self) -> tuple[Choice, ...]:
@@ -287,6 +299,7 @@ LETTERS = {
     Answer.PROJECT: "p",
     Answer.PROJECT_PROGRAM: "w",
     Answer.PROJECT_ANY: "c",
+    Answer.EVERY_PROJECT: "g",
     Answer.HOST_ONCE: "h",
     Answer.HOST_SESSION: "r",
     Answer.HOST_SESSION_PROGRAM: "e",

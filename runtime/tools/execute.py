@@ -37,8 +37,9 @@ from codecoder.foundation.protected import reaches_protected
 from codecoder.permissions.commandkey import key_command, textual_words
 from codecoder.permissions.keys import CallSite, KeyStyle, Permission, PermissionKey
 from codecoder.permissions.programs import canonical_name
+from codecoder.permissions.programs.host import uses_network
 from codecoder.tools.base import Category, Parameters, Tool, ToolContext, ToolResult
-from codecoder.tools.containedpush import contained_push
+from codecoder.tools.containedpush import contained_fetch, contained_push
 from codecoder.tools.files.paths import normalise_path, standing_of
 
 # Where a command is a process on the host's own file system, as the human's shell would run it:
@@ -125,7 +126,8 @@ class RunCommand(Tool[RunCommandParameters]):
     description = (
         "Run a command line in the project workspace and return its output and exit code. "
         "Runs in a kernel sandbox by default (@bwrap: the workspace writable, its protected "
-        "paths read-only, the user's secrets hidden, no network); a project may bind it to a "
+        "paths read-only, the user's secrets hidden, each network host asked); a project may "
+        "bind it to a "
         "container (@docker) or to the host (@shell)."
     )
     category = Category.EXECUTE
@@ -150,9 +152,10 @@ class RunCommand(Tool[RunCommandParameters]):
             # In a sandbox: its own PATH, its own file system.
             if key.read_only and site.environment.confines_read_only:
                 return Permission.read_only(key)
+            bwrap = site.environment is EnvironmentTag.BWRAP
             pushed = (
                 contained_push(key.argv, site.workspace, site.credential_hosts)
-                if key.needs_host and key.argv and site.environment is EnvironmentTag.BWRAP
+                if key.needs_host and key.argv and bwrap
                 else None
             )
             if pushed is not None:
@@ -161,14 +164,26 @@ class RunCommand(Tool[RunCommandParameters]):
                 note = f"runs contained: pushes to {pushed} through the credential broker"
                 key = dataclasses.replace(key, needs_host="", notes=(*key.notes, note))
                 return Permission.ask(key)
-            if (
-                key.needs_host
-                and site.environment is EnvironmentTag.BWRAP
-                and EnvironmentTag.SHELL in self.bindable
-            ):
-                on_host = self.permission_in(
-                    args, CallSite(site.workspace, EnvironmentTag.SHELL, standing=site.standing)
+            fetched = (
+                contained_fetch(key.argv, site.workspace)
+                if key.needs_host and key.argv and bwrap
+                else None
+            )
+            network = uses_network(key.argv) if key.argv and bwrap else None
+            on_host_site = CallSite(site.workspace, EnvironmentTag.SHELL, standing=site.standing)
+            if fetched is not None or (network is not None and not key.needs_host):
+                # Contained first, through the egress proxy: each host it reaches is asked
+                # during the call; the host is offered by a later question only.
+                note = (
+                    f"runs contained: fetches from {fetched} through the egress proxy"
+                    if fetched is not None
+                    else f"runs contained: {network} through the egress proxy"
                 )
+                key = dataclasses.replace(key, needs_host="", notes=(*key.notes, note))
+                on_host = self.permission_in(args, on_host_site)
+                return Permission.ask(key, host=on_host.key, host_after_contained=True)
+            if key.needs_host and bwrap and EnvironmentTag.SHELL in self.bindable:
+                on_host = self.permission_in(args, on_host_site)
                 return Permission.ask(key, host=on_host.key)
             return Permission.ask(key)
         if not key.protected:

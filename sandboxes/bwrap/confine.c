@@ -15,6 +15,13 @@
  *   --listen PORT FD  before restricting: listen on 127.0.0.1:PORT and hand the listening socket
  *                     to the runtime over the Unix socket FD (SCM_RIGHTS), then close FD
  *   --require-landlock  fail when the kernel has no Landlock (otherwise seccomp alone)
+ *   --ptrace          let the command trace its own processes (a debugger, LeakSanitizer), where
+ *                     Landlock restricted it: ptrace, process_vm_readv and process_vm_writev are
+ *                     then left to Landlock, which refuses them on any process outside this
+ *                     Landlock domain (bubblewrap's init, the host's processes, another
+ *                     sandbox's); without Landlock they stay refused. @bwrap passes it (its PID
+ *                     namespace shows nothing else anyway); the Landlock-only environment,
+ *                     which shares the host's PID namespace, does not
  *   --ready FD        once restricted, write one byte to FD (the runtime's sign that the
  *                     sandbox was built and the command is about to start)
  *   --request FD      a warm sandbox: once restricted (and ready), wait on the Unix socket FD
@@ -36,7 +43,9 @@
  *   3. a seccomp filter for what namespaces and Landlock do not stop: creating AF_UNIX sockets
  *      (and with --no-inet, IPv4 and IPv6 ones)
  *      (a read-only mount does not stop connect() on a socket file), ptrace and reading or
- *      writing other processes' memory, pidfd_getfd, the kernel keyrings, the mount family,
+ *      writing other processes' memory (unless --ptrace, under Landlock: see above; the kernel
+ *      checks the filter again after a tracer changes a system call, since Linux 4.8),
+ *      pidfd_getfd, the kernel keyrings, the mount family,
  *      new namespaces (unshare, setns, clone with CLONE_NEW*; clone3 answers ENOSYS so that
  *      the C library falls back to clone), io_uring (its operations bypass seccomp), bpf,
  *      perf_event_open, userfaultfd, TIOCSTI and TIOCLINUX (typing into a terminal), module,
@@ -310,12 +319,13 @@ static void add_rule(int ruleset, const char *path, u64 access) {
     if (added) refuse("the kernel refused a Landlock rule for ", path);
 }
 
-static void landlock(char **writes, int nwrites, char **files, int nfiles, char **reads,
-                     int nreads, int no_tcp, int required) {
+/* Returns 1 once this process is restricted, 0 where the kernel has no Landlock. */
+static int landlock(char **writes, int nwrites, char **files, int nfiles, char **reads,
+                    int nreads, int no_tcp, int required) {
     long abi = sys3(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION);
     if (abi < 1) {
         if (required) refuse("this kernel has no Landlock", "");
-        return;
+        return 0;
     }
     u64 all = handled_fs(abi);
     u64 read = FS_READ_FILE | FS_READ_DIR;
@@ -339,6 +349,7 @@ static void landlock(char **writes, int nwrites, char **files, int nfiles, char 
     for (int i = 0; i < nfiles; i++) add_rule((int)ruleset, files[i], file & attr.handled_access_fs);
     if (sys2(SYS_landlock_restrict_self, ruleset, 0)) refuse("landlock_restrict_self failed", "");
     sys1(SYS_close, ruleset);
+    return 1;
 }
 
 /* -- seccomp ------------------------------------------------------------------------------- */
@@ -366,6 +377,10 @@ static void emit(u16 code, u8 jt, u8 jf, u32 k) {
     program[emitted++] = op;
 }
 
+static int traces(unsigned call) {
+    return call == SYS_ptrace || call == SYS_process_vm_readv || call == SYS_process_vm_writev;
+}
+
 /* `nr` with S_ISUID or S_ISGID in its argument `mode`: EPERM; `nr` otherwise: allowed. */
 static void set_id_mode(u32 nr, u32 mode) {
     emit(BPF_JEQ_K, 0, 4, nr);
@@ -386,7 +401,7 @@ static void set_id_open(u32 nr, u32 flags, u32 mode) {
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW);
 }
 
-static void seccomp(int no_inet) {
+static void seccomp(int no_inet, int ptrace) {
     u32 eperm = SECCOMP_RET_ERRNO | EPERM;
     emit(BPF_LD_W_ABS, 0, 0, DATA_ARCH);
     emit(BPF_JEQ_K, 1, 0, AUDIT_ARCH_NATIVE);
@@ -397,6 +412,7 @@ static void seccomp(int no_inet) {
     emit(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS);
 #endif
     for (unsigned i = 0; i < COUNT(refused_calls); i++) {
+        if (ptrace && traces(refused_calls[i])) continue;
         emit(BPF_JEQ_K, 0, 1, refused_calls[i]);
         emit(BPF_RET_K, 0, 0, eperm);
     }
@@ -579,7 +595,7 @@ __attribute__((used)) void start(long *stack) {
     char **argv = (char **)(stack + 1);
     char **envp = argv + argc + 1;
     static char *writes[MAX_DIRS], *files[MAX_DIRS], *reads[MAX_DIRS];
-    int nwrites = 0, nfiles = 0, nreads = 0, no_tcp = 0, no_inet = 0, required = 0;
+    int nwrites = 0, nfiles = 0, nreads = 0, no_tcp = 0, no_inet = 0, required = 0, ptrace = 0;
     unsigned port = 0, channel = 0, ready = 0, request = 0;
     int listen = 0;
     long i = 1;
@@ -602,6 +618,8 @@ __attribute__((used)) void start(long *stack) {
             i++;
         } else if (same(argv[i], "--require-landlock")) {
             required = 1;
+        } else if (same(argv[i], "--ptrace")) {
+            ptrace = 1;
         } else if (same(argv[i], "--listen") && i + 2 < argc && !number(argv[i + 1], &port) &&
                    !number(argv[i + 2], &channel) && port && port < 65536 && channel > 2) {
             listen = 1;
@@ -614,8 +632,8 @@ __attribute__((used)) void start(long *stack) {
     if (sys5(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) refuse("cannot set no_new_privs", "");
     if (listen) hand_over_listener(port, channel);
     drop_capabilities();
-    landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
-    seccomp(no_inet);
+    int confined = landlock(writes, nwrites, files, nfiles, reads, nreads, no_tcp, required);
+    seccomp(no_inet, ptrace && confined);
     if (ready && sys3(SYS_write, ready, "r", 1) != 1) refuse("cannot say it is ready", "");
     char **program = argv + i + 1;
     if (request) program = receive_request(request, &envp);

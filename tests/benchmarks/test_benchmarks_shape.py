@@ -87,6 +87,10 @@ FIGURE_NAMES = [
     "agents.mcp.result_size",
     "questions.first.bwrap",
     "questions.later.bwrap",
+    "questions.contained.first",
+    "questions.contained.later",
+    "questions.contained.escalations",
+    "questions.contained.escalations.later",
     "frameworks.acall",
     "frameworks.pydantic_ai",
     "frameworks.openai_agents",
@@ -202,6 +206,10 @@ def test_the_targets_of_the_issue_are_checked(document: dict[str, Any]) -> None:
     assert targets["wasm.read_file.landlock"]["limit"] == pytest.approx(0.1)
     assert targets["questions.first.bwrap"] == {"kind": "max_value", "limit": 15.0, "text": "≤ 15"}
     assert targets["questions.later.bwrap"] == {"kind": "max_value", "limit": 3.0, "text": "≤ 3"}
+    assert targets["questions.contained.first"]["limit"] == 5.0
+    assert targets["questions.contained.later"]["limit"] == 1.0
+    assert targets["questions.contained.escalations"]["limit"] == 0.5
+    assert targets["questions.contained.escalations.later"]["limit"] == 0.5
     for name in (
         "search.grep.small",
         "search.glob.small",

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from codecoder.benchmarks.questions import SESSIONS, broadest_lasting, load_session, replay
+from codecoder.benchmarks.questions import (
+    CONTAINED_SESSIONS,
+    SESSIONS,
+    broadest_lasting,
+    load_session,
+    replay,
+)
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer
 from codecoder.permissions.commandkey import key_command
@@ -31,6 +37,7 @@ def test_the_tired_human_takes_the_broadest_lasting_answer_offered() -> None:
     assert asked(Answer.ONCE, Answer.SESSION, Answer.PROJECT, Answer.PROJECT_ANY) is (
         Answer.PROJECT_ANY
     )
+    assert asked(Answer.PROJECT, Answer.PROJECT_ANY, Answer.EVERY_PROJECT) is Answer.EVERY_PROJECT
     assert asked(Answer.ONCE, Answer.SESSION, Answer.SESSION_PROGRAM, Answer.DENY) is (
         Answer.SESSION_PROGRAM
     )
@@ -89,16 +96,52 @@ def test_with_the_route_git_push_runs_contained_and_a_later_session_never_asks_f
     contained = replay(EnvironmentTag.BWRAP, tmp_path)
     later = [q for q in contained.questions if q.phase == "later"]
     assert [(q.session, q.key) for q in later] == [("ci-investigation", "run_command:gh:run:list")]
-    # The push's connection asks network:github.com once per project, granted for the project.
+    # The push's connection asks network:github.com once, granted for every project.
     network = [q for q in contained.questions if q.tool == "network"]
     assert [(q.phase, q.key, q.answer) for q in network] == [
-        ("first", "network:github.com", "project")
-    ] * len(SESSIONS)
+        ("first", "network:github.com", "every-project")
+    ]
     assert not any(q.key == "run_command:git:push" for q in contained.questions)
     assert contained.per100("first") <= 15 and contained.per100("later") <= 3
-    # The project files hold the grants the human gave: the push's among them (here the
-    # broadest one, any simple command in the sandbox), and no host grant.
+    # The grants the human gave are in the user's own file, and no host grant.
+    user = json.loads((tmp_path / "user-config-bwrap" / "codecoder" / "config.json").read_text())
+    assert user["allowlist"]["network:github.com"] == "AlwaysThisProject"
+    assert all(not key.startswith("run_command:gh") for key in user["allowlist"])
     for name in SESSIONS:
-        allowlist = json.loads((tmp_path / f"bwrap-{name}" / "codecoder.json").read_text())
-        assert allowlist["allowlist"]["network:github.com"] == "AlwaysThisProject"
-        assert allowlist["docker"] == {"network": {"allow": ["github.com"]}}
+        project = json.loads((tmp_path / f"bwrap-{name}" / "codecoder.json").read_text())
+        assert project["docker"] == {"network": {"allow": ["github.com"]}}
+
+
+def test_the_twelve_contained_sessions_are_realistic_work_with_their_connections() -> None:
+    sessions = [load_session(name) for name in CONTAINED_SESSIONS]
+    assert len(sessions) == 12 and sum(len(s["calls"]) for s in sessions) == 230
+    assert not set(CONTAINED_SESSIONS) & set(SESSIONS)
+    hosts = {host for s in sessions for call in s["calls"] for host in call.get("network", ())}
+    assert {"pypi.org", "registry.npmjs.org", "index.crates.io", "proxy.golang.org"} <= hosts
+    for session in sessions:
+        assert {"run_command", "edit_file"} <= {call["tool"] for call in session["calls"]}
+
+
+def test_contained_sessions_meet_the_targets_counting_every_host_they_reach(
+    tmp_path: Path,
+) -> None:
+    contained = replay(EnvironmentTag.BWRAP, tmp_path, CONTAINED_SESSIONS)
+    assert contained.calls == 230
+    # Each host is asked once, a package index's hosts as one, during the call that reaches it.
+    assert contained.hosts("first") == {
+        "pypi.org": 1,
+        "registry.npmjs.org": 1,
+        "index.crates.io": 1,
+        "proxy.golang.org": 1,
+        "github.com": 1,
+        "data.example.org": 1,
+    }
+    assert not contained.hosts("later")
+    assert contained.per100("first") <= 5 and contained.per100("later") <= 1
+    assert contained.escalations("first") <= 1 and contained.escalations("later") <= 1
+    # Nothing a contained command needs is moved to the host: the one escalation is `gh`.
+    escalated = [q.key for q in contained.questions if q.answer.startswith("host-")]
+    assert set(escalated) == {"run_command:gh:release:create"}
+    # Package installs, fetches and compound lines are never offered the host first.
+    for question in contained.questions:
+        assert question.key != "run_command:git:fetch"

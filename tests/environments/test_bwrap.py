@@ -303,11 +303,40 @@ def test_the_home_is_empty_but_for_the_toolchains_the_command_needs(
         plain = env.run(CommandRequest(cwd=repo, script="ls -A ~; echo $HOME"))
     finally:
         env.close()
-    assert listed.stdout.split() == [".gitconfig", ".tool"]
+    # The toolchains of the PATH are there for every command (it may run them by name);
+    # nothing else of the home, and no credential.
+    assert listed.stdout.split() == [".cargo", ".gitconfig", ".tool"]
     assert "No such file" in listed.stderr
     assert cargo_run.stdout.split() == ["bin", "config.toml", "credentials.toml"]
     assert "token" not in cargo_run.stdout
-    assert plain.stdout == f".gitconfig\n{home}\n"
+    assert plain.stdout == f".cargo\n.gitconfig\n.tool\n{home}\n"
+
+
+def test_a_program_the_command_runs_by_name_finds_its_home_toolchain(
+    repo: Path, tmp_path: Path
+) -> None:
+    """`make test` running `python` from ~/.pyenv (issue 34): no word of the command names it."""
+    need_bwrap()
+    home = tmp_path / "home"
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "greet").write_text("#!/bin/sh\necho greeted\n")
+    (shims / "greet").chmod(0o755)
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    (repo / "Makefile").write_text("test:\n\tgreet\n")
+    environ = {"HOME": str(home), "PATH": f"{shims}:{home / '.ssh'}:/usr/bin:/bin"}
+    env = BwrapEnvironment(repo, environ=environ)
+    try:
+        made = env.run(CommandRequest(cwd=repo, argv=("make", "-s", "test"), writable=True))
+        keys = env.run(CommandRequest(cwd=repo, script="cat ~/.ssh/id_rsa; ls -A ~"))
+    finally:
+        env.close()
+    assert (made.exit_code, made.stdout) == (0, "greeted\n"), made.stderr
+    assert made.extra["sandbox"]["toolchains"] == [str(home / ".pyenv")]
+    # A PATH entry that is a credential directory is never shown.
+    assert "PRIVATE KEY" not in keys.stdout
+    assert keys.stdout.split() == [".gitconfig", ".pyenv"]
 
 
 def test_a_trusted_home_entry_is_shown_read_only_and_a_credential_never(
@@ -463,7 +492,9 @@ def test_a_missing_working_directory_is_a_clear_error(bwrap: BwrapEnvironment, r
         bwrap.run(CommandRequest(cwd=repo / "missing-dir", argv=("true",)))
 
 
-def test_the_egress_proxy_serves_a_listed_host_and_refuses_the_rest(repo: Path) -> None:
+def test_the_egress_proxy_serves_a_listed_host_asks_for_any_https_host_and_refuses_other_ports(
+    repo: Path,
+) -> None:
     import socket
 
     need_bwrap()
@@ -484,7 +515,7 @@ def test_the_egress_proxy_serves_a_listed_host_and_refuses_the_rest(repo: Path) 
     class Gate:
         def admit(self, host: str, port: int) -> str | None:
             decided.append((host, port))
-            return None
+            return None if host == "127.0.0.1" else f"network:{host} was not allowed (test)"
 
         def record(self, connection: object) -> None:
             recorded.append(connection)
@@ -494,29 +525,36 @@ import os, socket
 def connect(target):
     s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
     s.sendall(f"CONNECT {{target}} HTTP/1.1\\r\\nHost: {{target}}\\r\\n\\r\\n".encode())
-    return s.recv(200).decode(errors="replace")
+    return s.recv(300).decode(errors="replace")
 print(os.environ["HTTPS_PROXY"])
 print(connect("127.0.0.1:{port}").splitlines()[0])
-print(connect("example.org:443").splitlines()[0])
+print(connect("example.org:443").splitlines()[-1])
+print(connect("example.org:25").splitlines()[-1])
 """
     env = BwrapEnvironment(repo, egress=Egress((f"127.0.0.1:{port}",)))
     try:
-        result = env.run(CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate()))
+        result = env.run(
+            CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate(), writable=True)
+        )
     finally:
         env.close()
         upstream.close()
     assert result.stdout.splitlines() == [
         "http://127.0.0.1:3128",
         "HTTP/1.1 200 Connection established",
-        "HTTP/1.1 403 Refused",
+        "codecoder egress: network:example.org was not allowed (test)",
+        "codecoder egress: example.org:25: only port 443 (https) is reached from a sandbox, "
+        'unless a trusted codecoder.json lists "example.org:25" in docker.network.allow',
     ], result.stderr
-    assert decided == [("127.0.0.1", port)]
-    assert len(recorded) == 2
+    # Port 25 is refused before anyone is asked.
+    assert decided == [("127.0.0.1", port), ("example.org", 443)]
+    assert len(recorded) == 3
 
 
-def test_the_call_reports_the_toolchains_it_showed(repo: Path) -> None:
+def test_the_call_reports_the_toolchains_it_showed(repo: Path, tmp_path: Path) -> None:
     need_bwrap()
-    env = BwrapEnvironment(repo)
+    (tmp_path / "home").mkdir()
+    env = BwrapEnvironment(repo, environ={"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
     try:
         result = env.run(CommandRequest(cwd=repo, argv=("true",)))
     finally:

@@ -232,7 +232,10 @@ t.sendall(b"GET /project.git/info/refs?service=git-upload-pack HTTP/1.1\\r\\nHos
 print(t.recv(100).split(b"\\r\\n")[0].decode())
 """
     try:
-        result = env.run(CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate()))
+        result = env.run(
+            # Writable: a read-only call has no proxy at all.
+            CommandRequest(cwd=repo, argv=("python3", "-c", client), network=Gate(), writable=True)
+        )
     finally:
         env.close()
     assert result.stdout.splitlines() == [

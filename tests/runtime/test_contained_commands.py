@@ -251,6 +251,7 @@ def test_a_contained_command_offers_its_key_its_program_and_any_simple_command(
         Answer.PROJECT,
         Answer.PROJECT_PROGRAM,
         Answer.PROJECT_ANY,
+        Answer.EVERY_PROJECT,
         Answer.DENY,
     )
     assert [(answer, level.entry) for answer, level in request.grants] == [
@@ -258,12 +259,14 @@ def test_a_contained_command_offers_its_key_its_program_and_any_simple_command(
         (Answer.SESSION_PROGRAM, "run_command:npm"),
         (Answer.PROJECT, "run_command:npm:test"),
         (Answer.PROJECT_PROGRAM, "run_command:npm"),
-        (Answer.PROJECT_ANY, "run_command:*"),
+        (Answer.PROJECT_ANY, "run_command:**"),
+        (Answer.EVERY_PROJECT, "run_command:**"),
     ]
     said = [" ".join(line.split()) for line in render(request).splitlines()]
     assert (
-        "[c] AlwaysThisProject run_command:* — any simple command in @bwrap (one program with "
-        "literal arguments; never a compound command, nor one that needs the host)" in said
+        "[c] AlwaysThisProject run_command:** — any command in @bwrap, compound lines included "
+        "(never one that needs the host, nor one touching a protected path; deny rules still "
+        "refuse)" in said
     )
     assert "[p] AlwaysThisProject run_command:npm:test — only `npm test …` commands" in said
 
@@ -273,7 +276,7 @@ def test_a_contained_command_offers_its_key_its_program_and_any_simple_command(
     [
         (Answer.PROJECT, "run_command:npm:test"),
         (Answer.PROJECT_PROGRAM, "run_command:npm"),
-        (Answer.PROJECT_ANY, "run_command:*"),
+        (Answer.PROJECT_ANY, "run_command:**"),
     ],
 )
 def test_an_always_this_project_answer_for_a_contained_command_holds_in_the_next_session(
@@ -301,7 +304,8 @@ def test_any_simple_command_never_covers_a_compound_one(project: Path) -> None:
         'run_command:"cargo build && rm -rf target"',
         'run_command:"make; curl x | sh"',
     ]
-    assert all(Answer.PROJECT_ANY not in r.choices for r in asker.requests)
+    # What is offered for them is the sandbox grant, which says it covers compound lines.
+    assert all(r.grant_for(Answer.PROJECT_ANY).entry == "run_command:**" for r in asker.requests)
 
 
 def test_on_the_host_no_project_choice_is_offered(project: Path) -> None:

@@ -361,6 +361,7 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
         Answer.SESSION,
         Answer.PROJECT,
         Answer.PROJECT_ANY,
+        Answer.EVERY_PROJECT,
         Answer.DENY,
     )
     assert contained_asker.requests[0].environment is EnvironmentTag.BWRAP
@@ -372,6 +373,7 @@ def test_the_prompt_offers_always_this_project_only_where_the_ceiling_allows(
         Answer.SESSION,
         Answer.PROJECT,
         Answer.PROJECT_ANY,
+        Answer.EVERY_PROJECT,
         Answer.DENY,
     )
     assert docker_asker.requests[0].environment is EnvironmentTag.DOCKER

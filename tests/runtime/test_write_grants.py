@@ -60,19 +60,25 @@ def test_the_write_question_offers_the_file_its_directory_and_any_file_each_labe
         Answer.PROJECT,
         Answer.PROJECT_PROGRAM,
         Answer.PROJECT_ANY,
+        Answer.EVERY_PROJECT,
         Answer.DENY,
     )
     under = f"any file under src/report/, at any depth; {NEVER_PROTECTED}"
-    anywhere = f"any file in this workspace, at any depth; {NEVER_PROTECTED}"
+    anywhere = (
+        "any file in this workspace, written or edited (write_file and edit_file), at any "
+        f"depth; {NEVER_PROTECTED}"
+    )
     assert [(answer, level.entry, level.covers) for answer, level in request.grants] == [
         (Answer.SESSION, "edit_file:src/report/render.py", "only src/report/render.py"),
         (Answer.PROJECT, "edit_file:src/report/render.py", "only src/report/render.py"),
         (Answer.PROJECT_PROGRAM, "edit_file:src/report/**", under),
         (Answer.PROJECT_ANY, "edit_file:**", anywhere),
+        (Answer.EVERY_PROJECT, "edit_file:**", anywhere),
     ]
+    assert request.grant_for(Answer.PROJECT_ANY).also == ("write_file:**",)
     shown = render(request)
-    assert f"[w] AlwaysThisProject  edit_file:src/report/** — {under}" in shown
-    assert f"[c] AlwaysThisProject  edit_file:** — {anywhere}" in shown
+    assert f"[w] AlwaysThisProject   edit_file:src/report/** — {under}" in shown
+    assert f"[c] AlwaysThisProject   edit_file:** + write_file:** — {anywhere}" in shown
     assert (workspace / "src" / "report" / "render.py").read_text() == "x = 1\n"
 
 
@@ -86,6 +92,7 @@ def test_a_file_at_the_top_is_offered_itself_and_any_file_but_no_directory(
         (Answer.SESSION, "edit_file:README.md"),
         (Answer.PROJECT, "edit_file:README.md"),
         (Answer.PROJECT_ANY, "edit_file:**"),
+        (Answer.EVERY_PROJECT, "edit_file:**"),
     ]
 
 
@@ -111,8 +118,10 @@ def test_a_wide_project_answer_covers_what_it_said_in_the_next_session_and_nothi
 ) -> None:
     with Runtime(workspace, asker=RecordingAsker(answer), audit_log=None) as first:
         assert first.session().call(*edit("src/report/render.py")).decision.matched == entry
+    # Any file edited is any file written too: one grant.
+    also = {"write_file:**": "AlwaysThisProject"} if entry == "edit_file:**" else {}
     assert json.loads((workspace / "codecoder.json").read_text()) == {
-        "allowlist": {entry: "AlwaysThisProject"}
+        "allowlist": {entry: "AlwaysThisProject", **also}
     }
     (workspace / "src" / "report" / "render.py").write_text("x = 1\n")
     later = RecordingAsker()
@@ -123,11 +132,10 @@ def test_a_wide_project_answer_covers_what_it_said_in_the_next_session_and_nothi
     assert {path: outcomes[path].decision.source for path in covered} == dict.fromkeys(
         covered, Source.PROJECT
     )
-    assert [r.key for r in later.requests] == [
-        *(f"edit_file:{path}" for path in asked),
-        "write_file:src/report/new.py",  # a grant for edit_file is not one for write_file
-    ]
-    assert writes.decision.source is Source.DENIED
+    # A directory's grant for edit_file is not one for write_file; any file is both.
+    written = [] if also else ["write_file:src/report/new.py"]
+    assert [r.key for r in later.requests] == [*(f"edit_file:{path}" for path in asked), *written]
+    assert writes.decision.source is (Source.PROJECT if also else Source.DENIED)
     for path in covered:
         assert (workspace / path).read_text() == "x = 2\n"
     for path in asked:

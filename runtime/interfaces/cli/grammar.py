@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # `--answer` also takes codecoder.json's names for them (`_answer`).
 ANSWERS = (
     *("once", "session", "session-program", "project", "project-program", "project-any"),
-    *("host-once", "host-session", "host-session-program", "deny"),
+    *("every-project", "host-once", "host-session", "host-session-program", "deny"),
 )
 # foundation.decision.Source's values, what `codecoder log --source` filters by
 # (tests/runtime/interfaces/test_cli_log.py checks them).

@@ -320,7 +320,8 @@ class _BwrapLayer(_LayerRunner):
         """Run the scripts one after the other in one environment (a pause between them, for
         the warm sandbox to be built); what the last one gave."""
         env = self._environment(extra, entry)
-        gate = AdmittingGate() if "credential-route" in entry.stage else None
+        admits = {"credential-route", "egress-admits-all"} & set(entry.stage)
+        gate = AdmittingGate() if admits else None
         try:
             outcome: tuple[CommandResult | None, CodecoderError | None] = (None, None)
             for n, script in enumerate(scripts):

@@ -65,6 +65,7 @@ class KeyingEntry(_Entry):
     command: str
     innocent: str
     wildcard: bool = True
+    sandbox_grant: bool = False
     program_wide: bool = True
     deny: tuple[str, ...] = ()
     expect: Literal["refused", "argv"] = "refused"
@@ -262,7 +263,9 @@ class BwrapEntry(_Entry):
     blocked_by: tuple[ErrorName, ...] = ()
     watch: tuple[str, ...] = ()
     expect_output: str | None = None
-    stage: tuple[Literal["setuid-binary", "credential-route", "private-files"], ...] = ()
+    stage: tuple[
+        Literal["setuid-binary", "credential-route", "egress-admits-all", "private-files"], ...
+    ] = ()
     env: dict[str, str] = Field(default_factory=dict)
     # Home entries shown as a trusted `"bwrap": {"home": [...]}` would show them.
     home: tuple[str, ...] = ()

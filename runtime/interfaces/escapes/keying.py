@@ -52,6 +52,9 @@ class _KeyingLayer(_LayerRunner):
         if not entry.program_wide:
             levels = grants = levels[:1]
         grants += ["run_command:*"] if entry.wildcard else []
+        # Any command in the sandbox, compound lines included (a project grant, where the
+        # binding admits one): what it must still never cover is the attack.
+        grants += ["run_command:**"] if entry.sandbox_grant else []
         # Project grants exist only where the binding admits them; session grants always can,
         # for the entries the prompt offers.
         project_scope = self.tag.allows(Scope.PROJECT)

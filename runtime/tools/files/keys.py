@@ -3,7 +3,9 @@ or a move's two paths, each granted as exactly that path, and marked protected w
 
 The question of write_file, edit_file and delete_file also offers wider entries for a file:
 its directory (`edit_file:src/report/**`, where the file is not at the top) and any file in
-the workspace (`edit_file:**`, `PermissionKey.widest`, for the project only), both per tool. No
+the workspace (`edit_file:**`, `PermissionKey.widest`, for the project only). Writing and
+editing are one grant there: `write_file:**` and `edit_file:**` are recorded together (each can
+rewrite any file the other can, so asking twice told the human nothing). No
 entry covers a protected path, however wide: such a key is marked `protected`, which the
 engine never looks up in an allowlist and never grants beyond Once (foundation.protected,
 permissions.chain). A move keeps its one narrow entry: a directory it carries may
@@ -15,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from codecoder.foundation.protected import is_protected_path
-from codecoder.permissions.coverage import path_covers
+from codecoder.permissions.coverage import NEVER_PROTECTED, path_covers
 from codecoder.permissions.keys import (
     GrantLevel,
     KeyStyle,
@@ -26,6 +28,8 @@ from codecoder.permissions.keys import (
 from codecoder.permissions.patterns import MOVE_SEPARATOR
 
 ANYWHERE = "**"
+# The tools whose widest grant is one: any file, written whole or edited.
+_EDITS = ("write_file", "edit_file")
 
 
 def _path_key(tool: str, path: str, *, subject: str | None = None) -> Permission:
@@ -52,7 +56,15 @@ def _write_key(tool: str, path: str) -> Permission:
     levels = key.levels
     if directory:
         levels += (_level(tool, f"{_literal(directory)}/{ANYWHERE}"),)
-    return Permission.ask(dataclasses.replace(key, levels=levels, widest=_level(tool, ANYWHERE)))
+    widest = _level(tool, ANYWHERE)
+    if tool in _EDITS:
+        others = tuple(f"{other}:{ANYWHERE}" for other in _EDITS if other != tool)
+        covers = (
+            f"any file in this workspace, written or edited ({' and '.join(_EDITS)}), at any "
+            f"depth; {NEVER_PROTECTED}"
+        )
+        widest = GrantLevel(widest.entry, covers, others)
+    return Permission.ask(dataclasses.replace(key, levels=levels, widest=widest))
 
 
 def _level(tool: str, action: str) -> GrantLevel:

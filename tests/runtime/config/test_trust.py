@@ -25,6 +25,7 @@ from codecoder.environments.docker.settings import DockerSettings
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.decision import Answer, Source
 from codecoder.foundation.errors import DeniedByUser
+from codecoder.permissions.commandkey import key_command
 from codecoder.session import Runtime
 from codecoder.tools.catalogue import builtin_tools
 from tests.conftest import RecordingAsker, echo_handler, trust_project, write_config
@@ -315,13 +316,42 @@ def test_a_project_cannot_loosen_the_users_limits_without_trust(project: Path) -
     assert {w.key for w in config.trust.widenings} == {"limits.timeout", "session_ttl"}
 
 
-def test_grants_in_the_user_file_are_an_error_and_grant_nothing(project: Path) -> None:
+def test_a_contained_grant_in_the_user_file_holds_in_every_project(project: Path) -> None:
     user = write_user({"allowlist": {"run_container:make": "AlwaysThisProject"}})
 
     config = runtime(project).config
 
+    assert not [d for d in config.diagnostics if d.severity == "error"]
+    [grant] = config.allowlist.granted_by(key_command("make").permission_key("run_container"))
+    assert (grant.pattern.raw, grant.file) == ("run_container:make", str(user))
+
+
+def test_a_grant_in_the_user_file_never_holds_where_its_tool_runs_on_the_host(
+    project: Path,
+) -> None:
+    user = write_user({"allowlist": {"run_command:**": "AlwaysThisProject"}})
+    write_config(project, {"environments": {"run_command": "@shell"}})
+
+    config = runtime(project).config
+
+    [warning] = [d for d in config.diagnostics if d.code == "user_grant_not_here"]
+    assert (warning.file, warning.key, warning.severity) == (
+        str(user),
+        "run_command:**",
+        "warning",
+    )
+    assert len(config.allowlist) == 0
+
+
+def test_a_pinned_grant_in_the_user_file_is_an_error_and_grants_nothing(project: Path) -> None:
+    user = write_user(
+        {"allowlist": {"run_capability:lint": {"scope": "AlwaysThisProject", "digest": "ab"}}}
+    )
+
+    config = runtime(project).config
+
     [problem] = [d for d in config.diagnostics if d.severity == "error"]
-    assert (problem.file, problem.key) == (str(user), "allowlist")
+    assert (problem.file, problem.key) == (str(user), "run_capability:lint")
     assert len(config.allowlist) == 0
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from codecoder.config.reading import user_file_path
 from codecoder.foundation.state import project_state_directory
 from tests.conftest import trust_project, write_config
 
@@ -24,6 +25,12 @@ SEED = (
     '    "write_file:tests/**": "AlwaysThisProject"\n'
     "  }\n"
     "}\n"
+)
+
+
+ANY_COMMAND = (
+    "any command in @bwrap, compound lines included (never one that needs the host, nor one "
+    "touching a protected path; deny rules still refuse)"
 )
 
 
@@ -503,7 +510,7 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
         "source": None,
         "matched": None,
         "would_ask": True,
-        "choices": ["once", "session", "project", "project-any", "deny"],
+        "choices": ["once", "session", "project", "project-any", "every-project", "deny"],
         "options": [
             {
                 "answer": "once",
@@ -514,6 +521,7 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
                 "lasts": "this call only",
                 "kept": "nothing is recorded",
                 "runs_in": None,
+                "also": [],
             },
             {
                 "answer": "session",
@@ -524,6 +532,7 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
                 "lasts": "until this session ends",
                 "kept": "kept in memory only (nothing is written)",
                 "runs_in": None,
+                "also": [],
             },
             {
                 "answer": "project",
@@ -534,17 +543,29 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
                 "lasts": "until revoked",
                 "kept": f"written to {project.resolve() / 'codecoder.json'}",
                 "runs_in": None,
+                "also": [],
             },
             {
                 "answer": "project-any",
                 "letter": "c",
                 "scope": "AlwaysThisProject",
-                "entry": "run_command:*",
-                "covers": "any simple command in @bwrap (one program with literal arguments;"
-                " never a compound command, nor one that needs the host)",
+                "entry": "run_command:**",
+                "covers": ANY_COMMAND,
                 "lasts": "until revoked",
                 "kept": f"written to {project.resolve() / 'codecoder.json'}",
                 "runs_in": None,
+                "also": [],
+            },
+            {
+                "answer": "every-project",
+                "letter": "g",
+                "scope": "AlwaysEveryProject",
+                "entry": "run_command:**",
+                "covers": ANY_COMMAND,
+                "lasts": "until revoked, in every project where it runs contained",
+                "kept": f"written to your own file, {user_file_path()}",
+                "runs_in": None,
+                "also": [],
             },
             {
                 "answer": "deny",
@@ -555,6 +576,7 @@ def test_decide_says_what_would_happen_and_runs_and_records_nothing(project: Pat
                 "lasts": "this call only",
                 "kept": "nothing is recorded",
                 "runs_in": None,
+                "also": [],
             },
         ],
         "reason": "nothing grants this key: the human would be asked",
@@ -768,7 +790,7 @@ def test_decide_and_call_in_bwrap_read_only_never_asks_and_an_answer_for_any_com
     later = codecoder(
         "decide", "run_command", '{"command": "make test"}', "--json", project=project
     )
-    assert (as_json(later)["source"], as_json(later)["matched"]) == ("project", "run_command:*")
+    assert (as_json(later)["source"], as_json(later)["matched"]) == ("project", "run_command:**")
     push = codecoder("decide", "run_command", '{"command": "git push"}', "--json", project=project)
     assert push.returncode == 4
     assert as_json(push)["choices"] == [
@@ -793,7 +815,7 @@ def test_replay_takes_the_sandbox_choices_too(project: Path) -> None:
     )
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [row["decision"]["source"] for row in rows] == ["read-only", "project"]
-    assert rows[1]["decision"]["matched"] == "run_command:*"
+    assert rows[1]["decision"]["matched"] == "run_command:**"
     assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
-        "run_command:*": "AlwaysThisProject"
+        "run_command:**": "AlwaysThisProject"
     }

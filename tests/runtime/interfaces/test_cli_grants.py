@@ -94,7 +94,7 @@ async def test_list_shows_every_grant_in_force_with_where_it_is_kept_what_it_cov
     answer("claude-code", {**hooked, "hook_event_name": "PostToolUse"}, project)
     child = session_in_terminal(project)
     child.sendline("run_command mkdir build")
-    child.expect_exact("choice [o/s/p/c/d]: ")
+    child.expect_exact("choice [o/s/p/c/g/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
     human = Human("session")
@@ -171,7 +171,7 @@ async def test_revoke_takes_a_grant_back_from_a_running_server_which_then_asks_a
 def test_revoke_takes_a_grant_back_from_a_session_in_a_terminal(project: Path) -> None:
     child = session_in_terminal(project)
     child.sendline("run_command touch hi")
-    child.expect_exact("choice [o/s/p/c/d]: ")
+    child.expect_exact("choice [o/s/p/c/g/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
     assert [key for key, _ in grants_of(project, "session")] == ["run_command:touch"]
@@ -180,7 +180,7 @@ def test_revoke_takes_a_grant_back_from_a_session_in_a_terminal(project: Path) -
     (where,) = as_json(revoked)["from"]
     assert where == f"codecoder session (pid {child.pid})"
     child.sendline("run_command touch again")
-    child.expect_exact("choice [o/s/p/c/d]: ")  # asked again: the grant is gone
+    child.expect_exact("choice [o/s/p/c/g/d]: ")  # asked again: the grant is gone
     child.sendline("d")
     child.expect_exact(PROMPT)
     child.sendline("/quit")
@@ -229,7 +229,7 @@ def test_a_published_grant_is_readable_by_its_user_only_and_outside_the_workspac
 ) -> None:
     child = session_in_terminal(project)
     child.sendline("run_command touch hi")
-    child.expect_exact("choice [o/s/p/c/d]: ")
+    child.expect_exact("choice [o/s/p/c/g/d]: ")
     child.sendline("s")
     child.expect_exact(PROMPT)
     (process,) = live_sessions(project.resolve())

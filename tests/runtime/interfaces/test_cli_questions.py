@@ -83,9 +83,10 @@ def test_a_question_at_80_columns_breaks_between_words(project: Path) -> None:
     # broken where a space was.
     at = next(i for i, line in enumerate(lines) if "[c] AlwaysThisProject" in line)
     first, after = lines[at], lines[at + 1]
-    assert after.startswith(" " * 25) and not after.startswith(" " * 26)
+    # (indented under the widest label, AlwaysEveryProject)
+    assert after.startswith(" " * 26) and not after.startswith(" " * 27)
     joined = first.rstrip() + " " + after.strip()
-    assert "any simple command in @bwrap (one program with literal arguments;" in joined
+    assert "any command in @bwrap, compound lines included (never one that needs" in joined
 
 
 def _edit_question(project: Path, **env: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from codecoder.permissions.commandkey import key_command
 from codecoder.permissions.keys import DenyView
-from codecoder.permissions.programs.host import needs_host
+from codecoder.permissions.programs.host import needs_host, uses_network
 
 READ_ONLY_LINES = [
     ("cat README.md | head -5", "cat, head"),
@@ -194,14 +194,14 @@ def test_deny_rules_see_every_command_of_a_filter_pipeline() -> None:
         (("git", "remote", "update"), "git remote update talks to a remote repository"),
         (("/usr/lib/git-core/git-push",), "git push talks to a remote repository"),
         (("npm", "publish"), "npm publish talks to a package registry"),
-        (("npm", "install"), "npm install fetches packages from the network"),
-        (("yarn", "add", "left-pad"), "yarn add fetches packages from the network"),
+        (("npm", "install"), None),
+        (("yarn", "add", "left-pad"), None),
         (("cargo", "publish"), "cargo publish talks to a package registry"),
-        (("pip", "install", "-r", "requirements.txt"), "pip install fetches packages"),
+        (("pip", "install", "-r", "requirements.txt"), None),
         (("twine", "upload", "dist/*"), "twine upload talks to a package registry"),
         (("gh", "pr", "create"), "gh talks to a code host with your token"),
         (("ssh", "host", "ls"), "ssh connects to another machine with your keys"),
-        (("curl", "https://example.com"), "curl fetches from the network"),
+        (("curl", "https://example.com"), None),
         (("aws", "s3", "ls"), "aws talks to a cloud service"),
         (("git", "status"), None),
         (("git", "clone", "../local"), "git clone creates a repository, whose .git/config"),
@@ -217,6 +217,32 @@ def test_deny_rules_see_every_command_of_a_filter_pipeline() -> None:
 )
 def test_the_table_says_which_forms_need_the_host(argv: tuple[str, ...], why: str | None) -> None:
     found = needs_host(argv)
+    assert (found is None) == (why is None)
+    assert why is None or (found is not None and found.startswith(why))
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (("npm", "install"), "npm install fetches packages from the network"),
+        (("yarn", "add", "left-pad"), "yarn add fetches packages from the network"),
+        (("pip", "install", "-r", "requirements.txt"), "pip install fetches packages"),
+        (("python3", "-m", "pip", "install", "-e", "."), "pip install fetches packages"),
+        (("pip", "download", "six"), "pip download fetches packages"),
+        (("curl", "https://example.com"), "curl fetches from the network"),
+        (("npx", "eslint", "."), "npx fetches from the network"),
+        (("cargo", "fetch"), "cargo fetch fetches packages"),
+        (("go", "mod", "download"), "go mod fetches packages"),
+        (("npm", "test"), None),
+        (("npm", "publish"), None),
+        (("git", "fetch"), None),
+        (("ls",), None),
+    ],
+)
+def test_the_table_says_which_forms_use_the_network_and_may_run_contained(
+    argv: tuple[str, ...], why: str | None
+) -> None:
+    found = uses_network(argv)
     assert (found is None) == (why is None)
     assert why is None or (found is not None and found.startswith(why))
 

@@ -19,6 +19,11 @@ from codecoder.permissions.prompt import AskRequest, render
 from tests.conftest import write_config
 
 
+def user_file() -> Path:
+    """The user's own file where the tests put it (tests/conftest.py: XDG_CONFIG_HOME)."""
+    return Path(os.environ["XDG_CONFIG_HOME"]) / "codecoder" / "config.json"
+
+
 def test_visible_makes_escapes_and_invisible_characters_visible() -> None:
     assert visible("git status\x1b[2K\rrm -rf /") == "git status\\e[2K\\rrm -rf /"
     assert visible("ls\u202e/txt.exe") == "ls\\u{202e}/txt.exe"
@@ -370,7 +375,7 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "app.py", "content": content})
     )
-    child.expect_exact("choice [o/p/c/d]: ")  # a one-shot call: no session choice
+    child.expect_exact("choice [o/p/c/g/d]: ")  # a one-shot call: no session choice
     shown = screen_lines(child.before)
     start = shown.index("  key          write_file:app.py")
     assert shown[start:] == [
@@ -386,15 +391,23 @@ def test_a_write_question_shows_the_path_the_sizes_and_a_diff_and_where_a_projec
         "               │  ",
         "               │  ",
         "",
-        "  [o] Once               this call only; nothing is recorded",
-        "  [p] AlwaysThisProject  write_file:app.py — only app.py",
-        f"                         lasts until revoked; written to {project / 'codecoder.json'}",
-        "  [c] AlwaysThisProject  write_file:** — any file in this workspace, at any depth; never "
-        "a protected path (codecoder.json, .codecoder/, any .git or .gitmodules, the agents' "
-        "settings such as .claude/): those are asked",
-        "                         every time",  # wrapped between words at the 220 columns
-        f"                         lasts until revoked; written to {project / 'codecoder.json'}",
-        "  [d] Deny               nothing runs; nothing is recorded",
+        "  [o] Once                this call only; nothing is recorded",
+        "  [p] AlwaysThisProject   write_file:app.py — only app.py",
+        f"                          lasts until revoked; written to {project / 'codecoder.json'}",
+        "  [c] AlwaysThisProject   write_file:** + edit_file:** — any file in this workspace, "
+        "written or edited (write_file and edit_file), at any depth; never a protected path "
+        "(codecoder.json, .codecoder/, any .git or",  # wrapped between words at 220 columns
+        "                          .gitmodules, the agents' settings such as .claude/): those "
+        "are asked every time",
+        f"                          lasts until revoked; written to {project / 'codecoder.json'}",
+        "  [g] AlwaysEveryProject  write_file:** + edit_file:** — any file in this workspace, "
+        "written or edited (write_file and edit_file), at any depth; never a protected path "
+        "(codecoder.json, .codecoder/, any .git or",  # wrapped between words at 220 columns
+        "                          .gitmodules, the agents' settings such as .claude/): those "
+        "are asked every time",
+        "                          lasts until revoked, in every project where it runs "
+        f"contained; written to your own file, {user_file()}",
+        "  [d] Deny                nothing runs; nothing is recorded",
     ]
     child.sendline("p")
     child.expect(pexpect.EOF)
@@ -413,7 +426,7 @@ def test_a_new_file_question_shows_its_size_and_head_bounded_and_neutralised(
     child = call_in_terminal(
         project, "write_file", json.dumps({"path": "tools/run.sh", "content": content})
     )
-    child.expect_exact("choice [o/p/w/c/d]: ")
+    child.expect_exact("choice [o/p/w/c/g/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         tools/run.sh")
     assert shown[start + 1 : start + 5] == [
@@ -437,7 +450,7 @@ def test_an_edit_question_shows_the_diff_of_the_edit(project: Path) -> None:
     (project / "notes.txt").write_text("".join(f"line {n}\n" for n in range(10)))
     edit = {"path": "notes.txt", "old_string": "line 5\n", "new_string": "line five\nmore\n"}
     child = call_in_terminal(project, "edit_file", json.dumps(edit))
-    child.expect_exact("choice [o/p/c/d]: ")
+    child.expect_exact("choice [o/p/c/g/d]: ")
     shown = screen_lines(child.before)
     start = shown.index("  path         notes.txt")
     assert shown[start + 1 : shown.index("", start)] == [
@@ -538,7 +551,7 @@ def test_with_no_color_the_terminal_gets_no_colour_and_no_raw_codes(project: Pat
 
 def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(project: Path) -> None:
     child = spawn(project, "npm test", "@bwrap")
-    child.expect(r"choice \[o/p/w/c/d\]: ")
+    child.expect(r"choice \[o/p/w/c/g/d\]: ")
     screen = child.before.replace("\r\n", "\n")
     said = [" ".join(line.split()) for line in screen.splitlines()]
     assert "environment  @bwrap (host processes in bubblewrap namespaces" in screen
@@ -548,15 +561,21 @@ def test_a_contained_command_offers_the_sandbox_choices_in_a_real_terminal(proje
         for line in said
     )
     assert (
-        "[c] AlwaysThisProject run_command:* — any simple command in @bwrap (one program with "
-        "literal arguments; never a compound command, nor one that needs the host)" in said
+        "[c] AlwaysThisProject run_command:** — any command in @bwrap, compound lines included "
+        "(never one that needs the host, nor one touching a protected path; deny rules still "
+        "refuse)" in said
     )
     assert f"lasts until revoked; written to {project / 'codecoder.json'}" in said
+    assert (
+        "[g] AlwaysEveryProject run_command:** — any command in @bwrap, compound lines included "
+        "(never one that needs the host, nor one touching a protected path; deny rules still "
+        "refuse)" in said
+    )
     child.sendline("c")
     child.expect(pexpect.EOF)
     child.close()
     assert json.loads((project / "codecoder.json").read_text())["allowlist"] == {
-        "run_command:*": "AlwaysThisProject"
+        "run_command:**": "AlwaysThisProject"
     }
 
 

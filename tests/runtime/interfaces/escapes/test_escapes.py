@@ -137,24 +137,24 @@ def test_the_corpus_has_every_layer_and_well_over_sixty_attempts() -> None:
 
     per_layer = {layer: sum(a.layer == layer for a in corpus) for layer in LAYERS}
     assert per_layer == {
-        "keying": 186,
+        "keying": 191,
         "contained": 77,
         "permission-files": 55,
         "rules": 20,
         "hooks": 31,
         "wasm": 46,
-        "bwrap": 46,
+        "bwrap": 49,
         "docker": 55,
         "pool": 19,
     }
-    assert len({a.id for a in corpus}) == len(corpus) == 535
+    assert len({a.id for a in corpus}) == len(corpus) == 543
     assert all(a.id.startswith(f"{a.layer}.") and a.description and a.defence for a in corpus)
 
 
 def test_every_keying_attempt_is_keyed_compound_or_as_another_key_than_its_innocent_grant() -> None:
     # The corpus itself is checked against the keyer, so an attempt cannot pass by being benign.
     entries = keying_entries()
-    assert len(entries) == 186
+    assert len(entries) == 191
     for entry in entries:
         attack, innocent = key_command(entry.command), key_command(entry.innocent)
         assert not innocent.compound, entry.id
@@ -262,7 +262,7 @@ def test_a_keyer_blind_to_compound_commands_is_caught_by_the_wildcard_grant(proj
 
     expected = {e.id: ESCAPED if escapes(e) else BLOCKED for e in keying_entries()}
     assert statuses(report) == expected
-    assert sum(s is ESCAPED for s in expected.values()) == 146
+    assert sum(s is ESCAPED for s in expected.values()) == 147
     assert not report.ok
     assert report.results[0].how == (
         "allowed (project: run_command:*), and the script "
@@ -334,7 +334,7 @@ def test_a_control_that_only_runs_read_only_must_still_be_covered_by_its_grant(
         if isinstance(attempt.entry, KeyingEntry)
     }
     assert statuses(report) == expected
-    assert sum(s is NOT_RUN for s in expected.values()) == 117
+    assert sum(s is NOT_RUN for s in expected.values()) == 118
     assert {r.attempt.id: r.how for r in report.results}["keying.and-list"] == (
         "'git status' runs read-only, and the grant for it does not cover it, so this attempt "
         "would prove nothing"
@@ -574,9 +574,9 @@ def test_an_excluded_layer_is_left_out_and_the_rest_passes(
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0].split() == ["RESULT", "LAYER", "ATTEMPT", "HOW"]
-    assert len(lines) == 1 + 186 + 2
-    assert lines[-2] == "keying: 186 attempts, 186 blocked"
-    assert lines[-1].startswith("186 attempts in ")
+    assert len(lines) == 1 + 191 + 2
+    assert lines[-2] == "keying: 191 attempts, 191 blocked"
+    assert lines[-1].startswith("191 attempts in ")
     assert lines[-1].endswith("s: every attempt was blocked")
 
 
@@ -649,11 +649,11 @@ def test_the_default_configuration_blocks_every_attempt(
 
     assert data["layers"] == {layer: count(layer) for layer in LAYERS}
     assert data["layers"]["keying"] == {
-        "blocked": 186,
+        "blocked": 191,
         "escaped": 0,
         "not-run": 0,
         "not-applicable": 0,
-        "total": 186,
+        "total": 191,
     }
     assert (code, data["ok"]) == ((1, False) if KNOWN_ESCAPES else (0, True))
 

@@ -32,7 +32,7 @@ ROOT = os.geteuid() == 0
 
 
 def test_the_bwrap_layer_has_its_attempts() -> None:
-    assert len(BWRAP_IDS) == 46
+    assert len(BWRAP_IDS) == 49
     assert {"bwrap.write-git-hooks", "bwrap.read-ssh-key", "bwrap.outlive-call"} <= set(BWRAP_IDS)
     assert {"bwrap.private-files-by-rule", "bwrap.private-files-search"} <= set(BWRAP_IDS)
     assert {"bwrap.warm-leftovers", "bwrap.warm-request-channel"} <= set(BWRAP_IDS)
