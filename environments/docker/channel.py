@@ -51,7 +51,9 @@ __all__ = ["AGENT_PROTOCOL", "LABEL_AGENT", "Mode"]
 
 log = logging.getLogger(__name__)
 
-AGENT_PROTOCOL: Final = 4
+# 5: the agent refuses set-id bits for every command (agent/setid.py); an image whose agent
+# does not is refused, with a rebuild hint, rather than trusted.
+AGENT_PROTOCOL: Final = 5
 # Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its
 # agent. An image without it is not a sandbox image.
 LABEL_AGENT: Final = "codecoder.agent"

@@ -17,7 +17,6 @@ import re
 import secrets
 import shutil
 import socket
-import stat
 import subprocess
 import tempfile
 import threading
@@ -265,7 +264,7 @@ class _BwrapLayer(_LayerRunner):
             ]
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
-        privileged = _set_id_files(workspace.path)
+        privileged = workspace.set_id_files()
         watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
         try:
             result, error = self._run(entry, texts, env_extra)
@@ -298,7 +297,7 @@ class _BwrapLayer(_LayerRunner):
         if watcher is not None and watcher.seen:
             _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
         if "set-id" in checks:
-            left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
+            left = sorted(set(workspace.set_id_files()) - set(privileged))
             if left:
                 _escaped(f"it left files that run with other ids or capabilities: {left}")
         if "home" in checks and bait.home_changed():
@@ -386,30 +385,6 @@ class _Watcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def _set_id_files(root: Path) -> list[str]:
-    """The files under `root` with a set-uid or set-gid bit or file capabilities."""
-    found = []
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            try:
-                mode = os.lstat(path).st_mode
-                capable = _has_capabilities(path)
-            except OSError:
-                continue
-            if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
-                found.append(os.path.relpath(path, root))
-    return found
-
-
-def _has_capabilities(path: str) -> bool:
-    try:
-        os.getxattr(path, "security.capability", follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def _processes_with(marker: str) -> list[str]:

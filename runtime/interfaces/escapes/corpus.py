@@ -172,7 +172,7 @@ class HooksEntry(_Entry):
 
 
 DockerCheck = Literal[
-    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads"
+    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads", "set-id"
 ]
 
 

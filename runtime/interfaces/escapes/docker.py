@@ -119,6 +119,7 @@ class _DockerLayer(_LayerRunner):
         self._stage(entry)
         watch = entry.watch
         before = workspace.state(watch)
+        privileged = workspace.set_id_files() if "set-id" in entry.escaped_if else []
         threads: list[int] | None = [] if "threads" in entry.escaped_if else None
         try:
             with _nofile(entry.nofile), _threads(threads):
@@ -177,6 +178,10 @@ class _DockerLayer(_LayerRunner):
                     f"the call {state} with {found} of {entry.whole.count} paths "
                     f"({entry.whole.glob}) on the host: applied in part"
                 )
+        if "set-id" in checks:
+            left = sorted(set(workspace.set_id_files()) - set(privileged))
+            if left:
+                _escaped(f"it left files that run with other ids or capabilities: {left}")
         for path in entry.host_reads:
             with contextlib.suppress(OSError):
                 if token in (workspace.path / path).read_text(errors="replace"):

@@ -107,6 +107,22 @@ class _Workspace:
             if self.outside_state.get(p) != after.get(p)
         )
 
+    def set_id_files(self) -> list[str]:
+        """The files of the workspace with a set-uid or set-gid bit or file capabilities: what
+        the host would run with other ids than its caller's."""
+        found = []
+        for directory, _, files in os.walk(self.path):
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                    capable = _has_capabilities(path)
+                except OSError:
+                    continue
+                if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
+                    found.append(os.path.relpath(path, self.path))
+        return found
+
     def restore(self) -> None:
         """Put back what attempts changed (deepest first), so the next one starts the same."""
         current = self.state(("",))
@@ -178,3 +194,11 @@ def _remove(path: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
