@@ -132,6 +132,9 @@ class _AgentChannel:
         self._stderr_tail = bytearray()
         # What the host knows of the container's state (calls are serialized per mode).
         self.scan: ProtectedScan | None = None  # read-write containers: what is mounted read-only
+        # ... and each mounted path's (device, inode) when mounted: a call that moves one aside
+        # and makes another in its place (`mv pkg pkg2; mkdir -p pkg/.claude`) is caught by it.
+        self.protected: dict[str, tuple[int, int] | None] = {}
         self.used = False
         self.state_grant: str | None = None
         self.snapshot_digest: str | None = None

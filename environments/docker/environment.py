@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,7 +48,11 @@ from codecoder.environments.docker.calls import (
     translate,
 )
 from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGone
-from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
+from codecoder.environments.docker.containers import (
+    AGENT_START_SECONDS,
+    SandboxContainers,
+    replaced_protected,
+)
 from codecoder.environments.docker.engine import DockerEngine, _engine_errors
 from codecoder.environments.docker.labels import LABEL_SESSION
 from codecoder.environments.docker.pool.client import pool_for
@@ -234,6 +239,8 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
         finally:
+            # The last user of the workspace's placeholders removes those still inert.
+            self._containers.placeholders.release()
             if self._owns_engine:
                 engine.close()
 
@@ -428,14 +435,19 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if scan is None:
             return
         changes = scan.changes()
-        if not changes:
+        replaced = replaced_protected(self.workspace, channel.protected)
+        if not changes and not replaced:
             return
         self._discard(channel)
+        said = [changes.describe()] if changes else []
+        if replaced:
+            said.append("moved aside or replaced " + ", ".join(replaced))
         why = (
-            f"a writable @docker call (`{call.summary}`) {changes.describe()} in the "
+            f"a writable @docker call (`{call.summary}`) {'; '.join(said)} in the "
             "workspace; sandboxed tools may never create or move protected paths"
         )
-        moved = changes.appeared + changes.unreadable
+        planted = [r for r in replaced if os.path.lexists(self.workspace / r)]
+        moved = tuple(dict.fromkeys([*changes.appeared, *changes.unreadable, *planted]))
         where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
         raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
 
@@ -583,10 +595,16 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         the mode's lock held."""
         channel = self._channels.get(mode)
         if channel is not None and channel.gone is None:
-            if channel.scan is None or not channel.scan.changes():
+            scan = channel.scan
+            if scan is None or not (
+                scan.changes()
+                or scan.entries != channel.protected.keys()
+                or replaced_protected(self.workspace, channel.protected)
+            ):
                 return channel
-            # A protected path appeared (or went) on the host since the container was made:
-            # its mounts no longer cover what exists, so it runs nothing more.
+            # A protected path appeared, went or was replaced since the container was made (on
+            # the host, or a new package's settings made by a call): its mounts no longer cover
+            # what exists, so it runs nothing more.
             log.info("%s: protected paths changed on the host; replacing it", channel.name)
         with self._lock:
             if self._closed:

@@ -36,6 +36,7 @@ from codecoder.interfaces.escapes.canary import _Canary
 from codecoder.interfaces.escapes.corpus import _ERRORS, Attempt, BwrapEntry
 from codecoder.interfaces.escapes.layer import AuditContext, _LayerRunner
 from codecoder.interfaces.escapes.outcomes import _escaped, _NotApplicable, _NotRun
+from codecoder.interfaces.escapes.workspace import _Watcher
 
 # Between the two calls of an attempt with `then`: time for the warm sandbox to be built.
 _PAUSE = 0.3
@@ -350,41 +351,6 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
-
-
-class _Watcher:
-    """Looks at the workspace's files while a call runs: which of them held the token."""
-
-    def __init__(self, root: Path, token: str) -> None:
-        self.seen: list[str] = []
-        self._root = root
-        self._token = token.encode()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            for directory, _, files in os.walk(self._root):
-                for name in files:
-                    path = os.path.join(directory, name)
-                    try:
-                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    except OSError:
-                        continue  # a link (the bait's lead outside), gone, a FIFO ...
-                    with os.fdopen(fd, "rb") as file:
-                        try:
-                            found = self._token in file.read(1 << 16)
-                        except OSError:
-                            continue
-                    shown = os.path.relpath(path, self._root)
-                    if found and shown not in self.seen:
-                        self.seen.append(shown)
-            self._stop.wait(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _processes_with(marker: str) -> list[str]:

@@ -172,7 +172,15 @@ class HooksEntry(_Entry):
 
 
 DockerCheck = Literal[
-    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads", "set-id"
+    "token",
+    "completed",
+    "overran",
+    "no-pids-limit",
+    "after-token",
+    "partial",
+    "threads",
+    "set-id",
+    "during",
 ]
 
 

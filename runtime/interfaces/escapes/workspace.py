@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -202,3 +203,38 @@ def _has_capabilities(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+class _Watcher:
+    """Looks at the workspace's files while a call runs: which of them held the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.seen: list[str] = []
+        self._root = root
+        self._token = token.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory, _, files in os.walk(self._root):
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    except OSError:
+                        continue  # a link (the bait's lead outside), gone, a FIFO ...
+                    with os.fdopen(fd, "rb") as file:
+                        try:
+                            found = self._token in file.read(1 << 16)
+                        except OSError:
+                            continue
+                    shown = os.path.relpath(path, self._root)
+                    if found and shown not in self.seen:
+                        self.seen.append(shown)
+            self._stop.wait(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
