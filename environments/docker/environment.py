@@ -56,10 +56,16 @@ from codecoder.environments.docker.containers import (
 from codecoder.environments.docker.engine import DockerEngine, _engine_errors
 from codecoder.environments.docker.labels import LABEL_SESSION
 from codecoder.environments.docker.pool.client import pool_for
-from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
+from codecoder.environments.docker.settings import (
+    KNOWN_RUNTIMES,
+    WORKSPACE_MOUNT,
+    DockerSettings,
+    LooserSetting,
+)
 from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.environments.docker.workspacemode import workspace_mode
-from codecoder.environments.workspaceguard import quarantine
+from codecoder.environments.placeholders import is_placeholder
+from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
     ExecutionFailed,
@@ -214,7 +220,25 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             if self.sync and self._volume is not None and self._volume.not_sent:
                 # Files with holes stay out of the volume (environments.docker.sync, HOLE_SLACK).
                 result.extra["not_in_sandbox"] = sorted(self._volume.not_sent)
+            if channel.scan is not None:
+                self._refuse_new_repository(result, call)
             return result
+
+    def _refuse_new_repository(self, result: CommandResult, call: _Call) -> None:
+        """A command that tried to make the workspace a repository (`git init`, `git clone URL
+        .`) found its placeholder `.git` read-only: say why, and what to do instead."""
+        if result.exit_code == 0 or f"{WORKSPACE_MOUNT}/.git/" not in result.stderr:
+            return
+        if "Read-only file system" not in result.stderr:
+            return
+        if not is_placeholder(self.workspace, ".git"):
+            return
+        raise ExecutionFailed(
+            f"a writable @docker call (`{call.summary}`) could not make the workspace a git "
+            "repository: it has none, and a sandbox may not create its .git"
+            + new_repository_hint([".git"]),
+            output=result.stdout + result.stderr,
+        )
 
     def close(self) -> None:
         """Stop and remove every container of this environment. Never raises."""
@@ -449,7 +473,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         planted = [r for r in replaced if os.path.lexists(self.workspace / r)]
         moved = tuple(dict.fromkeys([*changes.appeared, *changes.unreadable, *planted]))
         where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
-        raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
+        raise ExecutionFailed(
+            f"{why}. Quarantined: {where}; the sandbox was replaced{new_repository_hint(moved)}"
+        )
 
     def _check_apparent(
         self, channel: _AgentChannel, call: _Call, response: dict[str, Any]

@@ -193,3 +193,16 @@ def test_the_placeholders_go_with_the_environment_and_a_humans_file_stays(projec
     assert not (project / ".mcp.json").exists()
     assert not (project / ".claude").exists()
     assert (project / ".vscode" / "tasks.json").read_text() == "{}\n"
+
+
+def test_git_init_in_a_workspace_without_a_repository_says_what_to_do(workspace: Path) -> None:
+    """Its `.git` is the runtime's read-only placeholder: the call fails saying why, with the
+    way to do it (on the host), and the placeholder stays inert."""
+    settings = DockerSettings(image=SANDBOX_IMAGE, workspace="bind")
+    with DockerEnvironment(workspace, settings) as env:
+        said = run(env, "git init -q .")
+        assert isinstance(said, ExecutionFailed)
+        assert "a sandbox may not create its .git" in str(said)
+        assert "cannot be made in a sandbox" in str(said)
+        assert os.listdir(workspace / ".git") == []
+    assert not (workspace / ".git").exists()
