@@ -125,6 +125,7 @@ class SandboxContainers:
         self._boot = _boot_id()
         self._pid = os.getpid()
         self.placeholders = Placeholders(workspace)
+        self.pooled = False  # a writable template was offered to the warm pool
 
     def check_workspace(self) -> None:
         """Refuse a workspace that is no directory, or one a bind mount would hand the Docker
@@ -325,6 +326,9 @@ class SandboxContainers:
             # What only this session's process can serve (its egress proxy, its sync volume)
             # is never pooled; everything else is the same for every session of a workspace.
             if proxy is None and not self.sync:
+                # The pool keeps this template warm, on the placeholders mounted in it: they
+                # are left to its server when this environment closes (pool.warm).
+                self.pooled = self.pooled or (scan is not None and engine.pool is not None)
                 sandbox = engine.claim(template)
             if sandbox is None:
                 prepare()

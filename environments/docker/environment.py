@@ -263,8 +263,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
         finally:
-            # The last user of the workspace's placeholders removes those still inert.
-            self._containers.placeholders.release()
+            # The last user of the workspace's placeholders removes those still inert (the warm
+            # pool's server, when it keeps a template that mounts them).
+            self._containers.placeholders.release(remove=not self._containers.pooled)
             if self._owns_engine:
                 engine.close()
 

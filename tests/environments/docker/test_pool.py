@@ -260,7 +260,10 @@ def test_a_protected_path_that_appeared_after_warming_is_never_handed_out_writab
     with DockerEnvironment(workspace) as env:
         attempt = run(env, write)
 
-    assert not served_from_pool(attempt)
+    if change not in ("git init", ".codecoder"):
+        # (`.git` and `.codecoder` were the runtime's placeholders, which the warm sandbox
+        # already mounts read-only: it may be handed out.)
+        assert not served_from_pool(attempt)
     assert attempt.exit_code != 0
     assert "Read-only file system" in attempt.stderr
     assert {p: p.read_bytes() for p in workspace.rglob("*") if p.is_file()} == before
