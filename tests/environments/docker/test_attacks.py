@@ -26,6 +26,7 @@ from codecoder.foundation.decision import Answer
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
+from tests.environments.conftest import SANDBOX_IMAGE
 
 pytestmark = pytest.mark.docker
 
@@ -400,10 +401,10 @@ def test_the_agent_refuses_to_start_without_its_own_protections(
 @pytest.fixture(scope="module")
 def evil_image(docker_engine: Any) -> str:
     dockerfile = (
-        b"FROM codecoder-sandbox\n"
-        b"COPY real_agent.py /opt/codecoder/real_agent.py\n"
-        b"COPY evil_agent.py /opt/codecoder/agent/__main__.py\n"
-    )
+        f"FROM {SANDBOX_IMAGE}\n"
+        "COPY real_agent.py /opt/codecoder/real_agent.py\n"
+        "COPY evil_agent.py /opt/codecoder/agent/__main__.py\n"
+    ).encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, data in (
@@ -503,8 +504,8 @@ def test_calls_of_one_mode_take_turns(sandbox: DockerEnvironment) -> None:
 @pytest.fixture(scope="module")
 def image_without_runas(docker_engine: Any) -> str:
     dockerfile = (
-        b"FROM codecoder-sandbox\nUSER 0:0\nRUN rm /opt/codecoder/runas-*\nUSER 10001:10001\n"
-    )
+        f"FROM {SANDBOX_IMAGE}\nUSER 0:0\nRUN rm /opt/codecoder/runas-*\nUSER 10001:10001\n"
+    ).encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")

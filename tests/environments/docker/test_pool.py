@@ -37,6 +37,7 @@ from codecoder.environments.docker.pool.warm import WarmPool
 from codecoder.environments.engineseam import SandboxTemplate, TemplateMount
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.errors import SandboxUnavailable
+from tests.environments.conftest import SANDBOX_IMAGE
 
 pytestmark = pytest.mark.docker
 
@@ -319,7 +320,7 @@ def own_tag(docker_engine: Any) -> Iterator[str]:
 def rebuild(docker_engine: Any, tag: str, marker: str, *, retag: bool) -> str:
     """Build another image from the sandbox image (one label more) and make `tag` name it:
     built under the tag itself, or built elsewhere and the tag moved to it. Its id."""
-    recipe = f"FROM codecoder-sandbox\nLABEL codecoder.test-rebuilt={marker}\n".encode()
+    recipe = f"FROM {SANDBOX_IMAGE}\nLABEL codecoder.test-rebuilt={marker}\n".encode()
     target = f"{tag}-other" if retag else tag
     image, _ = docker_engine.images.build(fileobj=io.BytesIO(recipe), tag=target, rm=True)
     if retag:
