@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from codecoder.foundation.ceiling import EnvironmentTag
     from codecoder.foundation.decision import Answer, Decision, Source
     from codecoder.foundation.errors import (
+        AuditUnavailable,
         Cancelled,
         CeilingViolation,
         CodecoderError,
@@ -99,6 +100,7 @@ _PUBLIC = {
             "OutOfMemory",
             "OutOfFuel",
             "SandboxUnavailable",
+            "AuditUnavailable",
             "Cancelled",
         )
     },
@@ -109,6 +111,7 @@ __all__ = [
     "AskRequest",
     "Asker",
     "AsyncAsker",
+    "AuditUnavailable",
     "CallOutcome",
     "Cancelled",
     "CeilingViolation",

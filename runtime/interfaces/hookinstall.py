@@ -1,7 +1,9 @@
 """`codecoder hook install AGENT`: codecoder written into another agent's settings file.
 
-    codecoder hook install claude-code [--user | --project [DIR]] [--host-shell] [--yes | --print]
-    codecoder hook install gemini      [--user | --project [DIR]] [--host-shell] [--yes | --print]
+    codecoder hook install claude-code [--user | --project [DIR]]
+                                       [--sandbox docker | --host-shell] [--yes | --print]
+    codecoder hook install gemini      [--user | --project [DIR]]
+                                       [--sandbox docker | --host-shell] [--yes | --print]
     codecoder hook install codex       [--user | --project [DIR]] [--yes | --print]
 
 What is written, and where (user level by default; `--project` for the project's own file):
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 Agent = Literal["claude-code", "gemini", "codex"]
+Shell = Literal["bwrap", "docker", "host"]  # where the agent's own shell commands run
 AGENTS: Final[tuple[Agent, ...]] = ("claude-code", "gemini", "codex")
 
 # The events each host runs codecoder's hook on; those with a matcher take every tool.
@@ -100,10 +103,12 @@ def settings_file(
     return (Path(directory) if directory else home / ".codex") / "config.toml"
 
 
-def hook_command(agent: Agent, program: Sequence[str], *, host_shell: bool = False) -> str:
+def hook_command(agent: Agent, program: Sequence[str], *, shell: Shell = "bwrap") -> str:
     """The shell command a host runs for codecoder's hook: the absolute program, and a
-    fallback that blocks (exit 2) when it cannot run."""
-    words = [*program, "hook", agent, *(["--host-shell"] if host_shell else [])]
+    fallback that blocks (exit 2) when it cannot run. `shell` is where the agent's shell
+    commands run: contained in @bwrap (the default, no option), in @docker, or on the host."""
+    where = {"bwrap": [], "docker": ["--sandbox", "docker"], "host": ["--host-shell"]}[shell]
+    words = [*program, "hook", agent, *where]
     missing = shlex.quote(
         f"the permission hook of codecoder ({shlex.join(program)}) did not run: the call is "
         "blocked (codecoder doctor says why)"
@@ -163,7 +168,7 @@ def plan_install(
     program: Sequence[str],
     *,
     project: Path | None = None,
-    host_shell: bool = False,
+    shell: Shell = "bwrap",
     environ: Mapping[str, str] | None = None,
 ) -> Installation:
     """What `hook install` would write; ConfigError (file, line, column) for a settings file
@@ -178,12 +183,12 @@ def plan_install(
     if agent == "codex":
         after = _codex_settings(file, before, program)
     else:
-        after = _json_settings(agent, file, before, program, host_shell)
+        after = _json_settings(agent, file, before, program, shell)
     return Installation(agent, file, before, after)
 
 
 def _json_settings(
-    agent: Agent, file: Path, before: str | None, program: Sequence[str], host_shell: bool
+    agent: Agent, file: Path, before: str | None, program: Sequence[str], shell: Shell
 ) -> str:
     settings: Any = {}
     if before is not None and before.strip():
@@ -201,7 +206,7 @@ def _json_settings(
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise ConfigError('"hooks" is not an object; nothing was written', file)
-    command = hook_command(agent, program, host_shell=host_shell)
+    command = hook_command(agent, program, shell=shell)
     for event, matched in HOOK_EVENTS[agent]:
         groups = hooks.get(event, [])
         if not isinstance(groups, list):

@@ -82,7 +82,9 @@ def euid_as_nobody(program: Path) -> str:
     try:
         place.chmod(0o755)
         copy = place / "program"
-        shutil.copy2(program, copy)
+        # Copied by another process: a copy written here could be held open for writing by a
+        # child another thread forks meanwhile (the warm pool's), and its exec fail ETXTBSY.
+        subprocess.run(["cp", str(program), str(copy)], check=True)
         os.chown(copy, program.stat().st_uid, program.stat().st_gid)
         copy.chmod(stat.S_IMODE(program.stat().st_mode))
         done = subprocess.run(
@@ -91,7 +93,7 @@ def euid_as_nobody(program: Path) -> str:
             text=True,
             check=False,
         )
-        return done.stdout.strip()
+        return done.stdout.strip() or done.stderr.strip()
     finally:
         shutil.rmtree(place)
 

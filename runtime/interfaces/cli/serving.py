@@ -106,22 +106,22 @@ def install_hook(args: argparse.Namespace) -> int:
     write it; a settings file that cannot be read is reported and left as it is. `--print`
     prints the whole file as it would be written (what the docs' recipes are) and writes
     nothing."""
-    from codecoder.interfaces.hookinstall import plan_install
+    from codecoder.interfaces.hookinstall import Shell, plan_install
     from codecoder.interfaces.installation import codecoder_command
 
     if args.agent is None:
         raise UsageError("hook install: which agent? claude-code, gemini or codex")
     if args.user and args.project is not None:
         raise UsageError("hook install: --user or --project, not both")
-    if args.agent == "codex" and args.host_shell:
+    shell: Shell = "host" if args.host_shell else args.sandbox
+    if args.agent == "codex" and shell != "bwrap":
         raise UsageError(
             "hook install codex: codecoder is Codex's MCP server and Codex's own shell is off; "
-            "there is no host shell to leave on the host"
+            "there is no agent shell to run on the host or in @docker (--host-shell, "
+            "--sandbox docker)"
         )
     project = args.project.resolve() if args.project is not None else None
-    plan = plan_install(
-        args.agent, codecoder_command(), project=project, host_shell=args.host_shell
-    )
+    plan = plan_install(args.agent, codecoder_command(), project=project, shell=shell)
     if args.print:
         if args.yes:
             raise UsageError("hook install: --print writes nothing; --yes is for writing")

@@ -122,9 +122,10 @@ def test_a_docker_capability_granted_for_the_project_runs_in_a_new_process_until
     )
     assert changed.returncode == 3
     assert json.loads(changed.stdout)["error"] == {
-        "type": "DeniedByUser",
+        "type": "Unanswered",
         "message": "run_capability:greet was not allowed (non-interactive: nothing granted this "
         "key)",
+        "allow": "run_capability:greet",
     }
     assert "[capability_changed] run_capability:greet" in changed.stderr
 

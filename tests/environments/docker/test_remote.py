@@ -299,7 +299,9 @@ def test_check_says_it_in_words(remote_engine: RemoteEngine, project: Path) -> N
         f"@docker: engine {remote_engine.address} (another machine, TLS verified, client "
         "certificate), image codecoder-sandbox (agent "
     )
-    assert line.endswith("runtime runc, workspace sync, network none")
+    assert line.endswith(
+        "runtime runc, workspace sync (the engine is on another machine), network none"
+    )
 
 
 def test_a_call_of_the_command_line_runs_there_and_its_writes_come_back(

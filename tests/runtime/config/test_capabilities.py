@@ -560,6 +560,8 @@ def test_editing_a_granted_wasm_capability_makes_it_ask_again(
         "code changed since, so it is asked for again",
         "codecoder: permission denied: run_capability:echo was not allowed (non-interactive: "
         "nothing granted this key)",
+        "codecoder: nobody can answer here (--non-interactive); to allow it for a run, add "
+        "--allow run_capability:echo",
     ]
     asker = RecordingAsker(Answer.DENY)
     Runtime(project, asker=asker).session().call("echo", {"who": "c"})

@@ -223,7 +223,7 @@ def test_parallel_hooks_are_each_answered(machine: Machine) -> None:
     results: list[tuple[int, str, str]] = []
 
     def one(n: int) -> None:
-        command = {"command": f"echo {n}"}
+        command = {"command": f"touch made{n}"}  # writes: asked (echo would run contained)
         event = hook_event("PreToolUse", "Bash", command, f"p{n}", str(machine.project))
         results.append(machine.run("hook", "claude-code", stdin=event))
 

@@ -112,3 +112,27 @@ def test_print_shows_the_whole_file_as_it_would_be_written_and_writes_nothing(
     assert not (project / ".codex").exists()
     both = install(tmp_path, project, "gemini", "--print", "--yes")
     assert both.returncode == 2 and "--print writes nothing" in both.stderr
+
+
+def test_where_the_agents_shell_runs_is_written_into_the_hook_never_dropped(
+    tmp_path: Path, project: Path
+) -> None:
+    for option, words in (
+        ([], []),
+        (["--sandbox", "docker"], ["--sandbox", "docker"]),
+        (["--sandbox=bwrap"], []),
+        (["--host-shell"], ["--host-shell"]),
+    ):
+        shown = install(tmp_path, project, "gemini", "--print", *option)
+        assert shown.returncode == 0, shown.stderr
+        (group,) = json.loads(shown.stdout)["hooks"]["BeforeTool"]
+        written = group["hooks"][0]["command"]
+        hook = written.split(" || ", 1)[0].split()
+        assert hook[hook.index("hook") :] == ["hook", "gemini", *words], option
+    for option in (["--sandbox", "docker"], ["--host-shell"]):
+        refused = install(tmp_path, project, "codex", "--print", *option)
+        assert refused.returncode == 2 and "Codex's own shell is off" in refused.stderr
+    both = install(
+        tmp_path, project, "claude-code", "--print", "--sandbox", "docker", "--host-shell"
+    )
+    assert both.returncode == 2  # one place for the shell, not two
