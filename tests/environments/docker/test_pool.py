@@ -310,7 +310,7 @@ def test_a_workspace_replaced_after_warming_is_never_shown_to_a_new_session(
 def own_tag(docker_engine: Any) -> Iterator[str]:
     """A tag of the sandbox image of this test's own; it and what was built under it go after."""
     tag = f"codecoder-test-pool-{os.getpid()}:rebuilt"
-    docker_engine.images.get("codecoder-sandbox").tag(tag)
+    docker_engine.images.get(SANDBOX_IMAGE).tag(tag)
     yield tag
     for name in (tag, f"{tag}-other"):
         with contextlib.suppress(Exception):
