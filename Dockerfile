@@ -36,7 +36,7 @@ USER 10001:10001
 # runtime refuses an image without it.
 LABEL org.opencontainers.image.title="codecoder-sandbox" \
       org.opencontainers.image.description="Sandbox image for codecoder's @docker environment" \
-      codecoder.agent="4"
+      codecoder.agent="5"
 
 ENTRYPOINT []
 CMD ["/opt/codecoder/python/ld.so", "--library-path", "/opt/codecoder/python/lib", \

@@ -162,15 +162,18 @@ class Placeholders:
                 if _identity(self.workspace / name) == tuple(identity)
             ]
 
-    def release(self) -> None:
-        """This process no longer uses them: the last user removes each that is still inert."""
+    def release(self, *, remove: bool = True) -> None:
+        """This process no longer uses them: the last user removes each that is still inert.
+        `remove=False` leaves them to a user that has yet to say so (the warm pool's server
+        that a session's first claim starts: it holds them as it keeps the template, and its
+        release removes them)."""
         if not self._holding:
             return
         self._holding = False
         with self._locked() as data:
             holders = [p for p in _holders(data) if _alive(p) and p != os.getpid()]
             data["holders"] = holders
-            if holders:
+            if holders or not remove:
                 return
             made = _made(data)
             for name, identity in list(made.items()):

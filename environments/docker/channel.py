@@ -51,7 +51,9 @@ __all__ = ["AGENT_PROTOCOL", "LABEL_AGENT", "Mode"]
 
 log = logging.getLogger(__name__)
 
-AGENT_PROTOCOL: Final = 4
+# 5: the agent refuses set-id bits for every command (agent/setid.py); an image whose agent
+# does not is refused, with a rebuild hint, rather than trusted.
+AGENT_PROTOCOL: Final = 5
 # Every sandbox image carries it (the Dockerfile, `codecoder image build`): the protocol of its
 # agent. An image without it is not a sandbox image.
 LABEL_AGENT: Final = "codecoder.agent"
@@ -130,6 +132,9 @@ class _AgentChannel:
         self._stderr_tail = bytearray()
         # What the host knows of the container's state (calls are serialized per mode).
         self.scan: ProtectedScan | None = None  # read-write containers: what is mounted read-only
+        # ... and each mounted path's (device, inode) when mounted: a call that moves one aside
+        # and makes another in its place (`mv pkg pkg2; mkdir -p pkg/.claude`) is caught by it.
+        self.protected: dict[str, tuple[int, int] | None] = {}
         self.used = False
         self.state_grant: str | None = None
         self.snapshot_digest: str | None = None

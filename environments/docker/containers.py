@@ -59,6 +59,7 @@ from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettin
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
 from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
 from codecoder.environments.engineseam import Sandbox, SandboxTemplate, TemplateMount
+from codecoder.environments.placeholders import Placeholders
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.foundation.hosts import Resolver, system_resolver
@@ -123,6 +124,8 @@ class SandboxContainers:
         self._host = socket.gethostname()
         self._boot = _boot_id()
         self._pid = os.getpid()
+        self.placeholders = Placeholders(workspace)
+        self.pooled = False  # a writable template was offered to the warm pool
 
     def check_workspace(self) -> None:
         """Refuse a workspace that is no directory, or one a bind mount would hand the Docker
@@ -307,7 +310,14 @@ class SandboxContainers:
             # runs: the runtime then writes its lock and codecoder.json. Made before the scan,
             # .codecoder/ is the runtime's own (mounted read-only over itself), not a plant.
             workspace_directory(self.workspace)
-        scan = ProtectedScan(self.workspace) if mode == "rw" and not self.sync else None
+        scan = None
+        if mode == "rw" and not self.sync:
+            # The protected names missing at the top are made inert first, and mounted read-only
+            # with the rest: none can appear on the host with a call's content, even while the
+            # call runs (environments.placeholders).
+            self.placeholders.hold()
+            scan = ProtectedScan(self.workspace)
+        protected = {rel: _identity(self.workspace / rel) for rel in scan.entries} if scan else {}
         proxy = None
         if egress is not None:
             proxy = EgressProxy(egress, resolver=self._resolver or system_resolver)
@@ -317,6 +327,9 @@ class SandboxContainers:
             # What only this session's process can serve (its egress proxy, its sync volume)
             # is never pooled; everything else is the same for every session of a workspace.
             if proxy is None and not self.sync:
+                # The pool keeps this template warm, on the placeholders mounted in it: they
+                # are left to its server when this environment closes (pool.warm).
+                self.pooled = self.pooled or (scan is not None and engine.pool is not None)
                 sandbox = engine.claim(template)
             if sandbox is None:
                 prepare()
@@ -345,6 +358,7 @@ class SandboxContainers:
             engine.remove(sandbox.id)
             raise
         channel.scan = scan
+        channel.protected = protected
         channel.watch = watch
         channel.proxy = proxy
         return channel
@@ -383,3 +397,9 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return info.st_dev, info.st_ino
+
+
+def replaced_protected(workspace: Path, protected: dict[str, tuple[int, int] | None]) -> list[str]:
+    """The protected paths mounted read-only in a container that are no longer the entry that
+    was mounted (moved aside, removed, another made in their place), workspace-relative."""
+    return sorted(rel for rel, then in protected.items() if _identity(workspace / rel) != then)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,14 +48,24 @@ from codecoder.environments.docker.calls import (
     translate,
 )
 from codecoder.environments.docker.channel import Mode, _AgentChannel, _AgentGone
-from codecoder.environments.docker.containers import AGENT_START_SECONDS, SandboxContainers
+from codecoder.environments.docker.containers import (
+    AGENT_START_SECONDS,
+    SandboxContainers,
+    replaced_protected,
+)
 from codecoder.environments.docker.engine import DockerEngine, _engine_errors
 from codecoder.environments.docker.labels import LABEL_SESSION
 from codecoder.environments.docker.pool.client import pool_for
-from codecoder.environments.docker.settings import KNOWN_RUNTIMES, DockerSettings, LooserSetting
+from codecoder.environments.docker.settings import (
+    KNOWN_RUNTIMES,
+    WORKSPACE_MOUNT,
+    DockerSettings,
+    LooserSetting,
+)
 from codecoder.environments.docker.sync import WorkspaceVolume
 from codecoder.environments.docker.workspacemode import workspace_mode
-from codecoder.environments.workspaceguard import quarantine
+from codecoder.environments.placeholders import is_placeholder
+from codecoder.environments.workspaceguard import new_repository_hint, quarantine
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import (
     ExecutionFailed,
@@ -209,7 +220,25 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             if self.sync and self._volume is not None and self._volume.not_sent:
                 # Files with holes stay out of the volume (environments.docker.sync, HOLE_SLACK).
                 result.extra["not_in_sandbox"] = sorted(self._volume.not_sent)
+            if channel.scan is not None:
+                self._refuse_new_repository(result, call)
             return result
+
+    def _refuse_new_repository(self, result: CommandResult, call: _Call) -> None:
+        """A command that tried to make the workspace a repository (`git init`, `git clone URL
+        .`) found its placeholder `.git` read-only: say why, and what to do instead."""
+        if result.exit_code == 0 or f"{WORKSPACE_MOUNT}/.git/" not in result.stderr:
+            return
+        if "Read-only file system" not in result.stderr:
+            return
+        if not is_placeholder(self.workspace, ".git"):
+            return
+        raise ExecutionFailed(
+            f"a writable @docker call (`{call.summary}`) could not make the workspace a git "
+            "repository: it has none, and a sandbox may not create its .git"
+            + new_repository_hint([".git"]),
+            output=result.stdout + result.stderr,
+        )
 
     def close(self) -> None:
         """Stop and remove every container of this environment. Never raises."""
@@ -234,6 +263,9 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         except SandboxUnavailable as exc:
             log.warning("closing the @docker environment: %s", exc)
         finally:
+            # The last user of the workspace's placeholders removes those still inert (the warm
+            # pool's server, when it keeps a template that mounts them).
+            self._containers.placeholders.release(remove=not self._containers.pooled)
             if self._owns_engine:
                 engine.close()
 
@@ -428,16 +460,23 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         if scan is None:
             return
         changes = scan.changes()
-        if not changes:
+        replaced = replaced_protected(self.workspace, channel.protected)
+        if not changes and not replaced:
             return
         self._discard(channel)
+        said = [changes.describe()] if changes else []
+        if replaced:
+            said.append("moved aside or replaced " + ", ".join(replaced))
         why = (
-            f"a writable @docker call (`{call.summary}`) {changes.describe()} in the "
+            f"a writable @docker call (`{call.summary}`) {'; '.join(said)} in the "
             "workspace; sandboxed tools may never create or move protected paths"
         )
-        moved = changes.appeared + changes.unreadable
+        planted = [r for r in replaced if os.path.lexists(self.workspace / r)]
+        moved = tuple(dict.fromkeys([*changes.appeared, *changes.unreadable, *planted]))
         where = quarantine(self.workspace, moved, why) if moved else "nothing to move"
-        raise ExecutionFailed(f"{why}. Quarantined: {where}; the sandbox was replaced")
+        raise ExecutionFailed(
+            f"{why}. Quarantined: {where}; the sandbox was replaced{new_repository_hint(moved)}"
+        )
 
     def _check_apparent(
         self, channel: _AgentChannel, call: _Call, response: dict[str, Any]
@@ -583,10 +622,16 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         the mode's lock held."""
         channel = self._channels.get(mode)
         if channel is not None and channel.gone is None:
-            if channel.scan is None or not channel.scan.changes():
+            scan = channel.scan
+            if scan is None or not (
+                scan.changes()
+                or scan.entries != channel.protected.keys()
+                or replaced_protected(self.workspace, channel.protected)
+            ):
                 return channel
-            # A protected path appeared (or went) on the host since the container was made:
-            # its mounts no longer cover what exists, so it runs nothing more.
+            # A protected path appeared, went or was replaced since the container was made (on
+            # the host, or a new package's settings made by a call): its mounts no longer cover
+            # what exists, so it runs nothing more.
             log.info("%s: protected paths changed on the host; replacing it", channel.name)
         with self._lock:
             if self._closed:

@@ -8,7 +8,7 @@ Alpine or a `FROM scratch` busybox one) into a sandbox image, with this Dockerfi
     COPY --from=codecoder-sandbox /opt/codecoder /opt/codecoder
     USER 0:0
     RUN ["/opt/codecoder/python/ld.so", ..., "/opt/codecoder/install.py"]
-    LABEL codecoder.agent="4" codecoder.base="IMAGE"
+    LABEL codecoder.agent="5" codecoder.base="IMAGE"
     ...
 
 The agent, its static runas helper and the interpreter the agent runs on (with its own loader

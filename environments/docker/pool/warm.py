@@ -44,8 +44,9 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker.channel import Mode
@@ -53,7 +54,8 @@ from codecoder.environments.docker.greeting import greet
 from codecoder.environments.docker.labels import LABEL_MODE, LABEL_PID, LABEL_POOL
 from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
 from codecoder.environments.engineseam import Greeted, Sandbox, SandboxEngine, SandboxTemplate
-from codecoder.foundation.errors import SandboxUnavailable
+from codecoder.environments.placeholders import PLACEHOLDERS, Placeholders
+from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 
 __all__ = [
     "DEMAND_WINDOW",
@@ -174,6 +176,7 @@ class WarmPool:
         )
         self.served = 0
         self.missed = 0
+        self._placeholders = _HeldPlaceholders()
 
     # -- what the server asks ----------------------------------------------------------------
 
@@ -226,7 +229,13 @@ class WarmPool:
         for sandbox in dead:
             sandbox.drop()
             self._removals.put(sandbox.id)
+        self._keep_placeholders()
         return found
+
+    def _keep_placeholders(self) -> None:
+        with self._lock:
+            templates = [entry.template for entry in self._templates.values()]
+        self._placeholders.keep(templates)
 
     def release(self, sandbox_id: str) -> bool:
         """Remove a sandbox this pool handed out (its session is done with it)."""
@@ -284,6 +293,7 @@ class WarmPool:
         else:  # never started: remove here
             self._remove_queued()
         self._remove_unclaimed()
+        self._placeholders.keep(())
 
     def _remove_unclaimed(self) -> None:
         """The last sweep of a closing pool: every container it made that no session claimed
@@ -322,6 +332,7 @@ class WarmPool:
             if now - last_tick >= _TICK:
                 last_tick = now
                 self._reap()
+                self._keep_placeholders()
             if job is not None:
                 maker = threading.Thread(
                     target=self._make_and_wake, args=(job,), name="codecoder-pool-make"
@@ -486,6 +497,39 @@ class WarmPool:
             self.engine.remove(sandbox_id)
         except SandboxUnavailable as exc:
             log.warning("removing %s: %s", sandbox_id, exc)
+
+
+class _HeldPlaceholders:
+    """The workspaces' placeholders (environments.placeholders) that warm sandboxes mount, held
+    by the pool's server while it keeps a template of them: the session that made them ends,
+    and would remove them, while a warm sandbox stands on them (the next session would make
+    others, of other inodes, and every claim would miss)."""
+
+    _MOUNTS: Final = frozenset(f"{WORKSPACE_MOUNT}/{name}" for name in PLACEHOLDERS)
+
+    def __init__(self) -> None:
+        self._held: dict[str, Placeholders] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, templates: Iterable[SandboxTemplate]) -> None:
+        """Hold the placeholders of the workspaces `templates` mount some of, release the rest."""
+        wanted = set()
+        for template in templates:
+            targets = {mount.target: mount.source for mount in template.mounts}
+            if WORKSPACE_MOUNT in targets and not self._MOUNTS.isdisjoint(targets):
+                wanted.add(targets[WORKSPACE_MOUNT])
+        with self._lock:
+            for workspace in wanted - self._held.keys():
+                placeholders = Placeholders(Path(workspace))
+                try:
+                    placeholders.hold()
+                except ExecutionFailed as exc:
+                    log.warning("the placeholders of %s: %s", workspace, exc)
+                    continue
+                self._held[workspace] = placeholders
+            for workspace in self._held.keys() - wanted:
+                with contextlib.suppress(OSError):
+                    self._held.pop(workspace).release()
 
 
 def sources_unchanged(template: SandboxTemplate) -> bool:

@@ -17,7 +17,6 @@ import re
 import secrets
 import shutil
 import socket
-import stat
 import subprocess
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from codecoder.interfaces.escapes.canary import _Canary
 from codecoder.interfaces.escapes.corpus import _ERRORS, Attempt, BwrapEntry
 from codecoder.interfaces.escapes.layer import AuditContext, _LayerRunner
 from codecoder.interfaces.escapes.outcomes import _escaped, _NotApplicable, _NotRun
+from codecoder.interfaces.escapes.workspace import _Watcher
 
 # Between the two calls of an attempt with `then`: time for the warm sandbox to be built.
 _PAUSE = 0.3
@@ -265,7 +265,7 @@ class _BwrapLayer(_LayerRunner):
             ]
         seen, accepted = len(self.canary.peers), bait.accepted()
         before = workspace.state(entry.watch)
-        privileged = _set_id_files(workspace.path)
+        privileged = workspace.set_id_files()
         watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
         try:
             result, error = self._run(entry, texts, env_extra)
@@ -298,7 +298,7 @@ class _BwrapLayer(_LayerRunner):
         if watcher is not None and watcher.seen:
             _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
         if "set-id" in checks:
-            left = sorted(set(_set_id_files(workspace.path)) - set(privileged))
+            left = sorted(set(workspace.set_id_files()) - set(privileged))
             if left:
                 _escaped(f"it left files that run with other ids or capabilities: {left}")
         if "home" in checks and bait.home_changed():
@@ -352,65 +352,6 @@ class _BwrapLayer(_LayerRunner):
             raise _NotApplicable("only root can make a set-uid binary of another user")
         os.chown(binary, 65534, 65534)
         binary.chmod(0o4755)
-
-
-class _Watcher:
-    """Looks at the workspace's files while a call runs: which of them held the token."""
-
-    def __init__(self, root: Path, token: str) -> None:
-        self.seen: list[str] = []
-        self._root = root
-        self._token = token.encode()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            for directory, _, files in os.walk(self._root):
-                for name in files:
-                    path = os.path.join(directory, name)
-                    try:
-                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    except OSError:
-                        continue  # a link (the bait's lead outside), gone, a FIFO ...
-                    with os.fdopen(fd, "rb") as file:
-                        try:
-                            found = self._token in file.read(1 << 16)
-                        except OSError:
-                            continue
-                    shown = os.path.relpath(path, self._root)
-                    if found and shown not in self.seen:
-                        self.seen.append(shown)
-            self._stop.wait(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _set_id_files(root: Path) -> list[str]:
-    """The files under `root` with a set-uid or set-gid bit or file capabilities."""
-    found = []
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            try:
-                mode = os.lstat(path).st_mode
-                capable = _has_capabilities(path)
-            except OSError:
-                continue
-            if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
-                found.append(os.path.relpath(path, root))
-    return found
-
-
-def _has_capabilities(path: str) -> bool:
-    try:
-        os.getxattr(path, "security.capability", follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def _processes_with(marker: str) -> list[str]:

@@ -173,7 +173,15 @@ class HooksEntry(_Entry):
 
 
 DockerCheck = Literal[
-    "token", "completed", "overran", "no-pids-limit", "after-token", "partial", "threads"
+    "token",
+    "completed",
+    "overran",
+    "no-pids-limit",
+    "after-token",
+    "partial",
+    "threads",
+    "set-id",
+    "during",
 ]
 
 

@@ -29,6 +29,7 @@ from codecoder.interfaces.escapes.canary import _Canary
 from codecoder.interfaces.escapes.corpus import _ERRORS, Attempt, DockerEntry
 from codecoder.interfaces.escapes.layer import OVERRUN_GRACE, AuditContext, _LayerRunner
 from codecoder.interfaces.escapes.outcomes import _escaped, _NotApplicable, _NotRun
+from codecoder.interfaces.escapes.workspace import _Watcher
 
 
 class _DockerLayer(_LayerRunner):
@@ -119,7 +120,9 @@ class _DockerLayer(_LayerRunner):
         self._stage(entry)
         watch = entry.watch
         before = workspace.state(watch)
+        privileged = workspace.set_id_files() if "set-id" in entry.escaped_if else []
         threads: list[int] | None = [] if "threads" in entry.escaped_if else None
+        watcher = _Watcher(workspace.path, token) if "during" in entry.escaped_if else None
         try:
             with _nofile(entry.nofile), _threads(threads):
                 result, error, elapsed = self._run(entry, script)
@@ -129,6 +132,11 @@ class _DockerLayer(_LayerRunner):
             if changed:
                 _escaped(f"it changed {', '.join(changed)} on the host (and then failed)")
             raise
+        finally:
+            if watcher is not None:
+                watcher.stop()
+        if watcher is not None and watcher.seen:
+            _escaped(f"while the call ran, the host's workspace held {watcher.seen[0]}")
         after = None
         if entry.after is not None:
             after, _, _ = self._run(entry, entry.after.replace("@TOKEN@", token), follow_up=True)
@@ -177,6 +185,10 @@ class _DockerLayer(_LayerRunner):
                     f"the call {state} with {found} of {entry.whole.count} paths "
                     f"({entry.whole.glob}) on the host: applied in part"
                 )
+        if "set-id" in checks:
+            left = sorted(set(workspace.set_id_files()) - set(privileged))
+            if left:
+                _escaped(f"it left files that run with other ids or capabilities: {left}")
         for path in entry.host_reads:
             with contextlib.suppress(OSError):
                 if token in (workspace.path / path).read_text(errors="replace"):

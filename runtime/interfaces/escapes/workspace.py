@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -107,6 +108,22 @@ class _Workspace:
             if self.outside_state.get(p) != after.get(p)
         )
 
+    def set_id_files(self) -> list[str]:
+        """The files of the workspace with a set-uid or set-gid bit or file capabilities: what
+        the host would run with other ids than its caller's."""
+        found = []
+        for directory, _, files in os.walk(self.path):
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                    capable = _has_capabilities(path)
+                except OSError:
+                    continue
+                if (stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID)) or capable:
+                    found.append(os.path.relpath(path, self.path))
+        return found
+
     def restore(self) -> None:
         """Put back what attempts changed (deepest first), so the next one starts the same."""
         current = self.state(("",))
@@ -178,3 +195,46 @@ def _remove(path: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def _has_capabilities(path: str) -> bool:
+    try:
+        os.getxattr(path, "security.capability", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+class _Watcher:
+    """Looks at the workspace's files while a call runs: which of them held the token."""
+
+    def __init__(self, root: Path, token: str) -> None:
+        self.seen: list[str] = []
+        self._root = root
+        self._token = token.encode()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="codecoder-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for directory, _, files in os.walk(self._root):
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    except OSError:
+                        continue  # a link (the bait's lead outside), gone, a FIFO ...
+                    with os.fdopen(fd, "rb") as file:
+                        try:
+                            found = self._token in file.read(1 << 16)
+                        except OSError:
+                            continue
+                    shown = os.path.relpath(path, self._root)
+                    if found and shown not in self.seen:
+                        self.seen.append(shown)
+            self._stop.wait(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

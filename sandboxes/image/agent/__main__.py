@@ -12,8 +12,10 @@ starts commands through, and does without it (slower) where it cannot run.
 
 Out of reach of what it runs. The container starts as root with only CAP_SETUID, CAP_SETGID,
 CAP_KILL and CAP_SETPCAP, under no-new-privileges (the agent refuses to run with any other
-set). The agent makes itself non-dumpable (so its /proc/PID/{fd,mem,environ} are closed and
-ptrace refused even to root without capabilities), empties the capability bounding set but for
+set). The agent refuses set-id bits to everything it starts (a seccomp filter, setid.py: a
+set-uid file left in a bound workspace would run with its owner's ids on the host), makes itself
+non-dumpable (so its /proc/PID/{fd,mem,environ} are closed and ptrace refused even to root
+without capabilities), empties the capability bounding set but for
 what runas needs (SETUID, SETGID, SETPCAP), and runs every command through runas (runas.c) as
 the unprivileged workspace uid: an empty bounding set, no supplementary groups, no capability
 left, a new session, no descriptor but its own pipes. A command can therefore not signal, trace
@@ -25,6 +27,7 @@ module of the standard library):
 
     channel.py       the protocol: authenticated lines on stdin and stdout
     hardening.py     what the agent drops and checks of itself at start
+    setid.py         the seccomp filter refusing set-uid and set-gid bits to every command
     calls.py         the agent across calls: each request served in turn
     command.py       one command, run as the workspace user through runas
     processes.py     ending every process of a call

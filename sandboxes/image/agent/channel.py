@@ -46,7 +46,7 @@ import json
 import os
 from typing import Any
 
-PROTOCOL = 4
+PROTOCOL = 5
 READ_CHUNK = 65536
 MAX_REQUEST_LINE = 256 * 1024 * 1024
 

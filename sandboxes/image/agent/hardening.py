@@ -4,7 +4,8 @@ The container starts as root with only CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_
 no-new-privileges (the agent refuses to run with any other set). The agent makes itself
 non-dumpable (so its /proc/PID/{fd,mem,environ} are closed and ptrace refused even to root
 without capabilities) and empties the capability bounding set but for what runas needs (SETUID,
-SETGID, SETPCAP); where runas cannot run, it empties it entirely.
+SETGID, SETPCAP); where runas cannot run, it empties it entirely. Last, it installs the
+seccomp filter every command inherits, which refuses set-uid and set-gid bits (setid.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ctypes
 import os
 
 from procfs import proc_status, read_text
+from setid import refuse_set_id
 
 CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8
 AGENT_CAPABILITIES = (1 << CAP_KILL) | (1 << CAP_SETGID) | (1 << CAP_SETUID) | (1 << CAP_SETPCAP)
@@ -43,7 +45,7 @@ def harden() -> str | None:
     # prctl, not /proc/self/status: gVisor's status file has no NoNewPrivs line.
     if _libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
         return "the container runs without no-new-privileges"
-    return None
+    return refuse_set_id()
 
 
 def drop_bounding_set(keep: int) -> str | None:

@@ -20,10 +20,13 @@ from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.containers import AGENT_COMMAND
 from codecoder.environments.docker.engine import _client_from_env
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
+from codecoder.environments.placeholders import PLACEHOLDERS, is_placeholder
+from codecoder.environments.placeholders import RECORD as PLACEHOLDER_RECORD
 from codecoder.foundation.decision import Answer
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.session import Runtime
 from tests.conftest import RecordingAsker, write_config
+from tests.environments.conftest import SANDBOX_IMAGE
 
 pytestmark = pytest.mark.docker
 
@@ -119,8 +122,10 @@ def test_nothing_a_call_started_writes_after_it(sandbox: DockerEnvironment, stat
     control = run(sandbox, "ls -A", writable=True)
 
     assert result.stdout == "ok\n"
-    assert control.stdout == ""
-    assert list(sandbox.workspace.iterdir()) == []
+    # Only the runtime's inert placeholders for the protected names (environments.placeholders).
+    assert set(control.stdout.split()) <= set(PLACEHOLDERS)
+    assert [p.name for p in sandbox.workspace.iterdir() if p.name not in PLACEHOLDERS] == []
+    assert not any(os.listdir(p) for p in sandbox.workspace.iterdir() if p.name != ".git")
 
 
 # --- protected paths at every depth -------------------------------------------------------------
@@ -138,7 +143,6 @@ PLANTS = [
     ("mkdir -p h/.git && mkfifo h/.git/fifo && chmod 000 h", "h/.git"),
     ("mkdir -p i && mkdir i/.GIT", "i/.GIT"),
     ("mkdir -p j && echo '{}' > codecoder.json", "codecoder.json"),
-    ("mkdir -p .codecoder/capabilities/x", ".codecoder"),
 ]
 
 
@@ -158,8 +162,34 @@ def test_a_protected_path_planted_at_any_depth_is_quarantined(
     record = json.loads((quarantine / "quarantine.json").read_text())
     assert list(record["paths"]) == [path]
     assert os.path.lexists(record["paths"][path])
-    assert not (state / "projects").exists() or not list((state / "projects").rglob("*.json"))
+    # The quarantine's marker is gone (the placeholders' record stays while they are held).
+    marks = [p for p in state.glob("projects/**/*.json") if p.name != PLACEHOLDER_RECORD]
+    assert marks == []
     assert after.extra["container"] != first.extra["container"]
+
+
+PLACEHOLDED = [
+    "mkdir -p .codecoder/capabilities/x",
+    "mkdir -p .git/hooks && echo id > .git/hooks/pre-commit",
+    "echo '{}' > .mcp.json",
+    "rmdir .claude; mkdir -p .claude && echo '{}' > .claude/settings.json",
+    "mv .vscode v && mkdir .vscode && echo x > .vscode/tasks.json",
+]
+
+
+@pytest.mark.parametrize("plant", PLACEHOLDED)
+def test_a_protected_name_missing_at_the_top_cannot_be_created_at_all(
+    sandbox: DockerEnvironment, plant: str
+) -> None:
+    """Its placeholder is mounted read-only before the container starts: the plant fails inside,
+    and nothing of the sandbox's reaches the host, not even while the call runs."""
+    said = run(sandbox, plant, writable=True)
+
+    assert said.exit_code != 0
+    for name in PLACEHOLDERS:
+        assert is_placeholder(sandbox.workspace, name), name
+        assert name == ".git" or os.listdir(sandbox.workspace / name) == []
+    assert os.listdir(sandbox.workspace / ".git") == []
 
 
 def test_existing_nested_protected_paths_stay_read_only(workspace: Path) -> None:
@@ -373,10 +403,10 @@ def test_the_agent_refuses_to_start_without_its_own_protections(
 @pytest.fixture(scope="module")
 def evil_image(docker_engine: Any) -> str:
     dockerfile = (
-        b"FROM codecoder-sandbox\n"
-        b"COPY real_agent.py /opt/codecoder/real_agent.py\n"
-        b"COPY evil_agent.py /opt/codecoder/agent/__main__.py\n"
-    )
+        f"FROM {SANDBOX_IMAGE}\n"
+        "COPY real_agent.py /opt/codecoder/real_agent.py\n"
+        "COPY evil_agent.py /opt/codecoder/agent/__main__.py\n"
+    ).encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, data in (
@@ -476,8 +506,8 @@ def test_calls_of_one_mode_take_turns(sandbox: DockerEnvironment) -> None:
 @pytest.fixture(scope="module")
 def image_without_runas(docker_engine: Any) -> str:
     dockerfile = (
-        b"FROM codecoder-sandbox\nUSER 0:0\nRUN rm /opt/codecoder/runas-*\nUSER 10001:10001\n"
-    )
+        f"FROM {SANDBOX_IMAGE}\nUSER 0:0\nRUN rm /opt/codecoder/runas-*\nUSER 10001:10001\n"
+    ).encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         info = tarfile.TarInfo("Dockerfile")

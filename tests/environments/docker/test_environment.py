@@ -502,16 +502,18 @@ def test_a_protected_path_created_by_a_writable_call_is_moved_out_and_reported(
 ) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
-    with pytest.raises(ExecutionFailed, match=r"created \.git in the workspace"):
-        run(sandbox, "mkdir -p .git/hooks && echo 'id' > .git/hooks/pre-commit", writable=True)
-    after = run(sandbox, "ls -A", writable=True)
+    # Below the top (at the top, a placeholder keeps it from being made at all: test_attacks).
+    with pytest.raises(ExecutionFailed, match=r"created sub/\.git in the workspace"):
+        plant = "mkdir -p sub/.git/hooks && echo 'id' > sub/.git/hooks/pre-commit"
+        run(sandbox, plant, writable=True)
+    after = run(sandbox, "ls -A sub", writable=True)
 
     (quarantined,) = (tmp_path / "state" / "codecoder" / "quarantine").iterdir()
     assert (quarantined / "0-.git" / "hooks" / "pre-commit").read_text() == "id\n"
     assert json.loads((quarantined / "quarantine.json").read_text())["paths"] == {
-        ".git": str(quarantined / "0-.git")
+        "sub/.git": str(quarantined / "0-.git")
     }
-    assert not (sandbox.workspace / ".git").exists()
+    assert not (sandbox.workspace / "sub" / ".git").exists()
     assert after.stdout == ""
 
 
@@ -519,14 +521,15 @@ def test_a_protected_path_created_by_a_writable_call_is_moved_out_and_reported(
 def test_a_protected_path_created_on_the_host_is_read_only_in_the_next_call(
     sandbox: DockerEnvironment,
 ) -> None:
-    run(sandbox, "true", writable=True)  # warm read-write container, no .git yet
-    (sandbox.workspace / ".git").mkdir()
-    os.chown(sandbox.workspace / ".git", 10001, 10001)
+    run(sandbox, "true", writable=True)  # warm read-write container, no sub/.git yet
+    (sandbox.workspace / "sub" / ".git").mkdir(parents=True)
+    for made in ("sub", "sub/.git"):
+        os.chown(sandbox.workspace / made, 10001, 10001)
 
-    result = run(sandbox, "touch .git/planted", writable=True)
+    result = run(sandbox, "touch sub/.git/planted", writable=True)
 
     assert "Read-only file system" in result.stderr
-    assert list((sandbox.workspace / ".git").iterdir()) == []
+    assert list((sandbox.workspace / "sub" / ".git").iterdir()) == []
 
 
 @docker_test

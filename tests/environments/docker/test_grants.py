@@ -82,7 +82,9 @@ def test_a_granted_container_command_cannot_grant_itself_more(
     )
     with Runtime(workspace, asker=RecordingAsker(Answer.ONCE)) as runtime:
         outcome = runtime.session().call("run_container", {"command": attack})
-    assert "created .codecoder in the workspace" in str(outcome.error)
+    # codecoder.json is mounted read-only, and .codecoder/ (missing) is the runtime's read-only
+    # placeholder: both writes fail in the sandbox, and nothing needs quarantining.
+    assert outcome.result.output.count("Read-only file system") == 2, outcome
     assert (workspace / "codecoder.json").read_text() == before
     assert not (workspace / ".codecoder" / "capabilities").exists()
-    assert len(list((tmp_path / "state" / "codecoder" / "quarantine").iterdir())) == 1
+    assert not (tmp_path / "state" / "codecoder" / "quarantine").exists()

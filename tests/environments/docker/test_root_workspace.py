@@ -114,10 +114,13 @@ def test_what_comes_back_into_a_root_owned_workspace_carries_no_set_id_bit(
     """On the host the files are root's: a set-uid bit kept would make a set-uid-root program."""
     result = run(
         sandbox,
-        "cp /bin/sh ./sh && chmod 6755 ./sh && mkdir shared && chmod 2777 shared && "
-        "stat -c '%a' sh shared",
+        "cp /bin/sh ./sh && mkdir shared && chmod 777 shared && "
+        "{ chmod 6755 ./sh; chmod 2777 shared; stat -c '%a' sh shared; }",
     )
-    assert (result.exit_code, result.stdout) == (0, "6755\n2777\n")
+    # The agent's filter refuses set-id modes (test_setid.py); the copy-back keeps only the
+    # permission bits of what does come back besides.
+    assert (result.exit_code, result.stdout) == (0, "755\n777\n")
+    assert result.stderr.count("Operation not permitted") == 2
     copied, shared = root_workspace / "sh", root_workspace / "shared"
     assert copied.stat().st_uid == 0
     assert stat.S_IMODE(copied.stat().st_mode) == 0o755
