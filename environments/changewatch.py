@@ -16,47 +16,35 @@ already in it counts as changed.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import struct
-import threading
 from pathlib import Path
 from typing import Final
 
+from codecoder.foundation import inotify
+
 __all__ = ["ChangeWatch"]
 
-_IN_MODIFY: Final = 0x00000002
-_IN_ATTRIB: Final = 0x00000004
-_IN_CLOSE_WRITE: Final = 0x00000008
-_IN_MOVED_FROM: Final = 0x00000040
-_IN_MOVED_TO: Final = 0x00000080
-_IN_CREATE: Final = 0x00000100
-_IN_DELETE_SELF: Final = 0x00000400
-_IN_MOVE_SELF: Final = 0x00000800
-_IN_Q_OVERFLOW: Final = 0x00004000
-_IN_IGNORED: Final = 0x00008000
-_IN_ONLYDIR: Final = 0x01000000
-_IN_DONTFOLLOW: Final = 0x02000000
-_IN_EXCL_UNLINK: Final = 0x04000000
-_IN_ISDIR: Final = 0x40000000
 _MASK: Final = (
-    _IN_MODIFY
-    | _IN_ATTRIB
-    | _IN_CLOSE_WRITE
-    | _IN_MOVED_FROM
-    | _IN_MOVED_TO
-    | _IN_CREATE
-    | _IN_DELETE_SELF
-    | _IN_MOVE_SELF
-    | _IN_ONLYDIR
-    | _IN_DONTFOLLOW
-    | _IN_EXCL_UNLINK
+    inotify.IN_MODIFY
+    | inotify.IN_ATTRIB
+    | inotify.IN_CLOSE_WRITE
+    | inotify.IN_MOVED_FROM
+    | inotify.IN_MOVED_TO
+    | inotify.IN_CREATE
+    | inotify.IN_DELETE_SELF
+    | inotify.IN_MOVE_SELF
+    | inotify.IN_ONLYDIR
+    | inotify.IN_DONTFOLLOW
+    | inotify.IN_EXCL_UNLINK
 )
-_FILE_EVENTS: Final = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_CREATE | _IN_MOVED_TO
-_EVENT: Final = struct.Struct("iIII")
-
-_libc = ctypes.CDLL(None, use_errno=True)
+_FILE_EVENTS: Final = (
+    inotify.IN_MODIFY
+    | inotify.IN_ATTRIB
+    | inotify.IN_CLOSE_WRITE
+    | inotify.IN_CREATE
+    | inotify.IN_MOVED_TO
+)
 
 
 class ChangeWatch:
@@ -64,7 +52,7 @@ class ChangeWatch:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._fd = -1
+        self._watch: inotify.Inotify | None = None
         self._dirs: dict[int, str] = {}
         self._complete = False
         self._start()
@@ -72,35 +60,32 @@ class ChangeWatch:
     def _start(self) -> None:
         self.close()
         self._dirs = {}
-        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
+        try:
+            self._watch = inotify.Inotify()
+        except OSError:
             self._complete = False  # no instance left: every call walks
             return
-        self._fd = fd
         self._complete = True
         self._watch_tree("")
 
     def close(self) -> None:
         """Stop watching. Closing an instance that holds watches waits for the kernel to retire
-        them (an RCU grace period, 10–20 ms measured here), which a session's end need not wait
-        for: the descriptor is closed by a thread of its own."""
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            closing = threading.Thread(target=os.close, args=(fd,), name="codecoder-unwatch")
-            closing.daemon = True
-            closing.start()
+        them, which a session's end need not wait for: it is closed by a thread of its own."""
+        if self._watch is not None:
+            watch, self._watch = self._watch, None
+            watch.close(in_background=True)
 
     def _watch_tree(self, relative: str) -> set[str]:
         """Watch the directory `relative` and every one beneath it; the regular files in them."""
         files: set[str] = set()
         pending = [relative]
-        while pending and self._complete:
+        while pending and self._complete and self._watch is not None:
             current = pending.pop()
             path = self.root / current if current else self.root
-            wd = _libc.inotify_add_watch(self._fd, os.fsencode(path), _MASK)
-            if wd < 0:
-                code = ctypes.get_errno()
-                if code in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+            try:
+                wd = self._watch.add_watch(path, _MASK)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
                     continue  # gone or replaced meanwhile, or not ours to read: not watched
                 self._complete = False  # ENOSPC: the watch limit
                 return files
@@ -126,42 +111,34 @@ class ChangeWatch:
         in since the last look (what is at them now may be anything: look beneath the root
         without following links); None when the watch cannot tell (then the caller walks, and
         the watches are set up again)."""
-        if not self._complete:
+        if not self._complete or self._watch is None:
             self._start()
             return None
         found: set[str] = set()
         rebuild = False
-        while True:
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                break
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                if mask & _IN_Q_OVERFLOW:
-                    rebuild = True
-                    continue
-                if mask & _IN_IGNORED:
-                    self._dirs.pop(wd, None)
-                    continue
-                directory = self._dirs.get(wd)
-                if directory is None:
-                    continue
-                if mask & (_IN_MOVE_SELF | _IN_DELETE_SELF) and not name:
-                    rebuild = rebuild or bool(mask & _IN_MOVE_SELF)
-                    continue
-                child = os.fsdecode(name)
-                path = f"{directory}/{child}" if directory else child
-                if mask & _IN_ISDIR:
-                    if mask & (_IN_MOVED_FROM | _IN_MOVED_TO):
-                        rebuild = True  # a renamed directory's watch keeps its old name
-                    elif mask & _IN_CREATE:
-                        found |= self._watch_tree(path)
-                elif mask & _FILE_EVENTS:
-                    found.add(path)
+        for event in self._watch.read():
+            mask = event.mask
+            if mask & inotify.IN_Q_OVERFLOW:
+                rebuild = True
+                continue
+            if mask & inotify.IN_IGNORED:
+                self._dirs.pop(event.wd, None)
+                continue
+            directory = self._dirs.get(event.wd)
+            if directory is None:
+                continue
+            if mask & (inotify.IN_MOVE_SELF | inotify.IN_DELETE_SELF) and not event.name:
+                rebuild = rebuild or bool(mask & inotify.IN_MOVE_SELF)
+                continue
+            child = os.fsdecode(event.name)
+            path = f"{directory}/{child}" if directory else child
+            if mask & inotify.IN_ISDIR:
+                if mask & (inotify.IN_MOVED_FROM | inotify.IN_MOVED_TO):
+                    rebuild = True  # a renamed directory's watch keeps its old name
+                elif mask & inotify.IN_CREATE:
+                    found |= self._watch_tree(path)
+            elif mask & _FILE_EVENTS:
+                found.add(path)
         if rebuild or not self._complete:
             self._start()
             return None

@@ -1,15 +1,22 @@
 """The one dispatcher: validate → permission → decide → execute → audit.
 
 Every call of every interface (Python API, CLI, replay, MCP, child agents) goes through
-`Dispatcher.call`. `execute()` is unreachable until the decision allows the call; every call,
-refused or not, leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM
-(outcome `interrupted`, the interruption then carrying on up to whoever handles it). A command's
-output is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput) and what it
-printed before it was interrupted, cancelled or killed at its deadline is kept: in the error
-(`ToolError.output`) and in the audit record (its tail). A call's
-duration leaves out the time spent waiting for the human's answer (`CallOutcome.waited`): it
-measures the call, not the person. Where the application traces with OpenTelemetry, each call is
-an `execute_tool` span too (runtime.telemetry, which imports nothing of OpenTelemetry itself).
+`Dispatcher.call`. What a call needs before anything runs is made in one place,
+`Dispatcher.prepare`: the tool, its validated arguments, the environment it is bound to, its
+key there, the decision and where the decided call runs (the host, when the human escalated
+it), as one value (`PreparedCall`) that `call` then executes. `codecoder decide` and the hooks
+(`runtime.evaluation`) ask `prepare` the same with nobody asked, so what `decide` says and
+what `call` does cannot drift apart.
+
+`execute()` is unreachable until the decision allows the call; every call, refused or not,
+leaves one audit record, and so does a call interrupted by Ctrl-C or SIGTERM (outcome
+`interrupted`, the interruption then carrying on up to whoever handles it). A command's output
+is passed on as it comes (`output`, `progress`: runtime.tools.liveoutput) and what it printed
+before it was interrupted, cancelled or killed at its deadline is kept: in the error
+(`ToolError.output`) and in the audit record (its tail). A call's duration leaves out the time
+spent waiting for the human's answer (`CallOutcome.waited`): it measures the call, not the
+person. Where the application traces with OpenTelemetry, each call is an `execute_tool` span
+too (runtime.telemetry, which imports nothing of OpenTelemetry itself).
 """
 
 from __future__ import annotations
@@ -43,8 +50,8 @@ from codecoder.foundation.errors import (
     UsageError,
 )
 from codecoder.permissions.chain import PermissionChain
-from codecoder.permissions.keys import CallSite, PermissionKey
-from codecoder.permissions.prompt import Asker
+from codecoder.permissions.keys import CallSite, Permission, PermissionKey
+from codecoder.permissions.prompt import Asker, AskRequest
 from codecoder.telemetry import ToolSpan, tool_span
 from codecoder.tools.base import CallingSession, Tool, ToolContext, ToolResult
 from codecoder.tools.files.paths import STANDING
@@ -238,34 +245,16 @@ class Dispatcher:
         started = time.monotonic()
         decision: Decision | None = None
         clock = _Clock(started)
-        asking = started
         live = LiveOutput(output, progress, limit=self._runtime.config.limits.max_output)
         try:
-            tool = self._tool(name)
-            params = validate_arguments(tool, args, self._session.standing)
+            prepared = self.prepare(name, args, asker=asker, clock=clock, span=span)
+            decision = prepared.decision
+            if prepared.refusal is not None:
+                raise prepared.refusal
+            assert decision is not None  # asked: a decision or a refusal
+            tool, params, permission = prepared.tool, prepared.params, prepared.permission
+            tag, key = prepared.environment, prepared.key
             runtime = self._runtime
-            tag = runtime.environment_of(name)
-            site = CallSite(
-                runtime.project_dir,
-                tag,
-                runtime.config.credential_hosts,
-                self._session.standing,
-            )
-            permission = tool.permission_in(params, site)
-            asking = time.monotonic()
-            try:
-                if span.live and permission.key is not None:
-                    asker = span.asking(asker or self._engine.asker)
-                decision = self._engine.decide(name, tag, permission, asker=asker)
-                span.decided(decision)
-            finally:
-                if permission.key is not None:
-                    clock.waited_since(asking, decision)
-            key = permission.key
-            if decision.escalated_from is not None:
-                # The human chose the host for this call (never the model: no argument can ask
-                # for it): it runs on @shell, under its key there.
-                tag, key = EnvironmentTag.SHELL, permission.host
             if tag in (EnvironmentTag.SHELL, EnvironmentTag.CONFINED):
                 _refuse_while_quarantine_unresolved(runtime.project_dir)
                 # Host processes may run git: never while its hooks or configuration hold
@@ -322,7 +311,7 @@ class Dispatcher:
         except CodecoderError as exc:
             if isinstance(exc, PermissionDenied) and exc.decision is not None:
                 decision = exc.decision
-                clock.waited_since(asking, decision)
+                clock.waited_since(decision)
                 span.decided(decision)
             if isinstance(exc, ToolError) and not exc.output and live.received:
                 exc.output = live.text()
@@ -344,12 +333,67 @@ class Dispatcher:
             live.close()
         return self._finish(name, result, None, decision, clock, span)
 
-    def _tool(self, name: str) -> Tool[Any]:
+    def prepare(
+        self,
+        name: str,
+        args: Any,
+        *,
+        ask: bool = True,
+        asker: Asker | None = None,
+        clock: _Clock | None = None,
+        span: ToolSpan | None = None,
+    ) -> PreparedCall:
+        """Everything a call needs before it runs, in the order `call` needs it: the tool, its
+        arguments validated, the environment it is bound to, its key as keyed there (a program
+        found where a sandbox writes, a word leading to a protected path), the decision, and
+        where and under which key the decided call runs.
+
+        `ask` False decides as `codecoder decide` does: nobody is asked and nothing is
+        recorded; where the human would be asked, `question` says what. Else `asker` answers
+        instead of the session's, and `span` (runtime.telemetry) records the question and the
+        decision. A refusal is returned (`refusal`), never raised, so that both callers see it
+        with the call it refuses.
+        Raises UsageError (UnknownTool, InvalidArguments) for a call that cannot be considered.
+        """
         tools = self._session.tools()
         tool = tools.get(name)
         if tool is None:
             raise UnknownTool(name, list(tools))
-        return tool
+        params = validate_arguments(tool, args, self._session.standing)
+        runtime = self._runtime
+        bound = runtime.environment_of(name)
+        site = CallSite(
+            runtime.project_dir, bound, runtime.config.credential_hosts, self._session.standing
+        )
+        permission = tool.permission_in(params, site)
+        decided: Decision | AskRequest | None = None
+        refusal: PermissionDenied | None = None
+        if clock is not None:
+            clock.asking = time.monotonic()
+        try:
+            if ask:
+                if span is not None and span.live and permission.key is not None:
+                    asker = span.asking(asker or self._engine.asker)
+                decided = self._engine.decide(name, bound, permission, asker=asker)
+                if span is not None:
+                    span.decided(decided)
+            else:
+                decided = self._engine.evaluate(name, bound, permission)
+        except PermissionDenied as refused:
+            refusal = refused
+            decided = refused.decision
+        finally:
+            if clock is not None and permission.key is not None:
+                clock.waited_since(decided if isinstance(decided, Decision) else None)
+        return PreparedCall(
+            tool,
+            params,
+            bound,
+            permission,
+            decided if isinstance(decided, Decision) else None,
+            decided if isinstance(decided, AskRequest) else None,
+            refusal,
+        )
 
     def _finish(
         self,
@@ -401,17 +445,50 @@ class Dispatcher:
         return CallOutcome(name, result, error, decision, duration, clock.waited)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A call made ready to run (`Dispatcher.prepare`): what it is, where it is bound, its key
+    there, and what the permission chain decided. Exactly one of `decision` (allowed, or the
+    refusal's decision), `question` (the human would be asked: deciding without asking only)
+    and a refusal without a decision holds what was decided."""
+
+    tool: Tool[Any]
+    params: Any
+    bound: EnvironmentTag  # the environment the tool is bound to
+    permission: Permission  # keyed where it is bound
+    decision: Decision | None
+    question: AskRequest | None = None
+    refusal: PermissionDenied | None = None
+
+    @property
+    def escalated(self) -> bool:
+        """The human chose the host for this call (never the model: no argument can ask
+        for it)."""
+        return self.decision is not None and self.decision.escalated_from is not None
+
+    @property
+    def environment(self) -> EnvironmentTag:
+        """Where the call runs: @shell when escalated, else where it is bound."""
+        return EnvironmentTag.SHELL if self.escalated else self.bound
+
+    @property
+    def key(self) -> PermissionKey | None:
+        """The key the call runs under: on the host, its key there."""
+        return self.permission.host if self.escalated else self.permission.key
+
+
 @dataclass(slots=True)
 class _Clock:
     """When a call started, and how long of it was spent waiting for the human."""
 
     started: float
     waited: float = 0.0
+    asking: float = 0.0  # when the permission chain was asked
 
-    def waited_since(self, asking: float, decision: Decision | None) -> None:
-        """Count the time since `asking` as the human's, when the human was asked."""
+    def waited_since(self, decision: Decision | None) -> None:
+        """Count the time since the chain was asked as the human's, when the human was."""
         if decision is not None and decision.answer is not None and not self.waited:
-            self.waited = time.monotonic() - asking
+            self.waited = time.monotonic() - (self.asking or self.started)
 
 
 def validate_arguments(tool: Tool[Any], args: Any, standing: str = ".") -> Any:

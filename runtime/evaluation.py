@@ -4,8 +4,9 @@
     evaluation.decision        # "allow" | "deny" | "ask"
     evaluation = await aevaluate(session, "run_command", {"command": "git push"})  # off the loop
 
-The call goes through the same engine as every call (`PermissionChain.evaluate`): the same
-validation, the same key, the same deny rules, project and session grants and ceiling checks.
+The call is prepared as every call is (`Dispatcher.prepare`, which `Session.call` runs): the
+same validation, the same key, the same deny rules, project and session grants and ceiling
+checks (`PermissionChain.evaluate`).
 Where the chain would ask the human, it stops at the question instead: nobody is asked, nothing
 runs, no grant is recorded and no audit record is written. `codecoder decide` prints it; the
 hooks for other agents (`runtime.interfaces.hooks`) answer their host from it.
@@ -16,10 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from codecoder.dispatcher import validate_arguments
 from codecoder.foundation.ceiling import EnvironmentTag
-from codecoder.foundation.errors import DeniedByRule, UnknownTool
-from codecoder.permissions.keys import CallSite
+from codecoder.foundation.errors import DeniedByRule
 from codecoder.permissions.prompt import AskRequest
 
 if TYPE_CHECKING:
@@ -73,34 +72,24 @@ class Evaluation:
 
 
 def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
-    """The chain's verdict on `tool(args)` in `session`, with nothing asked, run or recorded.
+    """The chain's verdict on `tool(args)` in `session`, with nothing asked, run or recorded:
+    what `Session.call` would meet, from the same `Dispatcher.prepare` (the key as keyed where
+    the call would run, the same chain, the same escalation).
 
     Raises UsageError (UnknownTool, InvalidArguments) for a call the runtime cannot consider.
     """
-    found = session.tools().get(tool)
-    if found is None:
-        raise UnknownTool(tool, list(session.tools()))
-    params = validate_arguments(found, args, session.standing)
-    environment = session.runtime.environment_of(tool)
-    # The key the dispatcher would compute where the call would run (a program found where a
-    # sandbox writes, a word leading to a protected path through a symlink), not the bare one.
-    site = CallSite(
-        session.runtime.project_dir,
-        environment,
-        session.runtime.config.credential_hosts,
-        session.standing,
-    )
-    permission = found.permission_in(params, site)
-    protected = permission.key.protected if permission.key is not None else False
-    try:
-        verdict = session.engine.evaluate(tool, environment, permission)
-    except DeniedByRule as refused:
-        decision = refused.decision
-        assert decision is not None
+    prepared = session.prepare(tool, args)
+    key = prepared.permission.key
+    protected = key.protected if key is not None else False
+    refusal = prepared.refusal
+    if refusal is not None:
+        decision = refusal.decision
+        if not isinstance(refusal, DeniedByRule) or decision is None:
+            raise refusal
         return Evaluation(
             tool,
             "deny",
-            environment,
+            prepared.bound,
             decision.key,
             decision.source.value,
             decision.matched,
@@ -108,30 +97,33 @@ def evaluate(session: Session, tool: str, args: Any) -> Evaluation:
             violations=decision.violations,
             protected=protected,
         )
-    if isinstance(verdict, AskRequest):
-        reason = verdict.note or "nothing grants this key: the human would be asked"
+    question = prepared.question
+    if question is not None:
+        reason = question.note or "nothing grants this key: the human would be asked"
         return Evaluation(
             tool,
             "ask",
-            environment,
-            verdict.key,
+            prepared.bound,
+            question.key,
             None,
             None,
             reason,
-            question=verdict,
+            question=question,
             protected=protected,
         )
+    decision = prepared.decision
+    assert decision is not None
     return Evaluation(
         tool,
         "allow",
-        verdict.environment,
-        verdict.key,
-        verdict.source.value,
-        verdict.matched,
-        verdict.reason,
-        violations=verdict.violations,
+        prepared.environment,
+        decision.key,
+        decision.source.value,
+        decision.matched,
+        decision.reason,
+        violations=decision.violations,
         protected=protected,
-        escalated_from=verdict.escalated_from,
+        escalated_from=decision.escalated_from,
     )
 
 

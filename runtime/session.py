@@ -59,7 +59,7 @@ from codecoder.config.project import PROJECT_FILE, ProjectConfig, load_project
 from codecoder.config.projectfile import Diagnostic
 from codecoder.config.reading import user_file_path
 from codecoder.config.writing import add_allow_entry, add_user_allow_entry
-from codecoder.dispatcher import CallOutcome, Dispatcher
+from codecoder.dispatcher import CallOutcome, Dispatcher, PreparedCall
 from codecoder.environments.base import Environment, OutputListener
 from codecoder.environments.host.gitseen import GitGuard
 from codecoder.eventloop import AsyncAsker, answering, in_worker
@@ -498,6 +498,11 @@ class Session:
         )
         self._record_capability_approval(tool, outcome)
         return outcome
+
+    def prepare(self, tool: str, args: Any) -> PreparedCall:
+        """What `call(tool, args)` would run and under which decision, with nobody asked,
+        nothing run and nothing recorded (`Dispatcher.prepare`; `codecoder decide`)."""
+        return self._dispatcher.prepare(tool, args, ask=False)
 
     async def acall(
         self,

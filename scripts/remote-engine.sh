@@ -134,7 +134,9 @@ EOF
     info "starting dockerd in its own mount, network and PID namespaces (log: $LOG)"
     # nsenter joins the network namespace without touching mounts (`ip netns exec` would
     # remount /sys, and the engine would lose the cgroup hierarchies).
-    setsid nohup nsenter --net="/run/netns/$NS" \
+    # A service outlives whoever started it: not their terminal's size (a test worker's
+    # COLUMNS=80 made the engine's `docker top` cut every command line at 80 columns).
+    setsid nohup env -u COLUMNS -u LINES nsenter --net="/run/netns/$NS" \
         unshare --mount --pid --fork --mount-proc --propagation private --kill-child=SIGTERM \
         sh -c "$script" "$ROOT" >>"$LOG" 2>&1 </dev/null &
     local outer=$!

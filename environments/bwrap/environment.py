@@ -45,6 +45,7 @@ from typing import Final
 
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, CredentialRoute
+from codecoder.environments.bwrap import remembered
 from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import (
     CONFINE_FAILED,
@@ -61,6 +62,7 @@ from codecoder.environments.bwrap.home import (
     toolchains,
 )
 from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
+from codecoder.environments.bwrap.probe import forget_bwrap_works
 from codecoder.environments.bwrap.protection import CallProtection, Protection
 from codecoder.environments.bwrap.settings import BwrapSettings
 from codecoder.environments.bwrap.warm import (
@@ -510,6 +512,8 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             return self._shell.collect(proc, request, started)
 
     def _unbuilt(self, result: CommandResult) -> Exception:
+        # Whatever made it fail, that bubblewrap works here is no longer believed.
+        forget_bwrap_works()
         said = (result.stderr or result.stdout).strip()
         if result.exit_code == CONFINE_FAILED and CONFINE_PREFIX in said:
             return ExecutionFailed(f"the @bwrap sandbox could not restrict the command: {said}")
@@ -569,6 +573,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
 
 # Any descriptor numbers: the key compares the mounts, not which descriptor carried the file.
 _GITCONFIG_FD: Final = 3
+_IDENTITY: Final = "git-identity"
 _LISTEN_FD: Final = 4
 
 
@@ -620,14 +625,48 @@ def _close_all(fds: Sequence[int]) -> None:
 def _gitconfig(environ: Mapping[str, str]) -> bytes:
     lines = []
     identity = []
-    for key in ("name", "email"):
-        value = _user_git_config(f"user.{key}", environ)
+    for key, value in _user_identity(environ).items():
         if value is not None:
             identity.append(f"\t{key} = {value}")
     if identity:
         lines += ["[user]", *identity]
     lines += ["[safe]", "\tdirectory = *", "\tbareRepository = explicit"]
     return ("\n".join(lines) + "\n").encode()
+
+
+def _user_identity(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The user's name and email from their git configuration (quoted for a config file),
+    remembered between processes while the files `git config --global` reads stay the same
+    (`environments.bwrap.remembered`; it follows no include there)."""
+    key = _global_gitconfig_key(environ)
+    if key is not None:
+        known = remembered.recall(_IDENTITY, key)
+        if isinstance(known, dict) and all(
+            isinstance(known.get(k), str | None) for k in ("name", "email")
+        ):
+            return {"name": known.get("name"), "email": known.get("email")}
+    found = {k: _user_git_config(f"user.{k}", environ) for k in ("name", "email")}
+    if key is not None:
+        remembered.remember(_IDENTITY, key, found)
+    return found
+
+
+def _global_gitconfig_key(environ: Mapping[str, str]) -> dict[str, object] | None:
+    """What `git config --global` reads, as (device, inode, size, mtime) of each file; None
+    where one cannot be looked at."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    xdg = environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    seen: dict[str, object] = {"git": shutil.which("git", path="/usr/bin:/bin:/usr/local/bin")}
+    for path in (os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")):
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            seen[path] = None
+            continue
+        except OSError:
+            return None
+        seen[path] = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns]
+    return seen
 
 
 def _user_git_config(key: str, environ: Mapping[str, str]) -> str | None:

@@ -17,25 +17,41 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+from codecoder.environments.bwrap import remembered
 from codecoder.environments.bwrap.helper import confine_binary, confine_problem, helper_command
 from codecoder.environments.bwrap.home import hidden_paths, home_directories
 from codecoder.environments.bwrap.plan import NAMESPACE_OPTIONS, SandboxPlan
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.sandboxes.landlock.worker import landlock_abi
 
-__all__ = ["CommandSandbox", "bwrap_binary", "command_sandbox", "probe"]
+__all__ = [
+    "CommandSandbox",
+    "bwrap_binary",
+    "command_sandbox",
+    "forget_bwrap_works",
+    "machine_key",
+    "probe",
+]
 
 # Where bubblewrap is looked for: the system's directories only, never a PATH entry a sandbox
 # could write.
 SYSTEM_DIRECTORIES: Final = "/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
 TRIAL_SECONDS: Final = 10.0
+_REMEMBERED: Final = "command-sandbox"
+# The kernel's switches for unprivileged user namespaces (Debian, upstream, Ubuntu's AppArmor).
+_USERNS_SWITCHES: Final = (
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +81,94 @@ def bwrap_binary() -> str | None:
 
 @functools.cache
 def command_sandbox() -> CommandSandbox:
-    """`probe()` on this machine, once per process."""
-    return probe()
+    """`probe()` on this machine, once per process; that bubblewrap works is remembered
+    between processes for as long as what it depends on stays the same (`machine_key`)."""
+    key = machine_key()
+    if key is not None:
+        known = remembered.recall(_REMEMBERED, key)
+        if isinstance(known, dict):
+            try:
+                found = CommandSandbox(**{**known, "tag": EnvironmentTag(known["tag"])})
+            except (KeyError, TypeError, ValueError):
+                found = None
+            if found is not None and found.tag is EnvironmentTag.BWRAP:
+                return found
+    found = probe()
+    if key is not None and found.tag is EnvironmentTag.BWRAP:
+        remembered.remember(_REMEMBERED, key, {**asdict(found), "tag": found.tag.value})
+    return found
+
+
+def forget_bwrap_works() -> None:
+    """A sandbox failed to build: the next process probes again."""
+    remembered.forget(_REMEMBERED)
+
+
+def machine_key() -> dict[str, Any] | None:
+    """What the probe's answer depends on: bubblewrap's binary (which file, which version of
+    it), the confine helper (its digest), the kernel, the boot, the user-namespace switches,
+    the user, this process's confinement (`_process_context`), Landlock's ABI and what the
+    trial sandbox mounts (`_trial_plan`). None where there is no bubblewrap or helper to
+    remember."""
+    bwrap, helper = bwrap_binary(), confine_binary()
+    if bwrap is None or helper is None:
+        return None
+    try:
+        real = os.path.realpath(bwrap)
+        info = os.stat(real)
+        digest = hashlib.sha256(helper.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    switches: dict[str, str | None] = {}
+    for path in _USERNS_SWITCHES:
+        try:
+            with open(path) as file:
+                switches[path] = file.read().strip()
+        except OSError:
+            switches[path] = None
+    boot: str | None = None
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as file:
+        boot = file.read().strip()
+    uname = os.uname()
+    return {
+        "bwrap": [real, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns],
+        "helper": [str(helper), digest],
+        "kernel": [uname.release, uname.version, uname.machine],
+        "boot": boot,
+        "userns": switches,
+        "uid": [os.getuid(), os.geteuid()],
+        "process": _process_context(),
+        "landlock": landlock_abi(),
+        # The trial sandbox hides what a call's hides (the homes, the runtime's directories).
+        "trial": [str(part) for part in _trial_plan().mounts(None)],
+    }
+
+
+def _process_context() -> dict[str, str | None]:
+    """What of this process decides whether it may make namespaces: its capabilities (the
+    bounding set included), no_new_privs, its seccomp filters, its user and mount namespaces
+    and its security label. A client confined otherwise than the process that remembered
+    probes for itself."""
+    context: dict[str, str | None] = {}
+    try:
+        with open("/proc/self/status") as file:
+            for line in file:
+                name, _, value = line.partition(":")
+                if name.startswith("Cap") or name in ("NoNewPrivs", "Seccomp", "Seccomp_filters"):
+                    context[name] = value.strip()
+    except OSError:
+        context["status"] = None
+    for namespace in ("user", "mnt"):
+        try:
+            context[namespace] = os.readlink(f"/proc/self/ns/{namespace}")
+        except OSError:
+            context[namespace] = None
+    try:
+        with open("/proc/self/attr/current") as file:
+            context["label"] = file.read().strip("\0\n ")
+    except OSError:
+        context["label"] = None
+    return context
 
 
 def probe(bwrap: str | None = None) -> CommandSandbox:

@@ -168,16 +168,26 @@ class GitSeen:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
         self.path = project_state_directory(workspace) / RECORD
+        # The record as last read, and the file it was read from (device, inode, size, mtime):
+        # every host command looks twice, and the record changes only when the human accepts.
+        self._read: tuple[tuple[int, int, int, int], dict[str, RepositoryState]] | None = None
 
     def read(self) -> dict[str, RepositoryState] | None:
         """The record; None when there is none. An unreadable one is an error (it could not
-        be told apart from a record of nothing)."""
+        be told apart from a record of nothing). Read again only when the file is another
+        (it is always replaced whole, `write`) or changed."""
         try:
+            # The file as it is before the read: replaced meanwhile, the next look reads again.
+            mark = _mark(os.stat(self.path))
+            if self._read is not None and self._read[0] == mark:
+                return dict(self._read[1])
             data = json.loads(read_regular_file(self.path))
             repositories = data["repositories"]
             if not isinstance(repositories, dict):
                 raise ValueError("repositories is not an object")
-            return {str(k): RepositoryState.from_json(v) for k, v in repositories.items()}
+            states = {str(k): RepositoryState.from_json(v) for k, v in repositories.items()}
+            self._read = (mark, states)
+            return dict(states)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -199,6 +209,11 @@ class GitSeen:
             raise ConfigError(
                 f"cannot record what git runs: {exc.strerror or exc}", self.path
             ) from exc
+
+
+def _mark(info: os.stat_result) -> tuple[int, int, int, int]:
+    """Which file, as it is now: replaced or written, it differs."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 class GitGuard:

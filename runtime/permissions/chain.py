@@ -279,13 +279,21 @@ class PermissionChain:
                 "choices run it on the host instead, unconfined (@shell)"
             )
         notes.extend(violations)
-        if permission.host_after_contained:
-            self._contained_offered.add(key.raw)
-            if host is None:
-                permission = dataclasses.replace(permission, host=None)
-        return self._ask(
-            tool, environment, permission, violations, "; ".join(notes), asker or self.asker
-        )
+        offered = permission.host_after_contained
+        if offered and host is None:
+            permission = dataclasses.replace(permission, host=None)
+        try:
+            return self._ask(
+                tool, environment, permission, violations, "; ".join(notes), asker or self.asker
+            )
+        except _WouldAsk:
+            # Only what would be asked (`evaluate`, `codecoder decide`): nothing was offered,
+            # so the call that follows offers the contained route first as decide said.
+            offered = False
+            raise
+        finally:
+            if offered:
+                self._contained_offered.add(key.raw)
 
     def _ask(
         self,

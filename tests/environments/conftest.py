@@ -33,12 +33,6 @@ REMOTE_SCRIPT = REPO / "scripts" / "remote-engine.sh"
 REMOTE_ROOT = Path(os.environ.get("CODECODER_REMOTE_ROOT", "/var/lib/codecoder-remote-engine"))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "docker: needs a running Docker engine and the codecoder-sandbox image"
-    )
-
-
 def _cannot_run(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true, so Docker tests must run, but {reason}", pytrace=False)

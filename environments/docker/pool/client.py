@@ -14,8 +14,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,6 +22,7 @@ from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.environments.engineseam import Greeted, Sandbox, SandboxTemplate
+from codecoder.foundation import localserver
 
 __all__ = ["FIRST_CLAIM", "OFF", "PoolClient", "pool_for"]
 
@@ -129,59 +128,20 @@ class PoolClient:
             return wire.receive(sock)
 
     def _connect(self) -> socket.socket | None:
-        directory = wire.socket_directory(self.state_home)
         try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            return localserver.connect(str(wire.socket_directory(self.state_home)), self.name)
         except OSError:
             return None
-        try:
-            if not wire.private(dir_fd):
-                return None
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                sock.connect(wire.address(directory, self.name, dir_fd))
-                if wire.peer_uid(sock) != os.geteuid():
-                    raise PermissionError("the pool's server is another user's")
-            except OSError:
-                sock.close()
-                return None
-            return sock
-        finally:
-            os.close(dir_fd)
 
     def _start_server(self, first: dict[str, Any]) -> None:
         """Start a server in the background, handing it the claim that found none; never wait
-        for it (this session creates its own sandbox meanwhile). A shell puts it in the
-        background and exits at once, so it is nobody's child to reap."""
-        directory = wire.socket_directory(self.state_home)
-        try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            log = os.open(
-                directory / "pool.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
-            )
-        except OSError:
-            return
+        for it (this session creates its own sandbox meanwhile)."""
         environment = {**os.environ, FIRST_CLAIM: json.dumps(first)}
         if self.state_home is not None:
             environment["XDG_STATE_HOME"] = str(self.state_home)
-        try:
-            subprocess.run(
-                [
-                    "/bin/sh",
-                    "-c",
-                    '"$0" -m codecoder.environments.docker.pool.server &',
-                    sys.executable,
-                ],
-                cwd="/",
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-                check=False,
-                timeout=_TIMEOUT,
-            )
-        except (OSError, ValueError, subprocess.SubprocessError):
-            pass
-        finally:
-            os.close(log)
+        localserver.start(
+            "codecoder.environments.docker.pool.server",
+            str(wire.socket_directory(self.state_home)),
+            "pool.log",
+            environ=environment,
+        )

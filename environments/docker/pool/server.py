@@ -22,7 +22,6 @@ A server whose code changed on disk since it started (an upgrade) refuses and ex
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -31,7 +30,6 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker import labels as labelling
@@ -41,6 +39,7 @@ from codecoder.environments.docker.pool import wire
 from codecoder.environments.docker.pool.eligible import refusal
 from codecoder.environments.docker.pool.warm import Ready, WarmPool
 from codecoder.environments.engineseam import SandboxTemplate
+from codecoder.foundation import localserver
 from codecoder.foundation.errors import SandboxUnavailable
 from codecoder.foundation.loadedcode import loaded_code
 
@@ -58,51 +57,29 @@ def serve(idle: float = IDLE, first: dict[str, Any] | None = None) -> int:
     ident = wire.identity()
     snapshot = loaded_code()
     directory = wire.socket_directory()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if not wire.private(dir_fd):
-            log.error("%s is not private to this user; not serving", directory)
-            return 1
-        name = wire.socket_name(ident)
-        lock = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock)
-            return 0  # another server of this identity is already listening
-        try:
-            return _serve_locked(idle, first, directory, dir_fd, name, lock, snapshot)
-        finally:
-            os.close(lock)
+        listening = localserver.Listening.claim(str(directory), wire.socket_name(ident))
+    except PermissionError:
+        log.error("%s is not private to this user; not serving", directory)
+        return 1
+    if listening is None:
+        return 0  # another server of this identity is already listening
+    try:
+        return _serve_claimed(idle, first, listening, snapshot)
     finally:
-        os.close(dir_fd)
+        listening.close()
 
 
-def _serve_locked(
+def _serve_claimed(
     idle: float,
     first: dict[str, Any] | None,
-    directory: Path,
-    dir_fd: int,
-    name: str,
-    lock: int,
+    listening: localserver.Listening,
     snapshot: dict[str, tuple[int, int]],
 ) -> int:
-    os.ftruncate(lock, 0)
-    os.write(lock, f"{os.getpid()}\n".encode())
     engine = DockerEngine()
     pool = WarmPool(engine, _labels(), memory=_engine_memory(engine))
     _reap_dead_pools(engine)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(f"{name}.sock", dir_fd=dir_fd)
-    old = os.umask(0o177)
-    try:
-        listener.bind(wire.address(directory, name, dir_fd))
-    finally:
-        os.umask(old)
-    bound = os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino
-    listener.listen(128)
+    listener = listening.listen(128)
     listener.settimeout(_TICK)
     stopping = threading.Event()
 
@@ -121,11 +98,11 @@ def _serve_locked(
                 conn, _ = listener.accept()
             except TimeoutError:
                 quiet = time.monotonic() - last > idle and not pool.claimed_running()
-                if quiet or not _still_ours(dir_fd, name, bound):
+                if quiet or not listening.still_ours():
                     return 0
                 continue
             last = time.monotonic()
-            if wire.peer_uid(conn) != os.geteuid():
+            if localserver.peer_uid(conn) != os.geteuid():
                 conn.close()
                 continue
             # One thread per connection: a client slow to send holds up nobody else's claim.
@@ -137,9 +114,7 @@ def _serve_locked(
             ).start()
         return 0
     finally:
-        if _still_ours(dir_fd, name, bound):
-            os.unlink(f"{name}.sock", dir_fd=dir_fd)
-        listener.close()
+        listening.stop_listening()
         pool.close()
         engine.close()
 
@@ -273,13 +248,6 @@ def _code_changed(snapshot: dict[str, tuple[int, int]]) -> bool:
     the SDK imports some lazily, are not a change)."""
     now = loaded_code()
     return any(now.get(path, (-1, -1)) != mark for path, mark in snapshot.items())
-
-
-def _still_ours(dir_fd: int, name: str, inode: int) -> bool:
-    try:
-        return os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino == inode
-    except OSError:
-        return False
 
 
 def main() -> int:

@@ -4,7 +4,9 @@ One server per user, state directory, installation and Docker engine: its socket
 `<state dir>/pool/pool-<digest>.sock`, the digest naming the interpreter, the package's
 location, PYTHONPATH, the user and DOCKER_HOST. The directory is 0700 and the user's (one that
 is not is never used), the socket 0600, and each side checks the other's uid (SO_PEERCRED):
-only the same user's processes, which could run Docker themselves, can claim a sandbox.
+only the same user's processes, which could run Docker themselves, can claim a sandbox. The
+socket, its directory, the peer checks and the start on demand are the decision server's too
+(`foundation.localserver`).
 
 A message is one SOCK_SEQPACKET datagram holding one JSON object; a claimed sandbox's stream
 travels with its answer as a descriptor (SCM_RIGHTS), received close-on-exec.
@@ -16,18 +18,16 @@ import json
 import os
 import socket
 import sys
-import zlib
 from pathlib import Path
 from typing import Any, Final
 
 from codecoder.environments.docker.engine import _engine_address
+from codecoder.foundation import localserver
 from codecoder.foundation.state import state_directory
 
 __all__ = [
     "MAX_MESSAGE",
     "identity",
-    "peer_uid",
-    "private",
     "receive",
     "send",
     "socket_directory",
@@ -54,33 +54,7 @@ def identity() -> str:
 
 
 def socket_name(ident: str) -> str:
-    return f"pool-{zlib.crc32(ident.encode('utf-8', 'surrogateescape')):08x}"
-
-
-def address(directory: Path, name: str, directory_fd: int) -> str:
-    """The socket's address; through the directory's descriptor when the path is longer than
-    an AF_UNIX address may be (108 bytes)."""
-    path = directory / f"{name}.sock"
-    if len(os.fsencode(path)) < 100:
-        return str(path)
-    return f"/proc/self/fd/{directory_fd}/{name}.sock"
-
-
-def private(fd: int) -> bool:
-    """A directory only this user can enter and change."""
-    info = os.fstat(fd)
-    return info.st_uid == os.geteuid() and info.st_mode & 0o077 == 0
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end (struct ucred: pid, uid, gid)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[4:8], sys.byteorder)
-
-
-def peer_pid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[0:4], sys.byteorder)
+    return localserver.socket_name("pool", ident)
 
 
 def send(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:

@@ -31,7 +31,8 @@ the client, which passes them on to the child, so a call is interrupted, audited
 Who can talk to it. The socket is in `<state dir>/daemon/` (mode 0700, owned by the user; a
 directory that is not is never used), the socket is 0600, and each side checks the other's
 uid with SO_PEERCRED: only the same user's processes, which could run codecoder themselves,
-can ask. The child runs a command only for a client in exactly the server's own context
+can ask (`foundation.localserver`, which the warm pool's server shares). The child runs a
+command only for a client in exactly the server's own context
 (`interfaces.forkserver.peercontext`: uid, groups, capabilities, namespaces, root, cgroup,
 limits, niceness, seccomp and no_new_privs, security label), or it would run the command with
 more than the client has: a client in another context is refused and runs the command itself.
@@ -66,6 +67,7 @@ import socket
 import sys
 import zlib
 
+from codecoder.foundation import localserver
 from codecoder.interfaces.forkserver import peercontext
 
 TYPE_CHECKING = False  # typing itself is not imported: the client's start-up is its cost
@@ -79,12 +81,9 @@ __all__ = [
     "MAX_REQUEST",
     "RUNS_TOOLS",
     "SERVED",
-    "address",
     "answer",
     "die_of",
     "identity",
-    "peer_uid",
-    "private_directory",
     "reply",
     "socket_directory",
     "socket_name",
@@ -143,28 +142,7 @@ def identity(context: str | None = None) -> str:
 
 
 def socket_name(ident: str) -> str:
-    return f"decide-{zlib.crc32(ident.encode('utf-8', 'surrogateescape')):08x}"
-
-
-def address(directory: str, name: str, directory_fd: int) -> str:
-    """The socket's address; through the directory's descriptor when the path is longer than
-    an AF_UNIX address may be (108 bytes)."""
-    path = os.path.join(directory, f"{name}.sock")
-    if len(os.fsencode(path)) < 100:
-        return path
-    return f"/proc/self/fd/{directory_fd}/{name}.sock"
-
-
-def private_directory(fd: int) -> bool:
-    """A directory only this user can enter and change."""
-    info = os.fstat(fd)
-    return info.st_uid == os.geteuid() and info.st_mode & 0o077 == 0
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end (struct ucred: pid, uid, gid)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[4:8], sys.byteorder)
+    return localserver.socket_name("decide", ident)
 
 
 # --- the client ------------------------------------------------------------------------------
@@ -185,7 +163,7 @@ def answer(argv: list[str]) -> int | None:
     name = socket_name(ident)
     directory = socket_directory()
     try:
-        sock = _connect(directory, name, ident)
+        sock = _connect(directory, name)
     except (OSError, ValueError):
         return None
     if sock is None:
@@ -330,66 +308,25 @@ class _Forwarding:
         self._send(signal.SIGCONT)
 
 
-def _connect(directory: str, name: str, ident: str) -> socket.socket | None:
+def _connect(directory: str, name: str) -> socket.socket | None:
     """A connection to this installation's server, started if there is none; None when the
-    directory is not private or the server cannot be started."""
+    directory is not private, the listener is another user's or no server could be started."""
     for attempt in range(2):
         try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            dir_fd = -1
-        if dir_fd >= 0:
-            try:
-                if not private_directory(dir_fd):
-                    return None
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                try:
-                    sock.connect(address(directory, name, dir_fd))
-                except OSError:
-                    sock.close()
-                else:
-                    if peer_uid(sock) == os.geteuid():
-                        return sock
-                    sock.close()
-                    return None
-            finally:
-                os.close(dir_fd)
-        if attempt == 0 and not _start_server(directory, ident):
+            sock = localserver.connect(directory, name)
+        except PermissionError:
+            return None
+        if sock is not None:
+            return sock
+        if attempt == 0 and not localserver.start(
+            "codecoder.interfaces.forkserver.server",
+            directory,
+            "server.log",
+            cwd=_PACKAGE_ROOT,
+            ready_wait=_READY_WAIT,
+        ):
             return None
     return None
-
-
-def _start_server(directory: str, ident: str) -> bool:
-    """Start a server in the background and wait until it listens (or gives up)."""
-    import select
-    import subprocess
-
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        log = os.open(
-            os.path.join(directory, "protocol.log"),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-            0o600,
-        )
-    except OSError:
-        return False
-    try:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "codecoder.interfaces.forkserver.server"],
-            cwd=_PACKAGE_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            start_new_session=True,
-        )
-    except (OSError, ValueError):
-        return False
-    finally:
-        os.close(log)
-    assert server.stdout is not None
-    with server.stdout:
-        ready, _, _ = select.select([server.stdout], [], [], _READY_WAIT)
-        return bool(ready) and server.stdout.readline() == b"ready\n"
 
 
 def _send_request(sock: socket.socket, ident: str, argv: list[str], ignored: list[int]) -> bool:

@@ -22,6 +22,7 @@ import socket
 import sys
 from typing import Any, Final
 
+from codecoder.foundation import localserver
 from codecoder.interfaces.forkserver import child, codewatch, peercontext, protocol
 
 __all__ = ["serve"]
@@ -32,7 +33,6 @@ _SO_PASSPIDFD: Final = 76  # Linux 6.5; not named by Python 3.11's socket module
 
 def serve(idle: float = protocol.IDLE) -> int:
     """Listen for requests until idle for `idle` seconds; returns the exit status."""
-    import fcntl
     import select
     import time
 
@@ -42,35 +42,17 @@ def serve(idle: float = protocol.IDLE) -> int:
     code = codewatch.CodeWatch(_package_folders())
     gc.freeze()  # what the server holds now stays; a child's collections leave it untouched
     directory = protocol.socket_directory()
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    if not protocol.private_directory(dir_fd):
-        print(f"codecoder decisiond: {directory} is not private to this user", file=sys.stderr)
-        return 1
-    name = protocol.socket_name(ident)
-    lock = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another server of this installation is already listening
-    os.ftruncate(lock, 0)
-    os.write(lock, f"{os.getpid()}\n".encode())
-    address = protocol.address(directory, name, dir_fd)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(f"{name}.sock", dir_fd=dir_fd)
-    old = os.umask(0o177)
-    try:
-        listener.bind(address)
-    finally:
-        os.umask(old)
-    bound = os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino
     # Every request carries a pidfd of the process that sent it: a message sent before its
     # connection was accepted, because the kernel adds one when no socket receives it yet, one
     # sent after, because accepted sockets inherit this option.
-    with contextlib.suppress(OSError):
-        listener.setsockopt(socket.SOL_SOCKET, _SO_PASSPIDFD, 1)
-    listener.listen(64)
+    try:
+        listening = localserver.Listening.claim(directory, protocol.socket_name(ident))
+    except PermissionError:
+        print(f"codecoder decision server: {directory} is not private", file=sys.stderr)
+        return 1
+    if listening is None:
+        return 0  # another server of this installation is already listening
+    listener = listening.listen(64, [(socket.SOL_SOCKET, _SO_PASSPIDFD, 1)])
     listener.setblocking(False)
 
     stopping = False
@@ -94,12 +76,19 @@ def serve(idle: float = protocol.IDLE) -> int:
     poller.register(wake_read, select.POLLIN)
     if code.fd is not None:
         poller.register(code.fd, select.POLLIN)  # an upgrade ends an idle server at once
-    inherited = (lock, dir_fd, wake_read, wake_write, devnull, code.fd or -1)
+    inherited = (
+        listening.lock,
+        listening.dir_fd,
+        wake_read,
+        wake_write,
+        devnull,
+        code.fd or -1,
+    )
     children = _Children(listener, context, inherited, poller)
     last = time.monotonic()
     try:
         while True:
-            if stopping or not _still_ours(dir_fd, name, bound):
+            if stopping or not listening.still_ours():
                 children.no_spare()
                 if not children.running:
                     return 0
@@ -130,10 +119,7 @@ def serve(idle: float = protocol.IDLE) -> int:
             children.reap()
     finally:
         children.no_spare()
-        if _still_ours(dir_fd, name, bound):
-            os.unlink(f"{name}.sock", dir_fd=dir_fd)
-        listener.close()
-        os.close(lock)
+        listening.close()
         code.close()
 
 
@@ -145,7 +131,7 @@ def _accept(listener: socket.socket, code: codewatch.CodeWatch, children: _Child
             conn, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
             return True
-        if protocol.peer_uid(conn) != os.geteuid():
+        if localserver.peer_uid(conn) != os.geteuid():
             conn.close()
             continue
         if code.changed():
@@ -316,13 +302,6 @@ def _package_folders() -> list[str]:
         *codecoder.environments.__path__,
         *codecoder.sandboxes.__path__,
     ]
-
-
-def _still_ours(dir_fd: int, name: str, inode: int) -> bool:
-    try:
-        return os.stat(f"{name}.sock", dir_fd=dir_fd, follow_symlinks=False).st_ino == inode
-    except OSError:
-        return False
 
 
 def _refuse(conn: socket.socket, problem: str) -> None:

@@ -101,7 +101,9 @@ def test_no_process_of_a_call_survives_it(sandbox: DockerEnvironment, docker_eng
         "sh -c 'trap \"\" TERM HUP; exec sleep 300' & echo started"
     )
     result = run(sandbox, escapes, writable=False)
-    processes = docker_engine.api.top(container_of(docker_engine, sandbox, "ro"))["Processes"]
+    # ps at any width: the engine's own COLUMNS (whoever started it) must not cut the lines.
+    container = container_of(docker_engine, sandbox, "ro")
+    processes = docker_engine.api.top(container, ps_args="-efww")["Processes"]
 
     assert result.stdout == "started\n"
     assert sorted(row[-1] for row in processes) == [

@@ -143,6 +143,6 @@ async def test_a_cancelled_acall_stops_the_command_in_the_container(
         left = docker_engine.api.containers(filters={"id": container["Id"]})
         assert left == [] or not [
             p
-            for p in docker_engine.api.top(container["Id"])["Processes"] or []
+            for p in docker_engine.api.top(container["Id"], ps_args="-efww")["Processes"] or []
             if marker in " ".join(p)
         ]

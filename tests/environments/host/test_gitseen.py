@@ -375,6 +375,29 @@ def test_in_bwrap_the_same_copy_never_plants_what_host_git_runs(
     assert not marker.exists()
 
 
+def test_the_record_is_read_again_whenever_another_process_changed_it(tmp_path: Path) -> None:
+    # The guard keeps the record it read (a host command looks twice); a record accepted by
+    # another process, or edited in place, is what the next look reads.
+    from codecoder.environments.host.gitseen import GitSeen
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    ours, theirs = GitSeen(workspace), GitSeen(workspace)
+    assert ours.read() is None
+    state = repository_state(workspace, ".git")
+    theirs.write({".git": state})
+    assert ours.read() == {".git": state}
+    theirs.write({})
+    assert ours.read() == {}
+    document = json.loads(ours.path.read_text())
+    document["repositories"] = {"sub/.git": state.to_json()}
+    with open(ours.path, "r+") as file:  # in place: same inode
+        file.write(json.dumps(document))
+        file.truncate()
+    assert ours.read() == {"sub/.git": state}
+
+
 SSH_COMMAND = 'printf \'[core]\\n\\tsshCommand = "sh -c \\\\"touch {marker}\\\\""\\n\''
 FSMONITOR = 'printf \'[core]\\n\\tfsmonitor = "sh -c \\\\"touch {marker}\\\\""\\n\''
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from codecoder.foundation import localserver
 from codecoder.interfaces.forkserver import protocol
 
 
@@ -124,7 +125,7 @@ def address(path: Path) -> Iterator[str]:
     """An AF_UNIX address for `path`, however long, as the client and server make it."""
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield protocol.address(str(path.parent), path.stem, fd)
+        yield localserver.address(str(path.parent), path.stem, fd)
     finally:
         os.close(fd)
 

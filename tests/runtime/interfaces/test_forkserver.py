@@ -191,9 +191,12 @@ def test_a_served_command_imports_nothing_of_the_runtime(
     imported = _imported(proc.stderr) - _imported(bare.stderr)
     assert "codecoder.interfaces.forkserver.protocol" in imported
     # Only the standard library and the client's own modules: `import codecoder` (its public
-    # names are loaded when used) and its __main__ add nothing else.
+    # names are loaded when used) and its __main__ add nothing else; the local server's
+    # address and framing are foundation's (shared with the warm pool's server).
     assert {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names} == {
         "codecoder",
+        "codecoder.foundation",
+        "codecoder.foundation.localserver",
         "codecoder.interfaces",
         "codecoder.interfaces.forkserver",
         "codecoder.interfaces.forkserver.protocol",

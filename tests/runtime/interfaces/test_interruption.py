@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pexpect
@@ -95,7 +96,10 @@ def test_a_session_waiting_for_a_line_ends_on_a_sigterm_a_helper_thread_takes(
     SIGTERM handed to one of them ends the session waiting at its prompt."""
     child, _ = start(project, contained=True)
     run(child, "run_command ls")
-    helpers = helper_threads(child.pid)
+    # The builder starts once the call's answer is out: the prompt may come back first.
+    deadline = time.monotonic() + 20
+    while not (helpers := helper_threads(child.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert helpers
     tgkill(child.pid, helpers[0], signal.SIGTERM)
     child.expect_exact("codecoder: terminated", timeout=20)
