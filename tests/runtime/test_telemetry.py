@@ -93,6 +93,7 @@ def test_every_call_is_an_execute_tool_span_with_its_decision(
                     "session",
                     "project",
                     "project-any",
+                    "every-project",
                     "deny",
                 ),
             },

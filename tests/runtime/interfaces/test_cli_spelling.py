@@ -211,15 +211,20 @@ def test_decide_shows_each_choice_with_what_it_records_and_how_long(project: Pat
     proc = codecoder("decide", "run_command", "cp a b", project=project)
     assert proc.returncode == 4
     written = f"lasts until revoked; written to {project.resolve() / 'codecoder.json'}"
-    assert proc.stdout.splitlines()[-5:] == [
+    sandbox = (
+        "run_command:** — any command in @bwrap, compound lines included (never one that needs "
+        "the host, nor one touching a protected path; deny rules still refuse)"
+    )
+    assert proc.stdout.splitlines()[-6:] == [
         "  [o] Once: this call only; nothing is recorded",
         "  [s] AlwaysThisSession: run_command:cp — every simple `cp …` command, with any "
         "arguments (lasts until this session ends; kept in memory only (nothing is written))",
         "  [p] AlwaysThisProject: run_command:cp — every simple `cp …` command, with any "
         f"arguments ({written})",
-        "  [c] AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
-        "literal arguments; never a compound command, nor one that needs the host) "
-        f"({written})",
+        f"  [c] AlwaysThisProject: {sandbox} ({written})",
+        f"  [g] AlwaysEveryProject: {sandbox} (lasts until revoked, in every project where it "
+        "runs contained; written to your own file, "
+        f"{Path(os.environ['XDG_CONFIG_HOME']) / 'codecoder' / 'config.json'})",
         "  [d] Deny: nothing runs; nothing is recorded",
     ]
 

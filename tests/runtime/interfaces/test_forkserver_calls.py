@@ -175,7 +175,7 @@ def test_with_arguments_on_stdin_the_question_goes_to_the_clients_controlling_te
         encoding="utf-8",
         timeout=60,
     )
-    child.expect(r"choice \[o/p/w/c/d\]: ")
+    child.expect(r"choice \[o/p/w/c/g/d\]: ")
     assert "key          write_file:src/asked.txt" in child.before
     child.sendline("o")
     child.expect(pexpect.EOF)

@@ -275,7 +275,7 @@ def test_a_contained_command_offers_the_project_and_its_grant_holds_in_the_next_
 ) -> None:
     child, _ = start(project, contained=True)
     child.sendline("run_command mkdir -v hi")
-    child.expect_exact("choice [o/s/p/c/d]: ")
+    child.expect_exact("choice [o/s/p/c/g/d]: ")
     shown = child.before.replace("\r\n", "\n")
     assert "  environment  @bwrap (host processes in bubblewrap namespaces" in shown
     child.sendline("p")
@@ -295,7 +295,7 @@ def test_ctrl_c_ends_a_contained_command_and_everything_it_started(project: Path
     marker = f"313.{os.getpid()}"
     child, _ = start(project, contained=True)
     child.sendline(f"run_command (setsid sleep {marker} &); sleep {marker}")
-    child.expect_exact("choice [o/s/p/d]: ")
+    child.expect(r"choice \[o/s/p(/c/g)?/d\]: ")
     child.sendline("o")
     deadline = time.monotonic() + 30
     while not _with(marker) and time.monotonic() < deadline:

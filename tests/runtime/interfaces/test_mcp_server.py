@@ -261,7 +261,14 @@ async def test_accepted_for_the_project_on_docker_the_grant_is_written_and_not_a
     async with connected(project, human) as session:
         first = await session.call_tool("run_command", {"command": "true"})
         second = await session.call_tool("run_command", {"command": "true"})
-    assert choices(human.asked[0]) == ["once", "session", "project", "project-any", "deny"]
+    assert choices(human.asked[0]) == [
+        "once",
+        "session",
+        "project",
+        "project-any",
+        "every-project",
+        "deny",
+    ]
     assert "AlwaysThisProject is not offered" not in human.asked[0].message
     assert len(human.asked) == 1
     # Whether Docker can run the command here does not matter: the decision was taken first.
@@ -793,7 +800,7 @@ async def test_a_read_only_command_runs_with_no_question_and_meta_says_read_only
     assert request.writable is False
 
 
-async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
+async def test_a_contained_command_is_offered_any_command_in_the_sandbox(
     project: Path,
 ) -> None:
     human = Human("project-any")
@@ -808,17 +815,18 @@ async def test_a_contained_command_is_offered_any_simple_command_in_the_sandbox(
         "project",
         "project-program",
         "project-any",
+        "every-project",
         "deny",
     ]
     titles = {
         o["const"]: o["title"] for o in question.requested_schema["properties"]["decision"]["oneOf"]
     }
     assert titles["project-any"] == (
-        "AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
-        "literal arguments; never a compound command, nor one that needs the host) (lasts until "
-        f"revoked; written to {project / 'codecoder.json'})"
+        "AlwaysThisProject: run_command:** — any command in @bwrap, compound lines included "
+        "(never one that needs the host, nor one touching a protected path; deny rules still "
+        f"refuse) (lasts until revoked; written to {project / 'codecoder.json'})"
     )
-    assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:*"] * 2
+    assert [decision_of(r)["matched"] for r in (first, second)] == ["run_command:**"] * 2
 
 
 async def test_git_push_offers_the_host_as_an_explicit_choice_and_runs_there_once(

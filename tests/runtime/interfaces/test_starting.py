@@ -55,7 +55,7 @@ def test_init_in_a_node_project_without_an_engine_writes_a_file_check_accepts(
         "environment": "@bwrap",
         "bound": False,
         "reason": "host processes in bubblewrap namespaces: protected paths read-only, secrets "
-        "hidden, no network, the default here",
+        "hidden, the network only through the egress proxy, each host asked, the default here",
         "hints": [],
     }
     check = codecoder(project, "check", "--json", DOCKER_HOST=NO_ENGINE)
