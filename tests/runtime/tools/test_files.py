@@ -162,7 +162,10 @@ def test_write_file_is_keyed_by_the_normalised_workspace_path() -> None:
             ),
         ),
         widest=GrantLevel(
-            "write_file:**", f"any file in this workspace, at any depth; {NEVER_PROTECTED}"
+            "write_file:**",
+            "any file in this workspace, written or edited (write_file and edit_file), at any "
+            f"depth; {NEVER_PROTECTED}",
+            also=("edit_file:**",),
         ),
     )
 
