@@ -53,12 +53,15 @@ def test_the_python_api_example(project: Path) -> None:
     lines = example("python_api.py", project)
     assert lines == [
         "'echo hello': ok=True source=read-only",
-        "asked: run_command:touch (@bwrap), choices: once, session, project, project-any, deny",
+        "asked: run_command:touch (@bwrap), choices: once, session, project, project-any, "
+        "every-project, deny",
         "'touch made.txt': ok=True source=session",
         "'touch again.txt': ok=True source=session",
-        "asked: run_command:chmod (@bwrap), choices: once, session, project, project-any, deny",
+        "asked: run_command:chmod (@bwrap), choices: once, session, project, project-any, "
+        "every-project, deny",
         "'chmod 600 made.txt': ok=False source=denied",
-        "asked: run_command:chmod (@bwrap), choices: once, session, project, project-any, deny",
+        "asked: run_command:chmod (@bwrap), choices: once, session, project, project-any, "
+        "every-project, deny",
         "refused: run_command:chmod was not allowed (denied at the prompt)",
         "read made.txt: ok=True",
         "the long command was cancelled and stopped",
@@ -71,7 +74,8 @@ REFUSED = "run_command:rm is refused by deny rule 'run_command:rm' of codecoder.
 def test_the_pydantic_ai_example(project: Path) -> None:
     asked, told = example("pydantic_ai_agent.py", project)
     assert asked == (
-        "asked: run_command:touch in @bwrap: ['once', 'session', 'project', 'project-any', 'deny']"
+        "asked: run_command:touch in @bwrap: ['once', 'session', 'project', 'project-any', "
+        "'every-project', 'deny']"
     )
     assert json.loads(told) == {
         "call-0": "hello\n[exit code 0]",

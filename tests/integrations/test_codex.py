@@ -223,11 +223,17 @@ def test_in_a_terminal_codex_shows_codecoders_question_and_the_answer_holds_for_
         "(until its client disconnects); kept in the server's memory; `codecoder allowlist "
         "list` shows it) 3. AlwaysThisProject: run_command:touch — every simple `touch …` "
         "command, with any arguments ",
-        "4. AlwaysThisProject: run_command:* — any simple command in @bwrap (one program with "
-        "literal arguments; never a compound command, nor one that needs the host) ",
-        "5. Deny: nothing runs; nothing is recorded",
+        "4. AlwaysThisProject: run_command:** — any command in @bwrap, compound lines included "
+        "(never one that needs the host, nor one touching a protected path; deny rules still "
+        "refuse) ",
+        "5. AlwaysEveryProject: run_command:** — any command in @bwrap, compound lines "
+        "included (never one that needs the host, nor one touching a protected path; deny rules "
+        "still refuse) (lasts until revoked, in every project where it runs contained; written "
+        "to your own file, ",
     )
-    assert re.search(written.join(re.escape(c) for c in choices), screen), screen[-3000:]
+    pattern = written.join(re.escape(c) for c in choices)
+    pattern += r"[^)]*config\.json\) " + re.escape("6. Deny: nothing runs; nothing is recorded")
+    assert re.search(pattern, screen), screen[-3000:]
     # The refusal's reason is in the transcript the person reads, not only the model's.
     assert "permission denied: run_command:git:tag was not allowed" in screen, screen[-3000:]
     assert (project / "one").exists() and (project / "two").exists()

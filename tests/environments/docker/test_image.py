@@ -293,7 +293,7 @@ def test_check_fails_a_project_whose_image_is_not_a_sandbox_image(
     assert [d["code"] for d in report["diagnostics"] if d["severity"] == "error"] == [
         "docker_unavailable"
     ]
-    assert (good.returncode, json.loads(good.stdout)["docker"]["agent"]) == (0, "4")
+    assert (good.returncode, json.loads(good.stdout)["docker"]["agent"]) == (0, "5")
 
 
 @docker_test

@@ -96,7 +96,14 @@ async def test_echo_runs_the_denied_rm_is_refused_and_touch_waits_for_approval(
         "run_command:touch",
         "@bwrap",
     )
-    assert question["choices"] == ["once", "session", "project", "project-any", "deny"]
+    assert question["choices"] == [
+        "once",
+        "session",
+        "project",
+        "project-any",
+        "every-project",
+        "deny",
+    ]
     assert not (project / "made.txt").exists()  # not before approval
     assert (project / "keep.txt").read_text() == "precious\n"  # never
     assert sorted(audit(project)) == [  # the calls ran side by side

@@ -772,11 +772,12 @@ def test_a_pool_that_hands_out_stale_sandboxes_lets_the_stale_attempts_escape(
     # stage on: a stale template's claim is refused by the pool once the placeholders it mounts
     # are gone; they are then not run, never blocked.)
     found = statuses(report)
-    assert found["pool.stale-git-hooks"] == found["pool.stale-codecoder-dir"] == BLOCKED
-    assert found["pool.stale-nested-git"] == ESCAPED
-    assert {found["pool.stale-project-file"], found["pool.stale-gitmodules"]} <= {ESCAPED, NOT_RUN}
+    assert {found["pool.stale-git-hooks"], found["pool.stale-codecoder-dir"]} <= {BLOCKED, NOT_RUN}
+    assert set(found.values()) <= {BLOCKED, ESCAPED, NOT_RUN}
+    escaped = [attempt for attempt, status in found.items() if status == ESCAPED]
+    assert escaped, found  # the audit sees the stale pool's hole
     how = {result.attempt.id: result.how for result in report.results}
-    assert how["pool.stale-nested-git"].startswith("it changed vendor/lib/.git/hooks/")
+    assert all(how[attempt].startswith("it changed ") for attempt in escaped)
     assert not report.ok
 
 
