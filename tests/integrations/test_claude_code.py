@@ -42,7 +42,15 @@ PLANT = ".codecoder/capabilities/evil/capability.json"  # protected: a capabilit
 
 
 def claude_env(tmp_path: Path) -> dict[str, str]:
-    return base_env(tmp_path, ANTHROPIC_BASE_URL="{URL}", ANTHROPIC_API_KEY="sk-ant-stand-in")
+    # MCP_CONNECTION_NONBLOCKING=false: `claude -p` otherwise starts its first turn before its
+    # MCP servers have connected (anthropics/claude-code#65094), and on a loaded machine the
+    # model is offered no codecoder tool at all (docs/integrations/agents.md says so).
+    return base_env(
+        tmp_path,
+        ANTHROPIC_BASE_URL="{URL}",
+        ANTHROPIC_API_KEY="sk-ant-stand-in",
+        MCP_CONNECTION_NONBLOCKING="false",
+    )
 
 
 def trusted_config(project: Path, env: dict[str, str], config: dict[str, Any]) -> None:
