@@ -347,8 +347,10 @@ def test_a_warm_sandbox_of_an_image_its_tag_no_longer_names_is_never_handed_out(
     wait_until(lambda: not docker_engine.api.containers(all=True, filters={"id": old}))
     # The pool refills from what the tag names now, and that one is handed out.
     status = warm(pool)
-    (fresh,) = [r for t in status["templates"] for r in t["ready"]]
-    assert docker_engine.api.inspect_container(fresh)["Image"] == new_image
+    # (the pool may keep more than one: it learns the pace of claims; every one is the new image)
+    fresh = [r for t in status["templates"] for r in t["ready"]]
+    assert fresh
+    assert {docker_engine.api.inspect_container(c)["Image"] for c in fresh} == {new_image}
     assert served_from_pool(first_call(workspace, image=own_tag, pool=1))
 
 
