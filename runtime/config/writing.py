@@ -55,6 +55,12 @@ def add_allow_entry(
             "lasts beyond the session"
         )
     value: str | dict[str, str] = scope if digest is None else {"scope": scope, "digest": digest}
+    _update(path, _granting(pattern, value), granted=(pattern, digest))
+
+
+def _granting(pattern: str, value: str | dict[str, str]) -> Callable[[dict[str, Any]], bool]:
+    """The edit that sets `pattern` to `value` in a document's allowlist (made where missing);
+    it says whether anything changed."""
 
     def grant(document: dict[str, Any]) -> bool:
         if "allowlist" not in document:
@@ -65,7 +71,7 @@ def add_allow_entry(
         allowlist[pattern] = value
         return True
 
-    _update(path, grant, granted=(pattern, digest))
+    return grant
 
 
 def add_user_allow_entry(path: Path, pattern: str) -> None:
@@ -74,18 +80,8 @@ def add_user_allow_entry(path: Path, pattern: str) -> None:
     record: the user's file is the human's own."""
     if problem := pattern_problem(pattern):
         raise ValueError(f"cannot grant {_quote(pattern)}: {problem}")
-
-    def grant(document: dict[str, Any]) -> bool:
-        if "allowlist" not in document:
-            _insert_allowlist(document)
-        allowlist: dict[str, Any] = document["allowlist"]
-        if allowlist.get(pattern) == PROJECT_SCOPE:
-            return False
-        allowlist[pattern] = PROJECT_SCOPE
-        return True
-
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _update(path, grant, granted=(pattern, None), keep_trust=False)
+    _update(path, _granting(pattern, PROJECT_SCOPE), granted=(pattern, None), keep_trust=False)
 
 
 def remove_allow_entry(path: Path, pattern: str) -> bool:
