@@ -346,9 +346,12 @@ async def test_a_long_command_sends_its_latest_lines_as_progress_to_a_client_tha
         )
     assert text_of(result) == "".join(f"line {i}\n" for i in range(1, 7)) + "[exit code 0]"
     # From its first second on, at most twice a second: the time so far and the latest lines.
-    assert 2 <= len(reports) <= 5
+    # (How many depends on how long the run took on a loaded machine; the spacing does not.)
+    assert len(reports) >= 2
     done = [report[0] for report in reports]
     assert done == sorted(set(done)) and done[0] >= 1.0
+    # Times are shown to a tenth of a second, so half a second apart reads as 0.4 at worst.
+    assert all(later - earlier >= 0.4 for earlier, later in zip(done, done[1:], strict=False))
     first_done, first_total, first_message = reports[0]
     assert first_total is None and first_message is not None
     head, *lines = first_message.split("\n")
