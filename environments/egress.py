@@ -58,6 +58,7 @@ import os
 import shutil
 import socket
 import ssl
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -175,7 +176,7 @@ class Egress:
             return value
         if isinstance(value, Mapping):
             if set(value) != {"allow"}:
-                raise ValueError('network must be "none" or {"allow": [hosts]}')
+                raise ValueError('network must be "ask", "none" or {"allow": [hosts]}')
             hosts = value["allow"]
             if isinstance(hosts, str) or not isinstance(hosts, Sequence):
                 raise ValueError("network.allow must be a list of hosts")
@@ -249,10 +250,15 @@ class EgressProxy:
         broker: CredentialBroker | None = None,
         unix: bool = True,
         upstream: tuple[str, int] | None = None,
+        directory: Path | None = None,
     ) -> None:
         """`upstream`: where every admitted connection goes instead of the address decided
         (a stand-in server on loopback, for the questions benchmark's replay; never set by the
-        runtime): everything up to the connection is decided as always."""
+        runtime): everything up to the connection is decided as always. `directory`: where
+        the Unix socket is bound instead of a scratch directory of its own: the empty, private
+        directory made for a @docker sandbox and already mounted in it (a warm pool's, made
+        before any session claimed it: `environments.docker.pool.warm`); removed on close the
+        same way."""
         self.egress = egress
         self._upstream = upstream
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
@@ -266,7 +272,11 @@ class EgressProxy:
         self._directory_fd: int | None = None
         if unix:
             # Outside the workspace, in the process's scratch (foundation.scratch).
-            self.directory = scratch_directory("codecoder-egress-")
+            self.directory = (
+                scratch_directory("codecoder-egress-")
+                if directory is None
+                else _private_empty(directory)
+            )
             self.path = self.directory / SOCKET_NAME
             # A Unix socket's address has at most 107 bytes, and the state directory may lie
             # deep in a home: where the path is longer, it is reached through this descriptor.
@@ -713,6 +723,28 @@ async def _pump(
     with contextlib.suppress(OSError, RuntimeError):
         if sink.can_write_eof():
             sink.write_eof()
+
+
+def _private_empty(directory: Path) -> Path:
+    """`directory`, checked to be what a sandbox's egress directory must be before a socket is
+    bound in it: a directory (no link), this user's, writable by nobody else, and empty (no
+    socket of anyone else's); `ExecutionFailed` otherwise."""
+    try:
+        info = os.lstat(directory)
+        entries = os.listdir(directory)
+    except OSError as exc:
+        raise ExecutionFailed(f"the sandbox's egress directory {directory}: {exc}") from None
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & 0o022
+        or entries
+    ):
+        raise ExecutionFailed(
+            f"the sandbox's egress directory {directory} is not an empty directory private to "
+            "this user; its egress proxy is not started there"
+        )
+    return directory
 
 
 def _is_address(host: str) -> bool:

@@ -47,7 +47,12 @@ from codecoder.environments.docker.engine import (
     engine_is_local,
     transport,
 )
-from codecoder.environments.docker.settings import DEFAULT_IMAGE, DockerSettings
+from codecoder.environments.docker.settings import (
+    ASK,
+    DEFAULT_IMAGE,
+    REMOTE_NO_NETWORK,
+    DockerSettings,
+)
 from codecoder.environments.docker.workspacemode import workspace_mode
 from codecoder.foundation.errors import SandboxUnavailable
 
@@ -248,11 +253,12 @@ class SandboxStatus:
     def describe(self) -> str:
         if not self.reachable:
             return f"@docker: {self.problems[0]}"
-        network = (
-            self.network
-            if isinstance(self.network, str)
-            else "egress proxy to " + ", ".join(self.network["allow"])
-        )
+        if isinstance(self.network, dict):
+            network = "egress proxy to " + ", ".join(self.network["allow"])
+        elif self.network == ASK:
+            network = "egress proxy, each host asked (writable calls)"
+        else:
+            network = self.network
         kernel = " (gVisor)" if self.runtime == "runsc" else ""
         engine = self.transport.describe() if self.transport else self.engine
         return (
@@ -336,6 +342,8 @@ def sandbox_status(
                 "the egress allowlist needs a local engine: its proxy runs on this machine and "
                 "reaches the sandbox through a Unix socket mounted into it"
             )
+        if not engine_is_local() and settings.asks_hosts:
+            status.warnings.append(REMOTE_NO_NETWORK)
     except docker.errors.DockerException as exc:
         status.problems.append(f"the Docker engine answered {_explain(exc)}")
     finally:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
-from codecoder.environments.docker.containers import SandboxContainers
+from codecoder.environments.docker.containers import EGRESS_MOUNT, SandboxContainers
 from codecoder.environments.docker.engine import DockerEngine
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
@@ -187,7 +187,15 @@ def test_a_pooled_sandbox_is_hardened_exactly_as_a_sessions_own(
 
     def shape(attrs: dict[str, Any]) -> dict[str, Any]:
         host, config = attrs["HostConfig"], attrs["Config"]
-        mounts = sorted((m["Source"], m["Destination"], m["RW"]) for m in attrs["Mounts"])
+        # Each sandbox has an egress directory of its own: only where it is differs.
+        mounts = sorted(
+            (
+                "<egress>" if m["Destination"] == EGRESS_MOUNT else m["Source"],
+                m["Destination"],
+                m["RW"],
+            )
+            for m in attrs["Mounts"]
+        )
         keep = ("User", "Entrypoint", "Env", "WorkingDir", "Image", "OpenStdin", "StdinOnce")
         return {
             "host": {k: v for k, v in host.items() if k not in ("Binds", "Mounts")},
@@ -197,6 +205,12 @@ def test_a_pooled_sandbox_is_hardened_exactly_as_a_sessions_own(
 
     assert channel.claimed
     assert shape(pooled_attrs) == shape(own_attrs)
+    assert ("<egress>", EGRESS_MOUNT, False) in shape(pooled_attrs)["mounts"]
+    egress = {
+        name: next(m["Source"] for m in attrs["Mounts"] if m["Destination"] == EGRESS_MOUNT)
+        for name, attrs in (("own", own_attrs), ("pooled", pooled_attrs))
+    }
+    assert egress["own"] != egress["pooled"]
 
 
 @pytest.mark.parametrize("runtime", ["runsc"])
