@@ -126,6 +126,7 @@ class SandboxContainers:
         sync: bool,
         resolver: Resolver | None = None,
         volume: Callable[[], WorkspaceVolume] | None = None,
+        upstream: tuple[str, int] | None = None,
     ) -> None:
         self.workspace = workspace
         self.settings = settings
@@ -133,6 +134,7 @@ class SandboxContainers:
         self.sync = sync
         self._resolver = resolver
         self._volume = volume
+        self._upstream = upstream
         self._host = socket.gethostname()
         self._boot = _boot_id()
         self._pid = os.getpid()
@@ -383,6 +385,7 @@ class SandboxContainers:
                     egress,
                     resolver=self._resolver or system_resolver,
                     directory=sandbox.egress,
+                    upstream=self._upstream,
                 )
             outbox = OUTBOX if self.sync and mode == "rw" else None
             # Writable in bind mode, created here or claimed: what each call changes in the
