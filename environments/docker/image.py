@@ -50,6 +50,7 @@ from codecoder.environments.docker.engine import (
 from codecoder.environments.docker.settings import (
     ASK,
     DEFAULT_IMAGE,
+    NO_NETWORK,
     REMOTE_NO_NETWORK,
     DockerSettings,
 )
@@ -233,6 +234,7 @@ class SandboxStatus:
     transport: EngineTransport | None = None
     warnings: list[str] = field(default_factory=list)
     workspace_reason: str | None = None  # why sync, when not the plain default
+    network_reason: str | None = None  # why no network, where the default would give one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -246,6 +248,7 @@ class SandboxStatus:
             "workspace": self.workspace,
             "workspace_reason": self.workspace_reason,
             "network": self.network,
+            "network_reason": self.network_reason,
             "problems": self.problems,
             "warnings": self.warnings,
         }
@@ -266,6 +269,7 @@ class SandboxStatus:
             f"runtime {self.runtime}{kernel}, workspace {self.workspace}"
             + (f" ({self.workspace_reason})" if self.workspace_reason else "")
             + f", network {network}"
+            + (f" ({self.network_reason})" if self.network_reason else "")
         )
 
 
@@ -343,7 +347,7 @@ def sandbox_status(
                 "reaches the sandbox through a Unix socket mounted into it"
             )
         if not engine_is_local() and settings.asks_hosts:
-            status.warnings.append(REMOTE_NO_NETWORK)
+            status.network, status.network_reason = NO_NETWORK, REMOTE_NO_NETWORK
     except docker.errors.DockerException as exc:
         status.problems.append(f"the Docker engine answered {_explain(exc)}")
     finally:

@@ -23,11 +23,11 @@ WorkspaceMode = Literal["auto", "bind", "sync"]
 # `network`'s default: a writable call reaches the network through the runtime's egress proxy,
 # each host asked as `network:<host>` during the call (`Egress.asking`), as in @bwrap.
 ASK: Final = "ask"
-# What `check` says of the default on an engine of another machine (`containers.egress_for`).
+# Why the default gives no network on an engine of another machine (`containers.egress_for`),
+# as `check` says it.
 REMOTE_NO_NETWORK: Final = (
-    "the Docker engine is on another machine, where the egress proxy's socket cannot be "
-    "mounted: @docker commands run there with no network at all (a connection fails at once). "
-    'Run a local engine for network, or say "docker": {"network": "none"} to silence this'
+    "the engine is on another machine, where the egress proxy's socket cannot be mounted: "
+    "commands run there with no network, and a connection fails at once"
 )
 # No network at all, not even the proxy (the way to opt out of `ask`). Any other string is
 # handed to the engine as its network mode (`bridge`, ...), a loosening.

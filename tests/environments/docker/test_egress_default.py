@@ -67,7 +67,11 @@ def test_a_writable_call_asks_each_host_during_the_call_and_reaches_it_when_gran
 ) -> None:
     gate = Gate(admitted=[HOST])
     with DockerEnvironment(
-        workspace, DockerSettings(), resolver=RESOLVER, upstream=(upstream.host, upstream.port), pool=False
+        workspace,
+        DockerSettings(),
+        resolver=RESOLVER,
+        upstream=(upstream.host, upstream.port),
+        pool=False,
     ) as env:
         result = call(env, gate)
 
@@ -77,12 +81,14 @@ def test_a_writable_call_asks_each_host_during_the_call_and_reaches_it_when_gran
     assert [(r.host, r.port, r.allowed) for r in gate.records] == [(HOST, 443, True)]
 
 
-def test_a_refused_host_fails_at_once_naming_its_key(
-    workspace: Path, upstream: Upstream
-) -> None:
+def test_a_refused_host_fails_at_once_naming_its_key(workspace: Path, upstream: Upstream) -> None:
     gate = Gate(admitted=[])
     with DockerEnvironment(
-        workspace, DockerSettings(), resolver=RESOLVER, upstream=(upstream.host, upstream.port), pool=False
+        workspace,
+        DockerSettings(),
+        resolver=RESOLVER,
+        upstream=(upstream.host, upstream.port),
+        pool=False,
     ) as env:
         result = call(env, gate)
 
@@ -93,9 +99,7 @@ def test_a_refused_host_fails_at_once_naming_its_key(
     assert [(r.host, r.allowed) for r in gate.records] == [(HOST, False)]
 
 
-@pytest.mark.parametrize(
-    ("network", "writable"), [("ask", False), ("none", True), ("none", False)]
-)
+@pytest.mark.parametrize(("network", "writable"), [("ask", False), ("none", True), ("none", False)])
 def test_read_only_calls_and_none_have_no_way_out_not_even_the_relay(
     workspace: Path, upstream: Upstream, network: str, writable: bool
 ) -> None:
@@ -189,3 +193,17 @@ def test_a_claimed_warm_sandbox_serves_the_claiming_sessions_proxy_and_no_other(
 
 def first_id(env: DockerEnvironment) -> str:
     return str(env._channels["rw"].container_id)
+
+
+def test_an_untrusted_project_may_turn_the_network_off_but_not_on(project: Path) -> None:
+    from codecoder.session import Runtime
+    from tests.conftest import write_config
+
+    seen = {}
+    for network in ("none", "bridge"):
+        write_config(project, {"docker": {"network": network}}, trusted=False)
+        with Runtime(project) as runtime:
+            warned = [d.key for d in runtime.diagnostics if d.code == "untrusted"]
+            seen[network] = (runtime.config.docker.network, warned)
+
+    assert seen == {"none": ("none", []), "bridge": ("ask", ["docker.network"])}

@@ -773,6 +773,17 @@ def test_the_default_settings_are_not_looser_than_themselves() -> None:
     assert DockerSettings(memory="256m", cpus=0.5, pids_limit=64).looser_than_default() == []
 
 
+def test_no_network_and_the_default_egress_are_not_looser_and_other_networks_are() -> None:
+    """The default (`ask`: the egress proxy, each host asked) and `none` (no network) give no
+    more than the default; an allowlist (other ports, addresses) and an engine network do."""
+    assert DockerSettings().network == "ask" and DockerSettings().asks_hosts
+    assert DockerSettings(network="none").looser_than_default() == []
+    assert [
+        s.name for s in DockerSettings(network={"allow": ["x.test"]}).looser_than_default()
+    ] == ["network"]
+    assert [s.name for s in DockerSettings(network="host").looser_than_default()] == ["network"]
+
+
 def test_loosened_settings_are_each_reported() -> None:
     settings = DockerSettings(
         memory="2g",
@@ -792,7 +803,7 @@ def test_loosened_settings_are_each_reported() -> None:
         ("cpus", 2, 1.0),
         ("pids_limit", 1024, 256),
         ("tmpfs_size", "1g", "64m"),
-        ("network", "bridge", "none"),
+        ("network", "bridge", "ask"),
         ("read_only_rootfs", False, True),
         ("extra_writable_paths", ("/home/sandbox",), ()),
         ("disk_budget", "8g", "1g"),

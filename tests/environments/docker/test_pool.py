@@ -405,7 +405,9 @@ def _template(workspace: Path, **changes: Any) -> SandboxTemplate:
     containers = SandboxContainers(
         workspace.resolve(), DockerSettings(), "test", sync=False, resolver=None, volume=None
     )
-    template = containers.template("rw", ProtectedScan(workspace.resolve()))
+    # What a session of the default settings sends: with its egress directory.
+    egress = containers.egress_for("rw") is not None
+    template = containers.template("rw", ProtectedScan(workspace.resolve()), egress)
     fields = {**template.to_json(), **changes}
     return SandboxTemplate.from_json(json.loads(json.dumps(fields)))
 
@@ -418,6 +420,35 @@ def _mount(target: str, source: Path, read_only: bool = True) -> dict[str, Any]:
 
 def test_the_default_template_is_one_the_pool_makes(workspace: Path) -> None:
     assert refusal(_template(workspace)) is None
+
+
+def test_an_egress_directory_is_made_only_empty_and_inside_the_agents_root_only_tmpfs(
+    workspace: Path,
+) -> None:
+    template = _template(workspace)
+    mounts = template.to_json()["mounts"]
+    egress = next(m for m in mounts if m["kind"] == "egress")
+    others = [m for m in mounts if m is not egress]
+    tmpfs = [[path, options] for path, options in template.tmpfs]
+    open_tmpfs = [
+        [path, options.replace("mode=700", "mode=755")] for path, options in template.tmpfs
+    ]
+    refused = {
+        "a source of its own": _template(workspace, mounts=[*others, {**egress, "source": "/etc"}]),
+        "elsewhere": _template(workspace, mounts=[*others, {**egress, "target": "/tmp/egress"}]),
+        "twice": _template(
+            workspace, mounts=[*others, egress, {**egress, "target": f"{EGRESS_MOUNT}2"}]
+        ),
+        "in a tmpfs commands may enter": _template(workspace, tmpfs=open_tmpfs),
+        "without the tmpfs": _template(
+            workspace, tmpfs=[t for t in tmpfs if not t[0].startswith("/opt/codecoder/relay")]
+        ),
+    }
+
+    assert template.egress_target == EGRESS_MOUNT
+    assert {name: refusal(t) for name, t in refused.items()} == dict.fromkeys(
+        refused, "its egress directory is not one, inside the agent's root-only tmpfs"
+    )
 
 
 def loose_templates(workspace: Path) -> dict[str, SandboxTemplate]:
