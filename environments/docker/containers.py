@@ -339,7 +339,7 @@ class SandboxContainers:
         this template, else created and started (after `prepare`: the checks of the engine and
         the image, which the pool made for what it hands out); its agent greeted either way."""
         egress = self.egress_for(mode)
-        if mode == "rw" and not self.sync and egress is not None:
+        if mode == "rw" and not self.sync and self.settings.egress is not None:
             # A connection's permission may be granted for the project while a writable call
             # runs: the runtime then writes its lock and codecoder.json. Made before the scan,
             # .codecoder/ is the runtime's own (mounted read-only over itself), not a plant.

@@ -6,6 +6,7 @@ every host (the proxy's `upstream`), so nothing here reaches outside this machin
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,30 @@ def test_an_untrusted_project_may_turn_the_network_off_but_not_on(project: Path)
             seen[network] = (runtime.config.docker.network, warned)
 
     assert seen == {"none": ("none", []), "bridge": ("ask", ["docker.network"])}
+
+
+def test_a_host_granted_for_the_project_during_a_writable_call_is_saved(
+    project: Path, upstream: Upstream
+) -> None:
+    """The default's question, answered for the project while a writable call runs: the call
+    reaches the host, and the grant is written to codecoder.json (by the runtime, not the
+    sandbox, which sees it read-only); nothing of the runtime's is written at the start."""
+    from codecoder.foundation.ceiling import EnvironmentTag
+    from codecoder.foundation.decision import Answer
+    from codecoder.session import Runtime
+    from tests.conftest import RecordingAsker, write_config
+
+    project.chmod(0o755)
+    os.chown(project, 10001, 10001)
+    write_config(project, {"allowlist": {"run_container:**": "AlwaysThisProject"}})
+    env = DockerEnvironment(
+        project, DockerSettings(), resolver=RESOLVER, upstream=(upstream.host, upstream.port)
+    )
+    asker = RecordingAsker(Answer.PROJECT)
+    with env, Runtime(project, asker=asker, environments={EnvironmentTag.DOCKER: env}) as runtime:
+        outcome = runtime.session().call("run_container", {"command": CLIENT})
+
+    assert "hello from 127.0.0.1" in outcome.unwrap().output, outcome.to_json()
+    assert [r.key for r in asker.requests] == [f"network:{HOST}"]
+    saved = json.loads((project / "codecoder.json").read_text())["allowlist"]
+    assert saved[f"network:{HOST}"] == "AlwaysThisProject"
