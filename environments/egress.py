@@ -2,10 +2,15 @@
 
 In @bwrap it is always there (`Egress.asking`): any host on port 443 may be asked for, each as
 the permission key `network:<host>` during the call, and a trusted `"docker": {"network":
-{"allow": [...]}}` adds what it lists (other ports, addresses). In @docker the allowlist is the
-boundary: `{"allow": ["pypi.org", "files.pythonhosted.org"]}` (`Egress`) keeps the container's
-network namespace empty but for loopback, and its agent relays 127.0.0.1:3128 (the container's
-HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the container.
+{"allow": [...]}}` adds what it lists (other ports, addresses). In @docker it is there for
+writable calls by default (`"network": "ask"`, `Egress.asking` too), and where a project names
+an allowlist, that is the boundary, for every call: `{"allow": ["pypi.org",
+"files.pythonhosted.org"]}` (`Egress`). Either way the container's network namespace is empty
+but for loopback, and its agent relays 127.0.0.1:3128 (the container's HTTP_PROXY, HTTPS_PROXY
+and the clients' own settings, `client_variables`) to a Unix socket this proxy listens on, in a
+directory made for that sandbox alone and mounted into it (`directory`: a warm sandbox's was
+made by the pool before any session claimed it, and the claiming session binds its proxy
+there, so its connections are that session's questions).
 In @bwrap the sandbox's helper listens on 127.0.0.1:3128 in its own network namespace and hands
 that listening socket to the runtime (`EgressProxy.serving`), which accepts the sandbox's
 connections on it directly: no Unix socket is reachable from inside at all. Not an IP network:
