@@ -162,7 +162,7 @@ DESCRIPTIONS: dict[str, str] = {
         'call on a remote engine, have none); `"none"`: no network at all (an untrusted project '
         'may say it); an egress allowlist `{"allow": ["pypi.org", …]}`: only those hosts, each '
         "asked as `network:<host>`, in every call ([Egress allowlist](../environments/egress.md)), "
-        "also obeyed by `@bwrap`; any other string is the engine's network mode (`\"bridge\"`: a "
+        'also obeyed by `@bwrap`; any other string is the engine\'s network mode (`"bridge"`: a '
         "loosening `check` warns about)."
     ),
     "docker.read_only_rootfs": "Whether the container's root file system is read-only.",
