@@ -451,11 +451,19 @@ class EgressProxy:
             self._server.close()
         for listener in list(self._listeners):
             self._forget_listener(listener)
-        for tasks in self._open.values():
-            for task in tasks:
-                task.cancel()
-        # A moment for the handlers to see their connections end, then stop.
-        self._loop.call_later(0.2, self._loop.stop)
+        ending = [task for tasks in self._open.values() for task in tasks]
+        for task in ending:
+            task.cancel()
+        if not ending:
+            self._loop.stop()  # nothing to see end: an idle proxy closes at once
+            return
+
+        async def settle() -> None:
+            # A moment (at most) for the handlers to see their connections end, then stop.
+            await asyncio.wait(ending, timeout=0.2)
+            self._loop.stop()
+
+        self._loop.create_task(settle())
 
     def _forget_listener(self, listener: socket.socket) -> None:
         """No more accepting on `listener` (in the loop's thread); its owner closes it."""
