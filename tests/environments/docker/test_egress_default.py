@@ -59,7 +59,7 @@ def call(env: DockerEnvironment, gate: Gate | None, *, writable: bool = True) ->
     )
 
 
-def egress_source(env: DockerEnvironment, attrs: dict[str, Any]) -> str | None:
+def egress_source(attrs: dict[str, Any]) -> str | None:
     return next((m["Source"] for m in attrs["Mounts"] if m["Destination"] == EGRESS_MOUNT), None)
 
 
@@ -116,7 +116,7 @@ def test_read_only_calls_and_none_have_no_way_out_not_even_the_relay(
         attrs = env.engine.client.api.inspect_container(result.extra["container"])
 
     assert result.stdout.splitlines() == ["proxy None None", "no relay 111"]
-    assert egress_source(env, attrs) is None
+    assert egress_source(attrs) is None
     assert attrs["HostConfig"]["NetworkMode"] == "none"
     assert gate.records == [] and upstream.received == []
 
@@ -162,13 +162,13 @@ def test_a_claimed_warm_sandbox_serves_the_claiming_sessions_proxy_and_no_other(
     first, second = Gate(admitted=[HOST]), Gate(admitted=[HOST])
     with DockerEnvironment(workspace, settings, **made) as a:
         first_result = call(a, first)
-        a_source = egress_source(a, docker_engine.api.inspect_container(a_id := first_id(a)))
+        a_source = egress_source(docker_engine.api.inspect_container(a_id := first_id(a)))
         warm(pool)
         with DockerEnvironment(workspace, settings, **made) as b:
             second_result = call(b, second)
             channel = b._channels["rw"]
             b_attrs = docker_engine.api.inspect_container(channel.container_id)
-            b_source = egress_source(b, b_attrs)
+            b_source = egress_source(b_attrs)
             assert channel.proxy is not None and channel.proxy.path is not None
             bound = channel.proxy.path
             a_socket = Path(str(a_source)) / SOCKET_NAME
@@ -235,3 +235,30 @@ def test_a_host_granted_for_the_project_during_a_writable_call_is_saved(
     assert [r.key for r in asker.requests] == [f"network:{HOST}"]
     saved = json.loads((project / "codecoder.json").read_text())["allowlist"]
     assert saved[f"network:{HOST}"] == "AlwaysThisProject"
+
+
+def test_a_proxy_binds_only_in_an_empty_directory_private_to_its_user(tmp_path: Path) -> None:
+    """What a claimed sandbox's directory must be before this session's socket goes in: never
+    one holding another socket (an earlier session's), nor one others may write."""
+    from codecoder.environments.egress import Egress, EgressProxy
+    from codecoder.foundation.errors import ExecutionFailed
+
+    held = tmp_path / "held"
+    held.mkdir(mode=0o700)
+    (held / SOCKET_NAME).write_text("")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    for directory in (held, shared, link, tmp_path / "missing"):
+        with pytest.raises(ExecutionFailed, match="egress directory"):
+            EgressProxy(Egress.asking(), directory=directory)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir(mode=0o700)
+    proxy = EgressProxy(Egress.asking(), directory=fresh)
+    try:
+        assert proxy.path == fresh / SOCKET_NAME and proxy.path.is_socket()
+    finally:
+        proxy.close()
+    assert not fresh.exists()
