@@ -579,6 +579,16 @@ def test_every_container_is_labelled_and_hardened(
         assert label["codecoder"] == "1"
         assert label["codecoder.session"] == sandbox.session_id
         assert label["codecoder.pid"] == str(os.getpid())
+    tmpfs = {
+        "/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}",
+        "/opt/codecoder/capability": f"rw,nosuid,nodev,size={96 * 1024**2},mode=755",
+    }
+    # The writable one has the egress proxy (the default): its socket's directory is mounted
+    # in a tmpfs only root (the agent) may enter. Still no network.
+    relay = {"/opt/codecoder/relay": "ro,noexec,nosuid,nodev,size=64k,mode=700"}
+    modes = [i["Config"]["Labels"]["codecoder.mode"] for i in inspected]
+    by_mode = {mode: h.pop("Tmpfs") for mode, h in zip(modes, hardening, strict=True)}
+    assert by_mode == {"ro": tmpfs, "rw": tmpfs | relay}
     assert (
         hardening
         == [
@@ -595,10 +605,6 @@ def test_every_container_is_labelled_and_hardened(
                 "NanoCpus": 10**9,
                 "Privileged": False,
                 "User": "0:0",
-                "Tmpfs": {
-                    "/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}",
-                    "/opt/codecoder/capability": f"rw,nosuid,nodev,size={96 * 1024**2},mode=755",
-                },
                 "Sockets": [],
             }
         ]
