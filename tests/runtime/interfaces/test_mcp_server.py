@@ -10,6 +10,7 @@ built-in registry does not have (a Permission.None tool, a sandboxed Ask tool) s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -351,7 +352,7 @@ async def test_a_long_command_sends_its_latest_lines_as_progress_to_a_client_tha
     done = [report[0] for report in reports]
     assert done == sorted(set(done)) and done[0] >= 1.0
     # Times are shown to a tenth of a second, so half a second apart reads as 0.4 at worst.
-    assert all(later - earlier >= 0.4 for earlier, later in zip(done, done[1:], strict=False))
+    assert all(later - earlier >= 0.4 for earlier, later in itertools.pairwise(done))
     first_done, first_total, first_message = reports[0]
     assert first_total is None and first_message is not None
     head, *lines = first_message.split("\n")
