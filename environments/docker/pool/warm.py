@@ -181,6 +181,9 @@ class WarmPool:
         self._egress_root = egress_root
         self._templates: dict[str, _Template] = {}
         self._claimed: dict[str, float] = {}
+        # The egress directories of claimed sandboxes: their sessions remove them, and this
+        # pool does when a session died without (its sandbox found stopped, or released).
+        self._claimed_egress: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._names = itertools.count(1)
@@ -232,6 +235,8 @@ class WarmPool:
                 elif candidate.alive():
                     found = candidate
                     self._claimed[found.id] = time.monotonic()
+                    if found.egress is not None:
+                        self._claimed_egress[found.id] = found.egress
                     break
                 else:
                     log.warning("%s died while warm; removed", candidate.name)
@@ -259,6 +264,9 @@ class WarmPool:
         """Remove a sandbox this pool handed out (its session is done with it)."""
         with self._lock:
             known = self._claimed.pop(sandbox_id, None) is not None
+            egress = self._claimed_egress.pop(sandbox_id, None)
+        if egress is not None:
+            shutil.rmtree(egress, ignore_errors=True)
         if known:
             self._removals.put(sandbox_id)
         return known
@@ -517,6 +525,10 @@ class WarmPool:
                 continue
             with self._lock:
                 self._claimed.pop(summary.id, None)
+                egress = self._claimed_egress.pop(summary.id, None)
+            if egress is not None:  # its session died without removing it
+                shutil.rmtree(egress, ignore_errors=True)
+            with self._lock:
                 for entry in self._templates.values():
                     for ready in list(entry.ready):
                         if ready.id == summary.id:

@@ -751,3 +751,32 @@ def test_back_to_back_claims_teach_the_pool_how_many_to_keep_warm(
         )
         == []
     )
+
+
+def test_egress_directories_go_with_their_sandboxes_whoever_ends_them(
+    workspace: Path, docker_engine: Any, tmp_path: Path
+) -> None:
+    """Each warm sandbox gets an empty, private egress directory of its own; a claimed one's
+    goes with it when its session dies without removing it (the pool reaps the stopped
+    sandbox), and the unclaimed ones' when the pool closes."""
+    template = _template(workspace)
+    root = tmp_path / "egress"
+    pool = WarmPool(DockerEngine(), _pool_labels(), egress_root=root)
+    pool.start()
+    try:
+        assert pool.claim(template, 2) is None
+        wait_until(lambda: len(pool.status()["templates"][0]["ready"]) >= 2)
+        claimed = pool.claim(template, 2)
+        assert claimed is not None and claimed.egress is not None
+        others = {p for p in root.iterdir() if p != claimed.egress}
+        fresh = (os.stat(claimed.egress).st_mode & 0o777, list(claimed.egress.iterdir()))
+        pool.handed_over(claimed)  # the session's now; it dies: its stream closes
+        wait_until(lambda: not docker_engine.api.inspect_container(claimed.id)["State"]["Running"])
+        pool._reap()
+        reaped = not claimed.egress.exists()
+    finally:
+        pool.close()
+
+    assert fresh == (0o700, [])
+    assert others and reaped
+    assert list(root.iterdir()) == []
