@@ -770,7 +770,8 @@ def test_egress_directories_go_with_their_sandboxes_whoever_ends_them(
         assert claimed is not None and claimed.egress is not None
         others = {p for p in root.iterdir() if p != claimed.egress}
         fresh = (os.stat(claimed.egress).st_mode & 0o777, list(claimed.egress.iterdir()))
-        pool.handed_over(claimed)  # the session's now; it dies: its stream closes
+        pool.handed_over(claimed)  # the session's now; it dies, and its sandbox stops
+        docker_engine.api.kill(claimed.id)
         wait_until(lambda: not docker_engine.api.inspect_container(claimed.id)["State"]["Running"])
         pool._reap()
         reaped = not claimed.egress.exists()
