@@ -134,9 +134,12 @@ EOF
     info "starting dockerd in its own mount, network and PID namespaces (log: $LOG)"
     # nsenter joins the network namespace without touching mounts (`ip netns exec` would
     # remount /sys, and the engine would lose the cgroup hierarchies).
-    # A service outlives whoever started it: not their terminal's size (a test worker's
-    # COLUMNS=80 made the engine's `docker top` cut every command line at 80 columns).
-    setsid nohup env -u COLUMNS -u LINES nsenter --net="/run/netns/$NS" \
+    # A service outlives whoever started it, and takes nothing of their environment: not their
+    # terminal's size (a test worker's COLUMNS=80 made the engine's `docker top` cut every
+    # command line at 80 columns), nor their TMPDIR (a test worker's, gone with it and hidden
+    # in the engine's namespace anyway: gVisor's runsc, which inherits it, could then make no
+    # sandbox at all).
+    setsid nohup env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 nsenter --net="/run/netns/$NS" \
         unshare --mount --pid --fork --mount-proc --propagation private --kill-child=SIGTERM \
         sh -c "$script" "$ROOT" >>"$LOG" 2>&1 </dev/null &
     local outer=$!

@@ -215,7 +215,7 @@ class _DockerLayer(_LayerRunner):
         request = CommandRequest(
             cwd=self.audit.workspace.path,
             script=script,
-            timeout=60.0 if follow_up else entry.timeout,
+            timeout=150.0 if follow_up else entry.timeout,
             max_output=self.audit.limits.max_output,
             writable=entry.writable,
         )

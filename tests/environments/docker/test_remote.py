@@ -562,3 +562,15 @@ def test_the_audits_docker_layer_runs_there_and_nothing_escapes(project: Path) -
         "machine, and the egress proxy of docker.network runs on this one: its allowlist needs "
         "a local engine",
     )
+
+
+def test_the_engine_takes_nothing_of_its_starters_environment(remote_engine: RemoteEngine) -> None:
+    """Started by whoever needs it first (a test worker, CI, a user's shell), the engine keeps
+    none of their variables: a test worker's TMPDIR, gone with it and hidden in the engine's
+    mount namespace, left gVisor unable to make any sandbox there."""
+    names = {
+        entry.partition(b"=")[0].decode()
+        for entry in Path(f"/proc/{remote_engine.pid}/environ").read_bytes().split(b"\0")
+        if entry
+    }
+    assert names <= {"PATH", "HOME", "LANG", "PWD"}

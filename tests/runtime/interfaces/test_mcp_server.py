@@ -353,11 +353,21 @@ async def test_a_long_command_sends_its_latest_lines_as_progress_to_a_client_tha
     assert done == sorted(set(done)) and done[0] >= 1.0
     # Times are shown to a tenth of a second, so half a second apart reads as 0.4 at worst.
     assert all(later - earlier >= 0.4 for earlier, later in itertools.pairwise(done))
-    first_done, first_total, first_message = reports[0]
-    assert first_total is None and first_message is not None
-    head, *lines = first_message.split("\n")
-    assert head == f"run_command: {first_done:.1f} s, latest output:"
-    assert lines == [f"line {i}" for i in range(1, len(lines) + 1)] and len(lines) >= 2
+    # Each says the time so far and the latest lines, in order, until the last line printed.
+    seen: list[list[str]] = []
+    for done_so_far, total, message in reports:
+        assert total is None and message is not None
+        head, *lines = message.split("\n")
+        if head == f"run_command: {done_so_far:.1f} s, no output yet":
+            assert not lines and not seen  # only before the first line
+            continue
+        assert head == f"run_command: {done_so_far:.1f} s, latest output:"
+        last = int(lines[-1].removeprefix("line "))
+        assert lines == [f"line {i}" for i in range(last - len(lines) + 1, last + 1)]
+        seen.append(lines)
+    assert seen, "no report showed output"
+    lasts = [lines[-1] for lines in seen]
+    assert lasts == sorted(lasts)
 
 
 async def test_a_command_killed_at_its_deadline_reports_the_output_it_printed_before(
