@@ -2,10 +2,15 @@
 
 In @bwrap it is always there (`Egress.asking`): any host on port 443 may be asked for, each as
 the permission key `network:<host>` during the call, and a trusted `"docker": {"network":
-{"allow": [...]}}` adds what it lists (other ports, addresses). In @docker the allowlist is the
-boundary: `{"allow": ["pypi.org", "files.pythonhosted.org"]}` (`Egress`) keeps the container's
-network namespace empty but for loopback, and its agent relays 127.0.0.1:3128 (the container's
-HTTP_PROXY and HTTPS_PROXY) to a Unix socket this proxy listens on, mounted into the container.
+{"allow": [...]}}` adds what it lists (other ports, addresses). In @docker it is there for
+writable calls by default (`"network": "ask"`, `Egress.asking` too), and where a project names
+an allowlist, that is the boundary, for every call: `{"allow": ["pypi.org",
+"files.pythonhosted.org"]}` (`Egress`). Either way the container's network namespace is empty
+but for loopback, and its agent relays 127.0.0.1:3128 (the container's HTTP_PROXY, HTTPS_PROXY
+and the clients' own settings, `client_variables`) to a Unix socket this proxy listens on, in a
+directory made for that sandbox alone and mounted into it (`directory`: a warm sandbox's was
+made by the pool before any session claimed it, and the claiming session binds its proxy
+there, so its connections are that session's questions).
 In @bwrap the sandbox's helper listens on 127.0.0.1:3128 in its own network namespace and hands
 that listening socket to the runtime (`EgressProxy.serving`), which accepts the sandbox's
 connections on it directly: no Unix socket is reachable from inside at all. Not an IP network:
@@ -58,6 +63,7 @@ import os
 import shutil
 import socket
 import ssl
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -175,7 +181,7 @@ class Egress:
             return value
         if isinstance(value, Mapping):
             if set(value) != {"allow"}:
-                raise ValueError('network must be "none" or {"allow": [hosts]}')
+                raise ValueError('network must be "ask", "none" or {"allow": [hosts]}')
             hosts = value["allow"]
             if isinstance(hosts, str) or not isinstance(hosts, Sequence):
                 raise ValueError("network.allow must be a list of hosts")
@@ -249,10 +255,15 @@ class EgressProxy:
         broker: CredentialBroker | None = None,
         unix: bool = True,
         upstream: tuple[str, int] | None = None,
+        directory: Path | None = None,
     ) -> None:
         """`upstream`: where every admitted connection goes instead of the address decided
         (a stand-in server on loopback, for the questions benchmark's replay; never set by the
-        runtime): everything up to the connection is decided as always."""
+        runtime): everything up to the connection is decided as always. `directory`: where
+        the Unix socket is bound instead of a scratch directory of its own: the empty, private
+        directory made for a @docker sandbox and already mounted in it (a warm pool's, made
+        before any session claimed it: `environments.docker.pool.warm`); removed on close the
+        same way."""
         self.egress = egress
         self._upstream = upstream
         self.rules = [parse_host_entry(entry) for entry in egress.allow]
@@ -266,7 +277,11 @@ class EgressProxy:
         self._directory_fd: int | None = None
         if unix:
             # Outside the workspace, in the process's scratch (foundation.scratch).
-            self.directory = scratch_directory("codecoder-egress-")
+            self.directory = (
+                scratch_directory("codecoder-egress-")
+                if directory is None
+                else _private_empty(directory)
+            )
             self.path = self.directory / SOCKET_NAME
             # A Unix socket's address has at most 107 bytes, and the state directory may lie
             # deep in a home: where the path is longer, it is reached through this descriptor.
@@ -436,11 +451,19 @@ class EgressProxy:
             self._server.close()
         for listener in list(self._listeners):
             self._forget_listener(listener)
-        for tasks in self._open.values():
-            for task in tasks:
-                task.cancel()
-        # A moment for the handlers to see their connections end, then stop.
-        self._loop.call_later(0.2, self._loop.stop)
+        ending = [task for tasks in self._open.values() for task in tasks]
+        for task in ending:
+            task.cancel()
+        if not ending:
+            self._loop.stop()  # nothing to see end: an idle proxy closes at once
+            return
+
+        async def settle() -> None:
+            # A moment (at most) for the handlers to see their connections end, then stop.
+            await asyncio.wait(ending, timeout=0.2)
+            self._loop.stop()
+
+        self._loop.create_task(settle())
 
     def _forget_listener(self, listener: socket.socket) -> None:
         """No more accepting on `listener` (in the loop's thread); its owner closes it."""
@@ -713,6 +736,28 @@ async def _pump(
     with contextlib.suppress(OSError, RuntimeError):
         if sink.can_write_eof():
             sink.write_eof()
+
+
+def _private_empty(directory: Path) -> Path:
+    """`directory`, checked to be what a sandbox's egress directory must be before a socket is
+    bound in it: a directory (no link), this user's, writable by nobody else, and empty (no
+    socket of anyone else's); `ExecutionFailed` otherwise."""
+    try:
+        info = os.lstat(directory)
+        entries = os.listdir(directory)
+    except OSError as exc:
+        raise ExecutionFailed(f"the sandbox's egress directory {directory}: {exc}") from None
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & 0o022
+        or entries
+    ):
+        raise ExecutionFailed(
+            f"the sandbox's egress directory {directory} is not an empty directory private to "
+            "this user; its egress proxy is not started there"
+        )
+    return directory
 
 
 def _is_address(host: str) -> bool:

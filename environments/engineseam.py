@@ -34,7 +34,8 @@ import hashlib
 import json
 import socket
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import IO, Any, Literal
 
 __all__ = [
@@ -50,8 +51,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TemplateMount:
-    """One mount of a template: a host directory (`bind`) or an engine volume (`volume`), which
-    every engine mounts as it is (never filled with the image's content at its target).
+    """One mount of a template: a host directory (`bind`), an engine volume (`volume`), which
+    every engine mounts as it is (never filled with the image's content at its target), or
+    `egress`: a private, empty directory made for each sandbox when it is created (its source
+    is "" in the template, so that every sandbox of it matches one key), where the session that
+    holds the sandbox binds its egress proxy's socket (`environments.egress`); the maker
+    resolves it into a bind mount (`SandboxTemplate.resolved`) and keeps its path with the
+    sandbox (`Sandbox.egress`).
 
     `identity` is the (st_dev, st_ino) of a bind mount's source when the template was made: a
     warm sandbox is handed out only for a template with the same identities, so a directory
@@ -61,7 +67,7 @@ class TemplateMount:
 
     target: str
     source: str
-    kind: Literal["bind", "volume"] = "bind"
+    kind: Literal["bind", "volume", "egress"] = "bind"
     read_only: bool = True
     identity: tuple[int, int] | None = None
 
@@ -124,6 +130,21 @@ class SandboxTemplate:
             raise ValueError(f"not a sandbox template: {exc!r}") from None
 
     @property
+    def egress_target(self) -> str | None:
+        """Where the sandbox's egress directory is mounted, or None when it has none."""
+        return next((m.target for m in self.mounts if m.kind == "egress"), None)
+
+    def resolved(self, egress: Path | None) -> SandboxTemplate:
+        """The template with its egress mount a bind mount of `egress`, the directory made for
+        this sandbox (`ValueError` when one is missing where the template needs it)."""
+        if (self.egress_target is None) != (egress is None):
+            raise ValueError("an egress directory goes with an egress mount, and only with one")
+        mounts = tuple(
+            TemplateMount(m.target, str(egress)) if m.kind == "egress" else m for m in self.mounts
+        )
+        return replace(self, mounts=mounts)
+
+    @property
     def key(self) -> str:
         """A digest of the whole template: two templates with the same key make the same
         sandbox (what a warm pool matches a claim by)."""
@@ -138,7 +159,7 @@ def _pair(value: Any) -> tuple[int, int]:
 
 def _mount(data: Mapping[str, Any]) -> TemplateMount:
     kind = data["kind"]
-    if kind not in ("bind", "volume"):
+    if kind not in ("bind", "volume", "egress"):
         raise ValueError(f"a mount of kind {kind!r}")
     identity = data["identity"]
     return TemplateMount(
@@ -168,7 +189,8 @@ class Sandbox:
     `stream` carries the agent's stdin and its multiplexed stdout/stderr (frames with an 8-byte
     header: stream id, three zero bytes, big-endian length). `keep` holds whatever the engine's
     client needs kept alive with the stream. `greeted` is set when it came from a pool that
-    already exchanged the set-up and the hello with its agent.
+    already exchanged the set-up and the hello with its agent. `egress` is the directory made
+    for it where its template has an egress mount: the holder's proxy binds its socket there.
     """
 
     id: str
@@ -176,6 +198,7 @@ class Sandbox:
     stream: socket.socket
     keep: Any = None
     greeted: Greeted | None = None
+    egress: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,8 +157,13 @@ DESCRIPTIONS: dict[str, str] = {
     "docker.pids_limit": "Processes the container may hold (at least 8).",
     "docker.tmpfs_size": "Size of each tmpfs (`/tmp`, `/dev/shm`, extra writable paths).",
     "docker.network": (
-        '`"none"`, or an egress allowlist `{"allow": ["pypi.org", …]}`: each host asked as '
-        "`network:<host>` ([Egress allowlist](../environments/egress.md)). Also obeyed by `@bwrap`."
+        '`"ask"`: writable calls reach the network only through the runtime\'s egress proxy, '
+        "each https host asked as `network:<host>` during the call (read-only calls, and any "
+        'call on a remote engine, have none); `"none"`: no network at all (an untrusted project '
+        'may say it); an egress allowlist `{"allow": ["pypi.org", …]}`: only those hosts, each '
+        "asked as `network:<host>`, in every call ([Egress allowlist](../environments/egress.md)), "
+        'also obeyed by `@bwrap`; any other string is the engine\'s network mode (`"bridge"`: a '
+        "loosening `check` warns about)."
     ),
     "docker.read_only_rootfs": "Whether the container's root file system is read-only.",
     "docker.user": (

@@ -3,7 +3,12 @@
 Hardening (every container, by default; `DockerSettings` can tighten, and `codecoder check`
 warns about anything `DockerSettings.looser_than_default()` reports):
 
-- no network (`network_mode=none`), read-only root filesystem, `no-new-privileges`, a pids
+- no network (`network_mode=none`): a writable call's only way out is the runtime's egress
+  proxy (`environments.egress`, each host asked as `network:<host>` during the call, or the
+  hosts of an explicit `docker.network` allowlist), reached through the agent's relay on
+  127.0.0.1:3128 and a Unix socket in a directory made for each sandbox (`egress_for`); by
+  default a read-only call, and any call on a remote engine, has none at all, nor does any
+  call with `"network": "none"`; read-only root filesystem, `no-new-privileges`, a pids
   limit, a memory limit equal to memory+swap, a CPU quota, and each of these limits checked from
   inside when the container starts (an engine that silently drops one is refused);
 - commands run as an unprivileged user (the workspace's owner, or uid 10001 when root owns it)
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -55,14 +61,20 @@ from codecoder.environments.docker.labels import (
     _owner_alive,
     _process_start,
 )
-from codecoder.environments.docker.settings import WORKSPACE_MOUNT, DockerSettings, parse_size
+from codecoder.environments.docker.settings import (
+    ASK,
+    WORKSPACE_MOUNT,
+    DockerSettings,
+    parse_size,
+)
 from codecoder.environments.docker.sync import OUTBOX, WorkspaceVolume
-from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME, EgressProxy
+from codecoder.environments.egress import Egress, EgressProxy, client_variables
 from codecoder.environments.engineseam import Sandbox, SandboxTemplate, TemplateMount
 from codecoder.environments.placeholders import Placeholders
 from codecoder.environments.workspaceguard import ProtectedScan
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
 from codecoder.foundation.hosts import Resolver, system_resolver
+from codecoder.foundation.scratch import scratch_directory
 from codecoder.foundation.state import workspace_directory
 
 __all__ = ["AGENT_COMMAND", "AGENT_START_SECONDS", "SandboxContainers"]
@@ -114,6 +126,7 @@ class SandboxContainers:
         sync: bool,
         resolver: Resolver | None = None,
         volume: Callable[[], WorkspaceVolume] | None = None,
+        upstream: tuple[str, int] | None = None,
     ) -> None:
         self.workspace = workspace
         self.settings = settings
@@ -121,6 +134,7 @@ class SandboxContainers:
         self.sync = sync
         self._resolver = resolver
         self._volume = volume
+        self._upstream = upstream
         self._host = socket.gethostname()
         self._boot = _boot_id()
         self._pid = os.getpid()
@@ -200,13 +214,30 @@ class SandboxContainers:
             return FALLBACK_USER
         return f"{info.st_uid}:{info.st_gid or info.st_uid}"
 
+    def egress_for(self, mode: Mode) -> Egress | None:
+        """What the egress proxy of a `mode` call admits, or None when it has no network.
+
+        An explicit allowlist is every call's, read-only ones too (as before the default
+        changed: the project named those hosts). The default (`ask`: every host on port 443,
+        each asked) is a writable call's only, as in @bwrap, where a read-only call has no way
+        out at all; and it is none on an engine of another machine, where the proxy's socket
+        cannot be mounted (`check` says so; an explicit allowlist there is refused instead,
+        `check_image`). `"none"` has none."""
+        if self.settings.egress is not None:
+            return self.settings.egress
+        if mode == "rw" and self.settings.asks_hosts and engine_is_local():
+            return Egress.asking()
+        return None
+
     def template(
         self,
         mode: Mode,
         scan: ProtectedScan | None = None,
-        proxy: EgressProxy | None = None,
+        egress: bool = False,
     ) -> SandboxTemplate:
-        """The hardened sandbox of `mode`, as every engine makes it (`environments.engineseam`)."""
+        """The hardened sandbox of `mode`, as every engine makes it (`environments.engineseam`);
+        with `egress`, a directory of its own for the egress proxy's socket, which only its
+        agent can reach."""
         settings = self.settings
         tmpfs_options = f"rw,noexec,nosuid,nodev,size={settings.tmpfs_bytes}"
         mounts: list[TemplateMount]
@@ -229,18 +260,17 @@ class SandboxContainers:
         if scan is not None:
             mounts += self._protect(scan)
         environment = {"HOME": "/tmp", "LANG": "C.UTF-8"}
-        if proxy is not None:
-            # The socket only: the directory holds nothing else, and the agent relays to it.
-            assert proxy.directory is not None  # made with its Unix socket
-            mounts.append(TemplateMount(EGRESS_MOUNT, str(proxy.directory)))
-            url = f"http://127.0.0.1:{PROXY_PORT}"
-            for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-                environment[variable] = url
-            environment["NO_PROXY"] = environment["no_proxy"] = "localhost,127.0.0.1,::1"
+        if egress:
+            # Made for each sandbox, empty, when it is created (a warm one's before any session
+            # claimed it): the session holding it binds its proxy's socket there, and the
+            # agent's relay connects to it. It never holds anything else.
+            mounts.append(TemplateMount(EGRESS_MOUNT, "", "egress"))
+            # HTTP(S)_PROXY, and the common clients' own settings, as in @bwrap.
+            environment |= client_variables()
         tmpfs = {path: tmpfs_options for path in ("/tmp", *settings.extra_writable_paths)}
         # Root-owned and not writable by commands: where a capability's code is put to run.
         tmpfs[SNAPSHOT_MOUNT] = f"rw,nosuid,nodev,size={parse_size(SNAPSHOT_TMPFS)},mode=755"
-        if proxy is not None:
+        if egress:
             # Root's only (mode 700): the mount point of the proxy's socket, inside it.
             tmpfs[EGRESS_PARENT] = "ro,noexec,nosuid,nodev,size=64k,mode=700"
         uid, gid = (int(part) for part in self.command_user().split(":"))
@@ -259,9 +289,13 @@ class SandboxContainers:
             cpus=settings.cpus,
             pids_limit=settings.pids_limit,
             shm_bytes=settings.tmpfs_bytes,
-            # With an egress allowlist, still no network: the agent's relay to the proxy's
+            # With the egress proxy, still no network: the agent's relay to the proxy's
             # socket is the only way out.
-            network=settings.network if isinstance(settings.network, str) else "none",
+            network=(
+                "none"
+                if isinstance(settings.network, Egress) or settings.network == ASK
+                else settings.network
+            ),
             read_only_rootfs=settings.read_only_rootfs,
         )
 
@@ -304,8 +338,8 @@ class SandboxContainers:
         """A ready sandbox of `mode`: claimed from the warm pool when the engine keeps one for
         this template, else created and started (after `prepare`: the checks of the engine and
         the image, which the pool made for what it hands out); its agent greeted either way."""
-        egress = self.settings.egress
-        if mode == "rw" and not self.sync and egress is not None:
+        egress = self.egress_for(mode)
+        if mode == "rw" and not self.sync and self.settings.egress is not None:
             # A connection's permission may be granted for the project while a writable call
             # runs: the runtime then writes its lock and codecoder.json. Made before the scan,
             # .codecoder/ is the runtime's own (mounted read-only over itself), not a plant.
@@ -318,44 +352,54 @@ class SandboxContainers:
             self.placeholders.hold()
             scan = ProtectedScan(self.workspace)
         protected = {rel: _identity(self.workspace / rel) for rel in scan.entries} if scan else {}
-        proxy = None
-        if egress is not None:
-            proxy = EgressProxy(egress, resolver=self._resolver or system_resolver)
-        try:
-            template = self.template(mode, scan, proxy)
-            sandbox: Sandbox | None = None
-            # What only this session's process can serve (its egress proxy, its sync volume)
-            # is never pooled; everything else is the same for every session of a workspace.
-            if proxy is None and not self.sync:
-                # The pool keeps this template warm, on the placeholders mounted in it: they
-                # are left to its server when this environment closes (pool.warm).
-                self.pooled = self.pooled or (scan is not None and engine.pool is not None)
-                sandbox = engine.claim(template)
-            if sandbox is None:
-                prepare()
-                sandbox = engine.create(template, self.name(suffix), self.labels(mode))
-        except BaseException:
-            if proxy is not None:
-                proxy.close()
-            raise
+        template = self.template(mode, scan, egress is not None)
+        sandbox: Sandbox | None = None
+        # What only this session can hold (its sync volume) is never pooled; everything else
+        # is the same for every session of a workspace. A warm sandbox with an egress directory
+        # gets this session's proxy in it once claimed: the pool made the directory, empty,
+        # for that sandbox alone, and hands it out with it (pool.warm).
+        if not self.sync:
+            # The pool keeps this template warm, on the placeholders mounted in it: they are
+            # left to its server when this environment closes (pool.warm).
+            self.pooled = self.pooled or (scan is not None and engine.pool is not None)
+            sandbox = engine.claim(template)
+        if sandbox is None:
+            prepare()
+            directory = scratch_directory("codecoder-egress-") if egress is not None else None
+            try:
+                sandbox = engine.create(
+                    template.resolved(directory), self.name(suffix), self.labels(mode)
+                )
+            except BaseException:
+                if directory is not None:
+                    shutil.rmtree(directory, ignore_errors=True)
+                raise
+            sandbox.egress = directory
+        proxy: EgressProxy | None = None
         watch: ChangeWatch | None = None
         try:
-            relay = (
-                {"port": PROXY_PORT, "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}"}
-                if proxy is not None
-                else None
-            )
+            if egress is not None:
+                if sandbox.egress is None:
+                    raise SandboxUnavailable(f"{sandbox.name} came without its egress directory")
+                proxy = EgressProxy(
+                    egress,
+                    resolver=self._resolver or system_resolver,
+                    directory=sandbox.egress,
+                    upstream=self._upstream,
+                )
             outbox = OUTBOX if self.sync and mode == "rw" else None
             # Writable in bind mode, created here or claimed: what each call changes in the
             # workspace, for the apparent size of what it wrote (environments.apparent).
             watch = ChangeWatch(self.workspace) if scan is not None else None
-            channel = greet(engine, sandbox, template, mode, relay=relay, outbox=outbox)
+            channel = greet(engine, sandbox, template, mode, outbox=outbox)
         except BaseException:
             if watch is not None:
                 watch.close()
+            engine.remove(sandbox.id)
             if proxy is not None:
                 proxy.close()
-            engine.remove(sandbox.id)
+            elif sandbox.egress is not None:
+                shutil.rmtree(sandbox.egress, ignore_errors=True)
             raise
         channel.scan = scan
         channel.protected = protected

@@ -293,6 +293,9 @@ class DockerEngine(SandboxEngine):
     ) -> dict[str, Any]:
         """The `containers.create` arguments of a template: all of it, and the protections the
         seam requires of every engine."""
+        if template.egress_target is not None:
+            # Its maker resolves it (`SandboxTemplate.resolved`): a directory of its own.
+            raise SandboxUnavailable("a sandbox template's egress directory was never made")
         config: dict[str, Any] = {
             "image": template.image,
             # The entrypoint, not the command: an image's own ENTRYPOINT never wraps the agent.

@@ -114,9 +114,12 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
         resolver: Resolver | None = None,
         engine: DockerEngine | None = None,
         pool: bool = True,
+        upstream: tuple[str, int] | None = None,
     ) -> None:
         """`resolver` is what the egress proxy resolves host names with (the system's by
-        default; tests point names anywhere without DNS)."""
+        default; tests point names anywhere without DNS). `upstream`: where the proxy sends
+        every connection it admitted (`EgressProxy`'s; a stand-in server of the tests, never
+        set by the runtime)."""
         self.workspace = Path(workspace).resolve()
         self.settings = settings or DockerSettings()
         self.session_id = session_id or uuid.uuid4().hex[:12]
@@ -146,6 +149,7 @@ class DockerEnvironment(Environment[CommandRequest, CommandResult]):
             sync=self.sync,
             resolver=resolver,
             volume=self._ensure_volume,
+            upstream=upstream,
         )
         self._volume: WorkspaceVolume | None = None
         self._sync_lock = threading.Lock()

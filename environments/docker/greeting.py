@@ -14,10 +14,11 @@ from typing import Any, Final
 from codecoder.environments.docker.cgroups import host_limits
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, Mode, _AgentChannel
 from codecoder.environments.docker.engine import SETUP_HINT, _engine_address, engine_is_local
+from codecoder.environments.egress import PROXY_PORT, SOCKET_NAME
 from codecoder.environments.engineseam import Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.foundation.errors import SandboxUnavailable
 
-__all__ = ["AGENT_START_SECONDS", "greet", "limit_problems"]
+__all__ = ["AGENT_START_SECONDS", "greet", "limit_problems", "relay_for"]
 
 AGENT_START_SECONDS: Final = 20.0
 
@@ -28,7 +29,6 @@ def greet(
     template: SandboxTemplate,
     mode: Mode,
     *,
-    relay: dict[str, Any] | None = None,
     outbox: str | None = None,
     handover: bool = False,
 ) -> _AgentChannel:
@@ -37,13 +37,15 @@ def greet(
 
     A sandbox claimed already greeted gets its channel from what the pool handed over: the
     pool ran these same checks. `handover`: the pool's own greeting, whose channel stops
-    reading after the hello (`_AgentChannel.release`)."""
+    reading after the hello (`_AgentChannel.release`). A template with an egress directory
+    gets the agent's relay to the socket in it (`relay_for`), listening before any command
+    runs; the socket itself may come later (a warm sandbox's, once a session claims it)."""
     attached = sandbox.keep if sandbox.keep is not None else sandbox.stream
     if sandbox.greeted is not None:
         return _AgentChannel(sandbox.id, sandbox.name, mode, attached, greeted=sandbox.greeted)
     channel = _AgentChannel(sandbox.id, sandbox.name, mode, attached, handover=handover)
     try:
-        channel.begin(*template.command_user, relay, outbox)
+        channel.begin(*template.command_user, relay_for(template), outbox)
         if not channel.wait_ready(AGENT_START_SECONDS):
             detail = channel.stderr_tail or channel.gone or "no answer"
             raise SandboxUnavailable(
@@ -74,6 +76,15 @@ def greet(
         channel.close()
         raise
     return channel
+
+
+def relay_for(template: SandboxTemplate) -> dict[str, Any] | None:
+    """The set-up of the agent's egress relay (127.0.0.1:PROXY_PORT to the proxy's socket in
+    the sandbox's egress directory), or None when the template has no egress directory."""
+    target = template.egress_target
+    if target is None:
+        return None
+    return {"port": PROXY_PORT, "socket": f"{target}/{SOCKET_NAME}"}
 
 
 def _enforced_limits(

@@ -47,7 +47,13 @@ from codecoder.environments.docker.engine import (
     engine_is_local,
     transport,
 )
-from codecoder.environments.docker.settings import DEFAULT_IMAGE, DockerSettings
+from codecoder.environments.docker.settings import (
+    ASK,
+    DEFAULT_IMAGE,
+    NO_NETWORK,
+    REMOTE_NO_NETWORK,
+    DockerSettings,
+)
 from codecoder.environments.docker.workspacemode import workspace_mode
 from codecoder.foundation.errors import SandboxUnavailable
 
@@ -228,6 +234,7 @@ class SandboxStatus:
     transport: EngineTransport | None = None
     warnings: list[str] = field(default_factory=list)
     workspace_reason: str | None = None  # why sync, when not the plain default
+    network_reason: str | None = None  # why no network, where the default would give one
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -241,6 +248,7 @@ class SandboxStatus:
             "workspace": self.workspace,
             "workspace_reason": self.workspace_reason,
             "network": self.network,
+            "network_reason": self.network_reason,
             "problems": self.problems,
             "warnings": self.warnings,
         }
@@ -248,11 +256,12 @@ class SandboxStatus:
     def describe(self) -> str:
         if not self.reachable:
             return f"@docker: {self.problems[0]}"
-        network = (
-            self.network
-            if isinstance(self.network, str)
-            else "egress proxy to " + ", ".join(self.network["allow"])
-        )
+        if isinstance(self.network, dict):
+            network = "egress proxy to " + ", ".join(self.network["allow"])
+        elif self.network == ASK:
+            network = "egress proxy, each host asked (writable calls)"
+        else:
+            network = self.network
         kernel = " (gVisor)" if self.runtime == "runsc" else ""
         engine = self.transport.describe() if self.transport else self.engine
         return (
@@ -260,6 +269,7 @@ class SandboxStatus:
             f"runtime {self.runtime}{kernel}, workspace {self.workspace}"
             + (f" ({self.workspace_reason})" if self.workspace_reason else "")
             + f", network {network}"
+            + (f" ({self.network_reason})" if self.network_reason else "")
         )
 
 
@@ -336,6 +346,8 @@ def sandbox_status(
                 "the egress allowlist needs a local engine: its proxy runs on this machine and "
                 "reaches the sandbox through a Unix socket mounted into it"
             )
+        if not engine_is_local() and settings.asks_hosts:
+            status.network, status.network_reason = NO_NETWORK, REMOTE_NO_NETWORK
     except docker.errors.DockerException as exc:
         status.problems.append(f"the Docker engine answered {_explain(exc)}")
     finally:

@@ -20,6 +20,18 @@ DEFAULT_IMAGE: Final = "codecoder-sandbox"
 # tightens the sandbox; any other runtime is whatever that runtime makes of the container.
 KNOWN_RUNTIMES: Final = ("runc", "runsc")
 WorkspaceMode = Literal["auto", "bind", "sync"]
+# `network`'s default: a writable call reaches the network through the runtime's egress proxy,
+# each host asked as `network:<host>` during the call (`Egress.asking`), as in @bwrap.
+ASK: Final = "ask"
+# Why the default gives no network on an engine of another machine (`containers.egress_for`),
+# as `check` says it.
+REMOTE_NO_NETWORK: Final = (
+    "the engine is on another machine, where the egress proxy's socket cannot be mounted: "
+    "commands run there with no network, and a connection fails at once"
+)
+# No network at all, not even the proxy (the way to opt out of `ask`). Any other string is
+# handed to the engine as its network mode (`bridge`, ...), a loosening.
+NO_NETWORK: Final = "none"
 # Warm sandboxes of one template the pool keeps at most (environments.docker.pool.warm.MAX_SIZE).
 MAX_POOL: Final = 8
 
@@ -53,11 +65,16 @@ class DockerSettings:
     agent). `runtime` is the engine runtime to run it with (None: the engine's default; `runsc`
     for gVisor). `user` is who commands run as: `auto` (the workspace's owner, or 10001 when root
     owns it) or a `uid[:gid]`, never root (the in-container agent runs as root to stay out of
-    the commands' reach). `network` is `none`, or an `Egress` allowlist (given as `{"allow":
-    [...]}`). `workspace` is how the workspace reaches the container: `bind` (a bind mount),
-    `sync` (a per-session volume kept in step with the workspace, which a remote engine needs),
-    `auto` (sync when DOCKER_HOST names another machine, or when the workspace belongs to root and
-    `user` is `auto`: `environments.docker.workspacemode`). `extra_writable_paths` are more
+    the commands' reach). `network` is `ask` (the default: a writable call's only way out
+    is the runtime's egress proxy, any host on port 443 asked as `network:<host>` during the
+    call, as in @bwrap; a read-only call has no network; a remote engine, which cannot mount the
+    proxy's socket, gives no network and says so), `none` (no network at all), an `Egress`
+    allowlist (given as `{"allow": [...]}`: the proxy admits those hosts only), or an engine
+    network mode (`bridge`: the sandbox's own network, a loosening). `workspace` is how the
+    workspace reaches the container: `bind` (a bind mount), `sync` (a per-session volume
+    kept in step with the workspace, which a remote engine needs), `auto` (sync when
+    DOCKER_HOST names another machine, or when the workspace belongs to root and `user` is
+    `auto`: `environments.docker.workspacemode`). `extra_writable_paths` are more
     size-capped tmpfs mounts inside the container (e.g. a cache directory a tool insists on);
     they never touch the host and are emptied between calls made under different grants.
     `disk_budget` is how much a writable call may write to the workspace before it is stopped
@@ -73,7 +90,7 @@ class DockerSettings:
     cpus: float = 1.0
     pids_limit: int = 256
     tmpfs_size: str = "64m"
-    network: str | Egress = "none"
+    network: str | Egress = ASK
     read_only_rootfs: bool = True
     user: str = "auto"
     extra_writable_paths: tuple[str, ...] = ()
@@ -87,7 +104,7 @@ class DockerSettings:
         if egress is not None:
             object.__setattr__(self, "network", egress)  # frozen: normalized once, here
         elif not isinstance(self.network, str) or not self.network:
-            raise ValueError('network must be "none" or {"allow": [hosts]}')
+            raise ValueError('network must be "ask", "none" or {"allow": [hosts]}')
         if self.runtime is not None and not re.fullmatch(
             r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.runtime
         ):
@@ -138,6 +155,11 @@ class DockerSettings:
         return self.network if isinstance(self.network, Egress) else None
 
     @property
+    def asks_hosts(self) -> bool:
+        """The default network: the egress proxy, each host asked (`ASK`)."""
+        return self.network == ASK
+
+    @property
     def runs_as_root(self) -> bool:
         return any(part in ("0", "root") for part in self.user.split(":"))
 
@@ -163,7 +185,7 @@ class DockerSettings:
                 "the sandbox can reach these hosts through the runtime's egress proxy, each "
                 "asked for as network:<host>",
             )
-        elif self.network != default.network:
+        elif self.network not in (default.network, NO_NETWORK):
             note("network", "with a network the sandbox can reach the host, the LAN and beyond")
         if self.runtime not in (None, *KNOWN_RUNTIMES):
             note(

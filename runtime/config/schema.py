@@ -150,6 +150,8 @@ class _Docker(BaseModel):
     cpus: float | None = Field(default=None, gt=0, le=1024)
     pids_limit: int | None = Field(default=None, ge=8, le=1_000_000)
     tmpfs_size: str | None = Field(default=None, pattern=r"^[0-9]+[kmgKMG]?$")
+    # "ask" (the default when unset: writable calls through the egress proxy, each host asked),
+    # "none" (no network at all), {"allow": [...]}, or another engine network mode ("bridge").
     network: Annotated[str, Field(min_length=1)] | _Egress | None = None
     read_only_rootfs: bool | None = None
     user: str | None = Field(default=None, pattern=r"^(auto|[0-9]+(:[0-9]+)?)$")

@@ -42,7 +42,7 @@ from codecoder.config.projectfile import AllowEntry, BwrapSection, ProjectFile
 from codecoder.config.reading import load_user_file, user_file_path
 from codecoder.config.settings import AgentSettings, ShellSettings, WebSettings
 from codecoder.config.trust import Setting, TrustRecord, TrustState
-from codecoder.environments.docker.settings import DockerSettings
+from codecoder.environments.docker.settings import NO_NETWORK, DockerSettings
 from codecoder.foundation.ceiling import EnvironmentTag, Scope
 from codecoder.permissions.allowlist import NEVER
 
@@ -145,10 +145,13 @@ def _docker_narrows(name: str, mine: DockerSettings, base: DockerSettings) -> bo
     never widens: a volume kept in step holds what the bind mount shows, what comes back obeys
     the same protected paths and disk budget, and a bind mount is refused on a remote engine.
     Every other setting (image, network, user, writable root, extra writable paths) widens
-    unless it equals the layer below.
+    unless it equals the layer below; `network: "none"` (no network at all) tightens.
     """
     if name == "workspace":
         return True
+    if name == "network":
+        # "none" has no network at all: never more than any layer below gives.
+        return mine.network in (base.network, NO_NETWORK)
     if name == "runtime":
         return mine.runtime == base.runtime or (
             mine.runtime == "runsc" and base.runtime in (None, "runc")

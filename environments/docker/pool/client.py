@@ -79,7 +79,16 @@ class PoolClient:
             greeted = Greeted(
                 bytes.fromhex(sandbox["key"]), dict(sandbox["hello"]), str(sandbox["runtime"])
             )
-            return Sandbox(str(sandbox["id"]), str(sandbox["name"]), stream, greeted=greeted)
+            egress = sandbox.get("egress")
+            if (egress is None) != (template.egress_target is None):
+                raise ValueError("an egress directory where the template has none, or none")
+            return Sandbox(
+                str(sandbox["id"]),
+                str(sandbox["name"]),
+                stream,
+                greeted=greeted,
+                egress=None if egress is None else Path(str(egress)),
+            )
         except (KeyError, TypeError, ValueError):
             stream.close()
             with contextlib.suppress(OSError, ValueError):

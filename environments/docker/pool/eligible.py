@@ -8,13 +8,15 @@ than the defaults, and refuses the rest, whoever asks:
 * the agent as entrypoint, started as root with at most the agent's four capabilities;
 * no network, a read-only root filesystem, tmpfs mounts that are nosuid and nodev;
 * commands as a user that is not root;
-* bind mounts only: the workspace at /workspace, and read-only mounts of paths inside it at the
+* bind mounts only, and at most one egress directory (made empty by the pool for each sandbox,
+  at `containers.EGRESS_MOUNT`, inside the root-only tmpfs `EGRESS_PARENT`): the workspace
+  at /workspace, and read-only mounts of paths inside it at the
   same place inside /workspace, every source with its identity; a workspace that is neither
   `/`, nor the home directory or above it, nor overlapping the runtime's state or
   configuration.
 
-A session whose settings loosen any of these (or that needs an egress proxy or a synced
-volume) makes its own sandbox; the pool is only ever an accelerator of the default shape.
+A session whose settings loosen any of these (or that needs a synced volume) makes its own
+sandbox; the pool is only ever an accelerator of the default shape.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from codecoder.environments.docker.containers import (
     AGENT_CAPABILITIES,
     AGENT_COMMAND,
     AGENT_USER,
+    EGRESS_MOUNT,
+    EGRESS_PARENT,
 )
 from codecoder.environments.docker.settings import WORKSPACE_MOUNT
 from codecoder.environments.engineseam import SandboxTemplate
@@ -67,7 +71,19 @@ def _mounts_problem(template: SandboxTemplate) -> str | None:
     overlap = overlapping_directory(Path(source))
     if overlap is not None:
         return "its workspace overlaps the runtime's state or configuration"
+    egress = [m for m in template.mounts if m.kind == "egress"]
+    if egress:
+        tmpfs = dict(template.tmpfs)
+        if (
+            len(egress) > 1
+            or egress[0].target != EGRESS_MOUNT
+            or egress[0].source
+            or "mode=700" not in tmpfs.get(EGRESS_PARENT, "").split(",")
+        ):
+            return "its egress directory is not one, inside the agent's root-only tmpfs"
     for mount in template.mounts:
+        if mount.kind == "egress":
+            continue
         if mount.kind != "bind" or mount.identity is None:
             return f"{mount.target} is not a bind mount of a known directory"
         if mount is workspace:

@@ -10,8 +10,8 @@ server (and any session's start) removes the stopped containers (`codecoder.pool
 Requests, one per connection (`environments.docker.pool.wire`):
 
     {"op": "claim", "template": {...}, "size": n}
-        -> {"sandbox": {"id", "name", "key": hex, "hello": {...}, "runtime"}} + the stream,
-           or {"miss": reason}
+        -> {"sandbox": {"id", "name", "key": hex, "hello": {...}, "runtime", "egress": path}}
+           + the stream, or {"miss": reason}
     {"op": "release", "id": ...}     -> {"released": bool}   (the server removes it)
     {"op": "status"}                 -> {"pid", "templates": [...], "claimed": [...], ...}
     {"op": "stop"}                   -> {"stopping": true}, then the server exits
@@ -189,6 +189,7 @@ def _hand_over(pool: WarmPool, ready: Ready, conn: socket.socket) -> None:
             "key": greeted.key.hex(),
             "hello": dict(greeted.hello),
             "runtime": greeted.runtime,
+            "egress": None if ready.egress is None else str(ready.egress),
         }
     }
     try:

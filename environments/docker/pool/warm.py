@@ -12,8 +12,12 @@ What is decided when a sandbox is made, and what when it is claimed:
   went or was replaced, another owner of the workspace (the command user) or other settings
   make another template, which nothing warm matches. The session's own state starts empty: no
   command ever ran in a pooled sandbox, and its first call is made as under a new grant.
-* **Never pooled**: a sandbox with an egress allowlist (its proxy is the session's process) or
-  a synced workspace (its volume is the session's).
+* **Egress**: a template with an egress directory (`engineseam.TemplateMount`, kind `egress`)
+  gets one made for each sandbox, empty and private (`<state dir>/pool/egress/`), handed out
+  with it: the claiming session binds its own proxy's socket there (its questions go to its
+  own gate), and removes the directory with the sandbox. A directory is never handed out
+  twice, nor to any other sandbox, so no session can reach another's proxy.
+* **Never pooled**: a synced workspace (its volume is the session's).
 
 A claimed sandbox belongs to the claiming session alone: it leaves the pool when it is handed
 out and never comes back; `release` removes it. The pool refills in the background (after a
@@ -40,7 +44,9 @@ import logging
 import os
 import queue
 import select
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections import deque
@@ -95,6 +101,7 @@ class Ready:
     greeted: Greeted
     image: str  # the id of the image it was made from
     created: float = field(default_factory=time.monotonic)
+    egress: Path | None = None  # its egress directory, when its template has one
 
     def alive(self) -> bool:
         """Nothing arrived on the stream since the hello: no EOF (the agent or the container
@@ -106,6 +113,13 @@ class Ready:
     def drop(self) -> None:
         with contextlib.suppress(OSError):
             self.stream.close()
+
+    def forget_egress(self) -> None:
+        """Remove its egress directory: the sandbox goes unclaimed (a claimed one's is its
+        session's to remove)."""
+        if self.egress is not None:
+            shutil.rmtree(self.egress, ignore_errors=True)
+            self.egress = None
 
 
 @dataclass(slots=True)
@@ -155,6 +169,7 @@ class WarmPool:
         key_idle: float = KEY_IDLE,
         memory: int | None = None,
         identity_ok: Callable[[SandboxTemplate], bool] | None = None,
+        egress_root: Path | None = None,
     ) -> None:
         self.engine = engine
         self.labels = {**labels, LABEL_POOL: "1"}
@@ -162,8 +177,13 @@ class WarmPool:
         self.key_idle = key_idle
         self.memory = memory
         self._identity_ok = identity_ok or sources_unchanged
+        # Where each warm sandbox's egress directory is made (the server's: its state dir).
+        self._egress_root = egress_root
         self._templates: dict[str, _Template] = {}
         self._claimed: dict[str, float] = {}
+        # The egress directories of claimed sandboxes: their sessions remove them, and this
+        # pool does when a session died without (its sandbox found stopped, or released).
+        self._claimed_egress: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._names = itertools.count(1)
@@ -215,6 +235,8 @@ class WarmPool:
                 elif candidate.alive():
                     found = candidate
                     self._claimed[found.id] = time.monotonic()
+                    if found.egress is not None:
+                        self._claimed_egress[found.id] = found.egress
                     break
                 else:
                     log.warning("%s died while warm; removed", candidate.name)
@@ -228,6 +250,7 @@ class WarmPool:
             self._wake.notify_all()
         for sandbox in dead:
             sandbox.drop()
+            sandbox.forget_egress()
             self._removals.put(sandbox.id)
         self._keep_placeholders()
         return found
@@ -241,6 +264,9 @@ class WarmPool:
         """Remove a sandbox this pool handed out (its session is done with it)."""
         with self._lock:
             known = self._claimed.pop(sandbox_id, None) is not None
+            egress = self._claimed_egress.pop(sandbox_id, None)
+        if egress is not None:
+            shutil.rmtree(egress, ignore_errors=True)
         if known:
             self._removals.put(sandbox_id)
         return known
@@ -284,6 +310,7 @@ class WarmPool:
             self._wake.notify_all()
         for sandbox in ready:
             sandbox.drop()
+            sandbox.forget_egress()
             self._removals.put(sandbox.id)
         if self._filler is not None:
             self._filler.join(timeout=60)
@@ -390,7 +417,14 @@ class WarmPool:
                 problem = "its workspace or a protected path is no longer the directory it was"
             else:
                 labels = {**self.labels, LABEL_MODE: mode}
-                sandbox = self.engine.create(template, name, labels)
+                directory = self._egress_directory() if template.egress_target else None
+                try:
+                    sandbox = self.engine.create(template.resolved(directory), name, labels)
+                except BaseException:
+                    if directory is not None:
+                        shutil.rmtree(directory, ignore_errors=True)
+                    raise
+                sandbox.egress = directory
                 ready = self._greet(sandbox, template, mode)
                 if ready is not None and not self._identity_ok(template):
                     self._remove(ready)
@@ -429,24 +463,41 @@ class WarmPool:
         if problem is not None:
             log.warning("a warm sandbox of %s could not be made: %s", template.image, problem)
 
+    def _egress_directory(self) -> Path:
+        """A new, empty directory private to this user, for one warm sandbox's egress."""
+        root = self._egress_root
+        if root is None:
+            from codecoder.environments.docker.pool.wire import socket_directory
+
+            root = self._egress_root = socket_directory() / "egress"
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="egress-", dir=root))
+
     def _greet(self, sandbox: Sandbox, template: SandboxTemplate, mode: Mode) -> Ready:
+        def removed() -> None:
+            self.engine.remove(sandbox.id)
+            if sandbox.egress is not None:
+                shutil.rmtree(sandbox.egress, ignore_errors=True)
+
         try:
             channel = greet(self.engine, sandbox, template, mode, handover=True)
         except BaseException:
-            self.engine.remove(sandbox.id)
+            removed()
             raise
         stream = channel.release()
         if stream is None:
             channel.close()
-            self.engine.remove(sandbox.id)
+            removed()
             raise SandboxUnavailable(f"the agent of {sandbox.name} wrote after its hello")
         try:
             image = self.engine.inspect(sandbox.id).image
         except BaseException:
             stream.close()
-            self.engine.remove(sandbox.id)
+            removed()
             raise
-        return Ready(sandbox.id, sandbox.name, stream, channel.greeted(), image)
+        return Ready(
+            sandbox.id, sandbox.name, stream, channel.greeted(), image, egress=sandbox.egress
+        )
 
     def _expire(self, now: float) -> list[Ready]:
         """Templates nobody claimed for `key_idle` seconds, dropped, and what a template keeps
@@ -474,16 +525,22 @@ class WarmPool:
                 continue
             with self._lock:
                 self._claimed.pop(summary.id, None)
+                egress = self._claimed_egress.pop(summary.id, None)
+            if egress is not None:  # its session died without removing it
+                shutil.rmtree(egress, ignore_errors=True)
+            with self._lock:
                 for entry in self._templates.values():
                     for ready in list(entry.ready):
                         if ready.id == summary.id:
                             entry.ready.remove(ready)
                             ready.drop()
+                            ready.forget_egress()
             self._remove_id(summary.id)
 
     def _remove(self, ready: Ready) -> None:
         ready.drop()
         self._remove_id(ready.id)
+        ready.forget_egress()
 
     def _remove_queued(self) -> None:
         while True:

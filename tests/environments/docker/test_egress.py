@@ -723,7 +723,8 @@ def test_an_untrusted_project_cannot_open_the_network(project: Path) -> None:
         settings = runtime.config.docker
         warnings = [d for d in runtime.diagnostics if d.code == "untrusted"]
 
-    assert settings.network == "none"
+    # The default: the egress proxy for writable calls, each host asked (never the list).
+    assert settings.network == "ask" and settings.egress is None
     assert [w.key for w in warnings] == ["docker.network"]
 
 

@@ -27,6 +27,7 @@ import requests
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
+from codecoder.environments.docker.engine import engine_is_local
 from codecoder.environments.docker.environment import (
     DockerEnvironment,
     DockerSettings,
@@ -579,6 +580,17 @@ def test_every_container_is_labelled_and_hardened(
         assert label["codecoder"] == "1"
         assert label["codecoder.session"] == sandbox.session_id
         assert label["codecoder.pid"] == str(os.getpid())
+    tmpfs = {
+        "/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}",
+        "/opt/codecoder/capability": f"rw,nosuid,nodev,size={96 * 1024**2},mode=755",
+    }
+    # The writable one has the egress proxy (the default): its socket's directory is mounted
+    # in a tmpfs only root (the agent) may enter. Still no network.
+    relay = {"/opt/codecoder/relay": "ro,noexec,nosuid,nodev,size=64k,mode=700"}
+    modes = [i["Config"]["Labels"]["codecoder.mode"] for i in inspected]
+    by_mode = {mode: h.pop("Tmpfs") for mode, h in zip(modes, hardening, strict=True)}
+    # On an engine of another machine the default has no egress (test_remote runs this too).
+    assert by_mode == {"ro": tmpfs, "rw": tmpfs | relay if engine_is_local() else tmpfs}
     assert (
         hardening
         == [
@@ -595,10 +607,6 @@ def test_every_container_is_labelled_and_hardened(
                 "NanoCpus": 10**9,
                 "Privileged": False,
                 "User": "0:0",
-                "Tmpfs": {
-                    "/tmp": f"rw,noexec,nosuid,nodev,size={64 * 1024**2}",
-                    "/opt/codecoder/capability": f"rw,nosuid,nodev,size={96 * 1024**2},mode=755",
-                },
                 "Sockets": [],
             }
         ]
@@ -773,6 +781,17 @@ def test_the_default_settings_are_not_looser_than_themselves() -> None:
     assert DockerSettings(memory="256m", cpus=0.5, pids_limit=64).looser_than_default() == []
 
 
+def test_no_network_and_the_default_egress_are_not_looser_and_other_networks_are() -> None:
+    """The default (`ask`: the egress proxy, each host asked) and `none` (no network) give no
+    more than the default; an allowlist (other ports, addresses) and an engine network do."""
+    assert DockerSettings().network == "ask" and DockerSettings().asks_hosts
+    assert DockerSettings(network="none").looser_than_default() == []
+    assert [
+        s.name for s in DockerSettings(network={"allow": ["x.test"]}).looser_than_default()
+    ] == ["network"]
+    assert [s.name for s in DockerSettings(network="host").looser_than_default()] == ["network"]
+
+
 def test_loosened_settings_are_each_reported() -> None:
     settings = DockerSettings(
         memory="2g",
@@ -792,7 +811,7 @@ def test_loosened_settings_are_each_reported() -> None:
         ("cpus", 2, 1.0),
         ("pids_limit", 1024, 256),
         ("tmpfs_size", "1g", "64m"),
-        ("network", "bridge", "none"),
+        ("network", "bridge", "ask"),
         ("read_only_rootfs", False, True),
         ("extra_writable_paths", ("/home/sandbox",), ()),
         ("disk_budget", "8g", "1g"),

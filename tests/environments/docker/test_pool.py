@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
-from codecoder.environments.docker.containers import SandboxContainers
+from codecoder.environments.docker.containers import EGRESS_MOUNT, SandboxContainers
 from codecoder.environments.docker.engine import DockerEngine
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.pool import wire
@@ -187,7 +187,15 @@ def test_a_pooled_sandbox_is_hardened_exactly_as_a_sessions_own(
 
     def shape(attrs: dict[str, Any]) -> dict[str, Any]:
         host, config = attrs["HostConfig"], attrs["Config"]
-        mounts = sorted((m["Source"], m["Destination"], m["RW"]) for m in attrs["Mounts"])
+        # Each sandbox has an egress directory of its own: only where it is differs.
+        mounts = sorted(
+            (
+                "<egress>" if m["Destination"] == EGRESS_MOUNT else m["Source"],
+                m["Destination"],
+                m["RW"],
+            )
+            for m in attrs["Mounts"]
+        )
         keep = ("User", "Entrypoint", "Env", "WorkingDir", "Image", "OpenStdin", "StdinOnce")
         return {
             "host": {k: v for k, v in host.items() if k not in ("Binds", "Mounts")},
@@ -197,6 +205,12 @@ def test_a_pooled_sandbox_is_hardened_exactly_as_a_sessions_own(
 
     assert channel.claimed
     assert shape(pooled_attrs) == shape(own_attrs)
+    assert ("<egress>", EGRESS_MOUNT, False) in shape(pooled_attrs)["mounts"]
+    egress = {
+        name: next(m["Source"] for m in attrs["Mounts"] if m["Destination"] == EGRESS_MOUNT)
+        for name, attrs in (("own", own_attrs), ("pooled", pooled_attrs))
+    }
+    assert egress["own"] != egress["pooled"]
 
 
 @pytest.mark.parametrize("runtime", ["runsc"])
@@ -391,7 +405,9 @@ def _template(workspace: Path, **changes: Any) -> SandboxTemplate:
     containers = SandboxContainers(
         workspace.resolve(), DockerSettings(), "test", sync=False, resolver=None, volume=None
     )
-    template = containers.template("rw", ProtectedScan(workspace.resolve()))
+    # What a session of the default settings sends: with its egress directory.
+    egress = containers.egress_for("rw") is not None
+    template = containers.template("rw", ProtectedScan(workspace.resolve()), egress)
     fields = {**template.to_json(), **changes}
     return SandboxTemplate.from_json(json.loads(json.dumps(fields)))
 
@@ -404,6 +420,35 @@ def _mount(target: str, source: Path, read_only: bool = True) -> dict[str, Any]:
 
 def test_the_default_template_is_one_the_pool_makes(workspace: Path) -> None:
     assert refusal(_template(workspace)) is None
+
+
+def test_an_egress_directory_is_made_only_empty_and_inside_the_agents_root_only_tmpfs(
+    workspace: Path,
+) -> None:
+    template = _template(workspace)
+    mounts = template.to_json()["mounts"]
+    egress = next(m for m in mounts if m["kind"] == "egress")
+    others = [m for m in mounts if m is not egress]
+    tmpfs = [[path, options] for path, options in template.tmpfs]
+    open_tmpfs = [
+        [path, options.replace("mode=700", "mode=755")] for path, options in template.tmpfs
+    ]
+    refused = {
+        "a source of its own": _template(workspace, mounts=[*others, {**egress, "source": "/etc"}]),
+        "elsewhere": _template(workspace, mounts=[*others, {**egress, "target": "/tmp/egress"}]),
+        "twice": _template(
+            workspace, mounts=[*others, egress, {**egress, "target": f"{EGRESS_MOUNT}2"}]
+        ),
+        "in a tmpfs commands may enter": _template(workspace, tmpfs=open_tmpfs),
+        "without the tmpfs": _template(
+            workspace, tmpfs=[t for t in tmpfs if not t[0].startswith("/opt/codecoder/relay")]
+        ),
+    }
+
+    assert template.egress_target == EGRESS_MOUNT
+    assert {name: refusal(t) for name, t in refused.items()} == dict.fromkeys(
+        refused, "its egress directory is not one, inside the agent's root-only tmpfs"
+    )
 
 
 def loose_templates(workspace: Path) -> dict[str, SandboxTemplate]:
@@ -706,3 +751,33 @@ def test_back_to_back_claims_teach_the_pool_how_many_to_keep_warm(
         )
         == []
     )
+
+
+def test_egress_directories_go_with_their_sandboxes_whoever_ends_them(
+    workspace: Path, docker_engine: Any, tmp_path: Path
+) -> None:
+    """Each warm sandbox gets an empty, private egress directory of its own; a claimed one's
+    goes with it when its session dies without removing it (the pool reaps the stopped
+    sandbox), and the unclaimed ones' when the pool closes."""
+    template = _template(workspace)
+    root = tmp_path / "egress"
+    pool = WarmPool(DockerEngine(), _pool_labels(), egress_root=root)
+    pool.start()
+    try:
+        assert pool.claim(template, 2) is None
+        wait_until(lambda: len(pool.status()["templates"][0]["ready"]) >= 2)
+        claimed = pool.claim(template, 2)
+        assert claimed is not None and claimed.egress is not None
+        others = {p for p in root.iterdir() if p != claimed.egress}
+        fresh = (os.stat(claimed.egress).st_mode & 0o777, list(claimed.egress.iterdir()))
+        pool.handed_over(claimed)  # the session's now; it dies, and its sandbox stops
+        docker_engine.api.kill(claimed.id)
+        wait_until(lambda: not docker_engine.api.inspect_container(claimed.id)["State"]["Running"])
+        pool._reap()
+        reaped = not claimed.egress.exists()
+    finally:
+        pool.close()
+
+    assert fresh == (0o700, [])
+    assert others and reaped
+    assert list(root.iterdir()) == []

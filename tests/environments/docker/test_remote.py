@@ -187,6 +187,37 @@ def test_the_egress_allowlist_is_refused_with_the_reason(workspace: Path) -> Non
     )
 
 
+def test_with_the_default_network_commands_run_there_and_a_connection_fails_at_once(
+    workspace: Path,
+) -> None:
+    """The default asks for each host through the egress proxy, whose socket cannot be mounted
+    on another machine: there a writable call runs with no network at all, and a client trying
+    to connect fails at once rather than hanging."""
+    script = """python3 - <<'EOF'
+import os, socket, time
+print("proxy", os.environ.get("HTTPS_PROXY"))
+started = time.monotonic()
+for address in (("127.0.0.1", 3128), ("1.1.1.1", 443)):
+    try:
+        socket.create_connection(address, timeout=20)
+        print("connected", address)
+    except OSError as exc:
+        print("refused", exc.errno)
+print("fast", time.monotonic() - started < 5)
+EOF"""
+    with DockerEnvironment(workspace, DockerSettings()) as env:
+        result = run(env, script, writable=True)
+        attrs = env.engine.client.api.inspect_container(result.extra["container"])
+
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "proxy None"
+    assert result.stdout.splitlines()[1] == "refused 111"
+    assert result.stdout.splitlines()[2].startswith("refused ")
+    assert result.stdout.splitlines()[3] == "fast True"
+    assert attrs["HostConfig"]["NetworkMode"] == "none"
+    assert not any("relay" in m["Destination"] for m in attrs["Mounts"])
+
+
 def test_a_remote_engine_has_no_warm_pool(
     workspace: Path, docker_engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,7 +332,9 @@ def test_check_says_it_in_words(remote_engine: RemoteEngine, project: Path) -> N
         "certificate), image codecoder-sandbox (agent "
     )
     assert line.endswith(
-        "runtime runc, workspace sync (the engine is on another machine), network none"
+        "runtime runc, workspace sync (the engine is on another machine), network none (the "
+        "engine is on another machine, where the egress proxy's socket cannot be mounted: "
+        "commands run there with no network, and a connection fails at once)"
     )
 
 

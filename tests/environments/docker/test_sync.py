@@ -18,6 +18,7 @@ import pytest
 
 from codecoder.environments.base import CommandRequest, CommandResult
 from codecoder.environments.docker.channel import AGENT_PROTOCOL, LABEL_AGENT
+from codecoder.environments.docker.containers import EGRESS_MOUNT
 from codecoder.environments.docker.engine import engine_is_local
 from codecoder.environments.docker.environment import DockerEnvironment, DockerSettings
 from codecoder.environments.docker.sync import WorkspaceVolume
@@ -72,9 +73,16 @@ def test_no_container_has_a_bind_mount_and_the_workspace_is_seen_whole(
     write = run(synced, "echo made > made.txt", writable=True)
     mounts = mounts_of(docker_engine, synced)
 
+    # The one bind mount a local engine gives a writable sandbox is its egress directory (the
+    # default's proxy socket), never anything of the workspace; a remote engine has none.
+    egress = [m for m in mounts if m["Destination"] == EGRESS_MOUNT]
+    workspace = [m for m in mounts if m not in egress]
+
     assert (read.stdout, write.exit_code) == ("print('hello')\n[core]\n", 0)
-    assert {m["Type"] for m in mounts} == {"volume"}
-    assert {m["Destination"] for m in mounts} == {"/workspace", "/opt/codecoder/outbox"}
+    assert {m["Type"] for m in workspace} == {"volume"}
+    assert {m["Destination"] for m in workspace} == {"/workspace", "/opt/codecoder/outbox"}
+    expected = [("bind", False)] if engine_is_local() else []
+    assert [(m["Type"], m["RW"]) for m in egress] == expected
     assert str(synced.workspace) not in json.dumps(mounts)
 
 
