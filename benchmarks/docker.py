@@ -20,7 +20,12 @@ from pathlib import Path
 
 from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.benchmarks.workspace import (
+    make_project,
+    make_runtime,
+    owned_by_a_user,
+    require_tools,
+)
 from codecoder.environments.base import CommandRequest
 from codecoder.foundation.ceiling import EnvironmentTag
 from codecoder.foundation.errors import SandboxUnavailable
@@ -101,7 +106,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         "environments": {"run_command": "@docker"},
         "allowlist": {f"run_command:{COMMAND}": "AlwaysThisProject"},
     }
-    project = make_project(ctx.scratch / "project", config)
+    project = owned_by_a_user(make_project(ctx.scratch / "project", config))
     env = DockerEnvironment(project)
     try:
         env.start()

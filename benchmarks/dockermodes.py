@@ -19,7 +19,6 @@ an engine without runsc the gVisor figures are skipped, with the reason.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,12 @@ from typing import Any
 
 from codecoder.benchmarks.measure import Measured, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.benchmarks.workspace import (
+    make_project,
+    make_runtime,
+    owned_by_a_user,
+    require_tools,
+)
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.docker.settings import DockerSettings
 from codecoder.foundation.ceiling import EnvironmentTag
@@ -125,11 +129,7 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured | Skipped]]:
                     for command in (TRUE, WRITE)
                 },
             }
-            project = make_project(ctx.scratch / name, config)
-            if os.geteuid() == 0:
-                # Root's directory is not writable by the command user (10001) that the sandbox
-                # then runs commands as: the project is given to that user, as a user's is.
-                os.chown(project, 10001, 10001)
+            project = owned_by_a_user(make_project(ctx.scratch / name, config))
             env = DockerEnvironment(project, settings)
             stack.callback(env.close)
             env.start()

@@ -35,7 +35,12 @@ from codecoder.benchmarks.agents import codecoder_command, decision_server
 from codecoder.benchmarks.docker import hardened_run_argv
 from codecoder.benchmarks.measure import Measured, SelfTimed, compare
 from codecoder.benchmarks.report import Area, BenchContext, FigureSpec, Skipped, Target
-from codecoder.benchmarks.workspace import make_project, make_runtime, require_tools
+from codecoder.benchmarks.workspace import (
+    make_project,
+    make_runtime,
+    owned_by_a_user,
+    require_tools,
+)
 from codecoder.config.trust import record_trust
 from codecoder.foundation.errors import SandboxUnavailable
 from codecoder.session import Runtime
@@ -151,8 +156,12 @@ def run(ctx: BenchContext) -> Iterator[dict[str, Measured]]:
         "allowlist": {f"run_command:{COMMAND}": "AlwaysThisProject"},
     }
     with _pool_state(ctx.scratch):
-        pooled = make_project(ctx.scratch / "pooled", {**grants, "docker": {"pool": 2}})
-        unpooled = make_project(ctx.scratch / "unpooled", {**grants, "docker": {"pool": 0}})
+        pooled = owned_by_a_user(
+            make_project(ctx.scratch / "pooled", {**grants, "docker": {"pool": 2}})
+        )
+        unpooled = owned_by_a_user(
+            make_project(ctx.scratch / "unpooled", {**grants, "docker": {"pool": 0}})
+        )
         for project in (pooled, unpooled):  # trusted, for the `codecoder call` processes
             record_trust(project.resolve(), (project / "codecoder.json").read_bytes(), ())
         env = {k: v for k, v in os.environ.items() if k not in ("CI", "CODECODER_DAEMON")}

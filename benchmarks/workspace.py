@@ -8,6 +8,7 @@ audit log, because that is what every real call pays for.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,18 @@ def make_project(directory: Path, config: Mapping[str, Any] | str | None = None)
         text = config if isinstance(config, str) else json.dumps(config, indent=2) + "\n"
         (directory / "codecoder.json").write_text(text)
     return directory
+
+
+def owned_by_a_user(project: Path) -> Path:
+    """`project` given to the sandbox's command user when this process is root: root's own
+    directory would put @docker in sync mode (commands never run as root, and uid 10001 cannot
+    write it through a bind mount: `environments.docker.workspacemode`), which is never pooled;
+    a user's project, the case measured, is bound."""
+    if os.geteuid() == 0:
+        from codecoder.environments.docker.workspacemode import FALLBACK_UID
+
+        os.chown(project, FALLBACK_UID, FALLBACK_UID)
+    return project
 
 
 def require_tools(*names: str) -> dict[str, Tool[Any]]:

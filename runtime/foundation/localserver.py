@@ -38,6 +38,7 @@ __all__ = [
     "Listening",
     "address",
     "connect",
+    "interpreter",
     "peer_uid",
     "private_directory",
     "socket_name",
@@ -45,6 +46,13 @@ __all__ = [
 ]
 
 _UNIX_PATH_MAX: Final = 100  # bytes of an AF_UNIX path kept well below the kernel's 108
+
+
+def interpreter() -> str:
+    """The interpreter a server runs on, whatever name started it: its environment (a venv's
+    prefix) and the file it really is. `.venv/bin/python` and `.venv/bin/python3` (the
+    `codecoder` script's) are one interpreter, and their processes share one server."""
+    return f"{sys.prefix}:{os.path.realpath(sys.executable)}"
 
 
 def socket_name(prefix: str, identity: str) -> str:

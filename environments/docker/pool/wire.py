@@ -50,7 +50,7 @@ def identity() -> str:
     """Which code and which engine a server serves: a client is served only by a server of
     the same identity."""
     python_path = os.environ.get("PYTHONPATH", "")
-    return f"{sys.executable}\n{_PACKAGE_ROOT}\n{python_path}\n{os.geteuid()}\n{_engine_address()}"
+    return f"{localserver.interpreter()}\n{_PACKAGE_ROOT}\n{python_path}\n{os.geteuid()}\n{_engine_address()}"
 
 
 def socket_name(ident: str) -> str:

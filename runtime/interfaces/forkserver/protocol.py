@@ -132,7 +132,7 @@ def identity(context: str | None = None) -> str:
     )
     return "\n".join(
         [
-            sys.executable,
+            localserver.interpreter(),
             _PACKAGE_ROOT,
             str(os.geteuid()),
             *startup,
