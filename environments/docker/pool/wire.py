@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,7 +49,10 @@ def identity() -> str:
     """Which code and which engine a server serves: a client is served only by a server of
     the same identity."""
     python_path = os.environ.get("PYTHONPATH", "")
-    return f"{localserver.interpreter()}\n{_PACKAGE_ROOT}\n{python_path}\n{os.geteuid()}\n{_engine_address()}"
+    engine: str = _engine_address()
+    return "\n".join(
+        [localserver.interpreter(), str(_PACKAGE_ROOT), python_path, str(os.geteuid()), engine]
+    )
 
 
 def socket_name(ident: str) -> str:
