@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,27 @@ _PYTHON_IGNORES = frozenset({signal.SIGPIPE, signal.SIGXFSZ})
 
 # What the process environment says of the terminal's size, which overrides the terminal's own.
 _TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def gone(*pids: int, within: float = 10.0) -> bool:
+    """Whether every one of `pids` is gone, soon. A process sent SIGKILL is not gone when kill()
+    returns: on a loaded machine it may take a moment to be scheduled and die, so a test that
+    asks right after the call returned fails for the machine's sake, not the product's."""
+    deadline = time.monotonic() + within
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.shell import ShellEnvironment
 from codecoder.foundation.errors import ExecutionTimeout
+from tests.conftest import gone
 
 
 @pytest.fixture
@@ -53,8 +53,7 @@ def test_the_timeout_kills_the_whole_process_group(shell, tmp_path: Path) -> Non
         shell.run(CommandRequest(cwd=tmp_path, script=script, timeout=0.5))
     assert time.monotonic() - started < 5
     background = int((tmp_path / "bg.pid").read_text())
-    time.sleep(0.1)
-    assert not _alive(background)
+    assert gone(background)
 
 
 def test_a_background_job_does_not_keep_the_call_open_or_outlive_it(shell, tmp_path: Path) -> None:
@@ -64,8 +63,7 @@ def test_a_background_job_does_not_keep_the_call_open_or_outlive_it(shell, tmp_p
     )
     assert (result.exit_code, result.stdout) == (0, "done\n")
     assert time.monotonic() - started < 5
-    time.sleep(0.1)
-    assert not _alive(int((tmp_path / "bg.pid").read_text()))
+    assert gone(int((tmp_path / "bg.pid").read_text()))
 
 
 def test_output_is_capped_keeping_head_and_tail(shell, tmp_path: Path) -> None:
@@ -81,15 +79,6 @@ def test_output_is_capped_keeping_head_and_tail(shell, tmp_path: Path) -> None:
 def test_a_signal_death_is_reported(shell, tmp_path: Path) -> None:
     result = shell.run(CommandRequest(cwd=tmp_path, script="kill -TERM $$"))
     assert (result.exit_code, result.killed_by) == (143, "SIGTERM")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 def test_output_reaches_the_listener_as_the_command_prints_it(shell, tmp_path: Path) -> None:

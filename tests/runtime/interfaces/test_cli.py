@@ -15,7 +15,7 @@ import pytest
 
 from codecoder.config.reading import user_file_path
 from codecoder.foundation.state import project_state_directory
-from tests.conftest import trust_project, write_config
+from tests.conftest import gone, trust_project, write_config
 
 SEED = (
     "{\n"
@@ -421,14 +421,6 @@ def test_check_flags_a_second_deny_section_and_the_file_fails_closed(project: Pa
 # --- interrupts ----------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
 def _wait_for(path: Path, lines: int) -> list[int]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -465,7 +457,7 @@ def test_an_interrupted_call_kills_the_commands_group_exits_and_is_audited(
     assert proc.returncode == code
     assert stderr.strip().splitlines()[-1] == f"codecoder: {word}"
     assert "Traceback" not in stderr
-    assert not _alive(bash) and not _alive(sleeper)
+    assert gone(bash, sleeper)
     log = project_state_directory(project.resolve()) / "audit.jsonl"
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert (record["outcome"], record["source"], record["error"]) == (

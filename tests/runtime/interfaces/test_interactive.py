@@ -17,7 +17,7 @@ from pathlib import Path
 import pexpect
 
 from codecoder.foundation.state import project_state_directory
-from tests.conftest import write_config
+from tests.conftest import gone, write_config
 
 PROMPT = "codecoder> "
 ON_SHELL = {"environments": {"run_command": "@shell"}}
@@ -215,25 +215,6 @@ def test_tools_help_and_mistakes_are_answered_in_place(project: Path) -> None:
     assert child.exitstatus == 0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def _all_gone(pids: list[int]) -> bool:
-    """Whether every one of `pids` is gone, soon: they were sent SIGKILL before the prompt came
-    back, and on a loaded machine a killed process may take a moment to be scheduled and die."""
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _pids(path: Path, count: int) -> list[int]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -257,7 +238,7 @@ def test_ctrl_c_stops_the_running_command_and_its_background_jobs_and_the_sessio
     child.expect_exact("(interrupted)")
     child.expect_exact(PROMPT)
 
-    assert _all_gone(running)
+    assert gone(*running)
     assert run(child, 'reason {"thought": "still here"}').startswith("Thought recorded.")
     quit(child)
     log = project_state_directory(project.resolve()) / "audit.jsonl"
@@ -278,7 +259,7 @@ def test_sigterm_ends_the_session_and_the_running_command(project: Path) -> None
     child.close()
 
     assert child.exitstatus == 143
-    assert _all_gone(running)
+    assert gone(*running)
 
 
 def test_a_contained_command_offers_the_project_and_its_grant_holds_in_the_next_session(
