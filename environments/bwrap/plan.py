@@ -50,6 +50,7 @@ sandbox's PID namespace.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -125,10 +126,15 @@ class SandboxPlan:
         # Outermost first: a $HOME inside the account's home is mounted over it, not under.
         for home in sorted(self.homes, key=lambda p: len(p.parts)):
             args += ["--size", str(self.tmp_size), "--perms", "0700", "--tmpfs", str(home)]
+        # What the host keeps private is covered where it still is: an entry removed since
+        # the plan was made hides nothing, and its mount point could not be made in the
+        # read-only root (bubblewrap would fail the whole sandbox; a warm one is built later).
         for directory in self.private.directories:
-            args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(directory)]
+            if os.path.lexists(directory):
+                args += ["--size", str(_HIDDEN_SIZE), "--perms", "0700", "--tmpfs", str(directory)]
         for secret in self.private.files:
-            args += ["--ro-bind", empty, str(secret)]
+            if os.path.lexists(secret):
+                args += ["--ro-bind", empty, str(secret)]
         for toolchain in self.toolchains:
             args += ["--ro-bind", str(toolchain), str(toolchain)]
         for secret in self.covered:

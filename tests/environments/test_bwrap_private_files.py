@@ -14,13 +14,14 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from codecoder.environments.base import CommandRequest
 from codecoder.environments.bwrap.confined import ConfinedEnvironment
 from codecoder.environments.bwrap.environment import BwrapEnvironment
-from codecoder.environments.privatefiles import machine_private_files
+from codecoder.environments.privatefiles import PrivateView, machine_private_files
 from tests.environments.bwrap_support import need_bwrap, repo
 
 __all__ = ["repo"]  # fixtures
@@ -139,3 +140,32 @@ def test_confined_as_root_reads_no_private_file_either(repo: Path, planted: Plan
     assert planted.token not in said
     assert "root:x:0:0" in said  # what every account reads still reads
     assert Path("/etc/shadow").read_text().splitlines()[0] not in said
+
+
+def test_a_private_entry_gone_before_the_sandbox_is_built_does_not_break_it(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A private directory or file that is removed between the plan and bubblewrap (a
+    package manager's, the audit's own plant) hides nothing any more; its mount point cannot be
+    made in the read-only root, and bubblewrap failed the whole sandbox (seen in a parallel
+    run: `Can't mkdir /var/lib/codecoder-audit-…: Read-only file system`)."""
+    need_bwrap()
+    where = Path(__file__).resolve().parents[2]  # in the read-only root, not a private tmpfs
+    vanished = where / f"codecoder-vanished-{secrets.token_hex(4)}"
+    env = BwrapEnvironment(repo, warm=False)
+    planned = env.plan
+
+    def plan(request: CommandRequest, call: Any = None) -> Any:
+        made = planned(request, call)
+        made.private = PrivateView(
+            directories=(*made.private.directories, vanished),
+            files=(*made.private.files, vanished.with_name(vanished.name + ".key")),
+        )
+        return made
+
+    monkeypatch.setattr(env, "plan", plan)
+    try:
+        result = env.run(CommandRequest(cwd=repo, script="echo built", writable=False))
+    finally:
+        env.close()
+    assert (result.exit_code, result.stdout) == (0, "built\n")
