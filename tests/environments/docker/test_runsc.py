@@ -79,8 +79,20 @@ def test_a_call_ends_at_its_timeout_and_nothing_of_it_survives(gvisor: DockerEnv
 
 
 def test_the_memory_limit_holds_and_is_reported(gvisor: DockerEnvironment) -> None:
-    with pytest.raises(OutOfMemory):
-        run(gvisor, "python3 -c \"b'x' * (1024 ** 3)\"")
+    bomb = "python3 -c \"b'x' * (1024 ** 3)\""
+    try:
+        run(gvisor, bomb)
+    except OutOfMemory:
+        pass
+    except SandboxUnavailable as stopped:
+        # Now and then Debian's gVisor stops the whole sandbox at the limit instead (the
+        # audit's memory bomb is made twice for the same reason): the limit held, nothing came
+        # out; the fresh sandbox of the next call must then report it.
+        assert "the sandbox container stopped" in str(stopped)
+        with pytest.raises(OutOfMemory):
+            run(gvisor, bomb)
+    else:
+        pytest.fail("a gigabyte was allocated past the memory limit")
     assert run(gvisor, "echo after").stdout == "after\n"
 
 
