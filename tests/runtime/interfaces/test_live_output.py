@@ -114,7 +114,9 @@ def test_interrupted_with_its_output_in_a_pipe_the_output_so_far_is_still_writte
         assert proc.returncode == 130
         assert stderr.splitlines()[-1] == "codecoder: interrupted"
         printed = json.loads(stdout)["error"]["output"] if as_json else stdout
-        assert printed.startswith("tick 1\ntick 2\ntick 3\n") and printed.endswith("\n")
+        # Three ticks were in the file; the last may still be in the pipe, not yet read, when
+        # the interrupt comes on a loaded machine: what was read is written, in order.
+        assert printed.startswith("tick 1\ntick 2\n") and printed.endswith("\n")
         if as_json:
             assert json.loads(stdout) == {
                 "tool": "run_command",
