@@ -138,29 +138,36 @@ def test_a_warm_sandbox_serves_its_egress_through_the_claiming_calls_gate(
         "print(b''.join(iter(lambda: s.recv(100), b'')).decode().splitlines()[-1])"
     )
     env = BwrapEnvironment(repo, egress=Egress((f"127.0.0.1:{port}",)))
-    gates = [Gate(), Gate()]
+    gates: list[Gate] = []
+    results = []
     try:
-        results = []
-        for gate in gates:
+        # The first call runs cold and leaves a warm sandbox; the next takes it. A host change
+        # between build and claim (a parallel test's plant in /var/lib) makes a call cold
+        # again: calls go on until one was warm, at most four.
+        while env.warm_sandboxes.claimed == 0 and len(gates) < 4:
+            if gates:
+                deadline = time.monotonic() + 30
+                while not env.warm_sandboxes.held() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            gates.append(Gate())
             results.append(
                 env.run(
                     CommandRequest(
                         cwd=repo,
                         argv=("python3", "-c", client),
-                        network=gate,
+                        network=gates[-1],
                         session="s",
                         writable=True,
                     )
                 )
             )
-            time.sleep(0.5)  # the next call's sandbox is built meanwhile
         claimed = env.warm_sandboxes.claimed
     finally:
         env.close()
         upstream.close()
-    assert [r.stdout for r in results] == ["hello\n", "hello\n"], [r.stderr for r in results]
-    assert claimed >= 1
-    assert [g.asked for g in gates] == [[("127.0.0.1", port)], [("127.0.0.1", port)]]
+    assert [r.stdout for r in results] == ["hello\n"] * len(gates), [r.stderr for r in results]
+    assert claimed == 1
+    assert [g.asked for g in gates] == [[("127.0.0.1", port)]] * len(gates)
 
 
 def test_a_host_granted_for_the_project_during_a_writable_call_is_written_after_it(
