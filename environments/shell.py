@@ -23,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
@@ -63,10 +63,12 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
         request: CommandRequest,
         env: Mapping[str, str],
         pass_fds: Sequence[int] = (),
+        end: Callable[[int], None] | None = None,
     ) -> CommandResult:
         """Run `argv` as `request` says (its cwd, stdin, timeout, output cap, cancel), with
         exactly `env` and the descriptors `pass_fds`, ending its whole process group: the
-        process handling of @shell, which @bwrap runs bubblewrap with."""
+        process handling of @shell, which @bwrap runs bubblewrap with. `end(pid)` ends what
+        the process started where its group is not all of it (bubblewrap's sandbox)."""
         if request.cancel is not None and request.cancel.is_set():
             raise Cancelled("the call was cancelled before the command started")
         started = time.monotonic()
@@ -94,24 +96,34 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
             )
         except OSError as exc:
             raise ExecutionFailed(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-        return self.collect(proc, request, started)
+        return self.collect(proc, request, started, end)
 
     def collect(
-        self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float
+        self,
+        proc: subprocess.Popen[bytes],
+        request: CommandRequest,
+        started: float,
+        end: Callable[[int], None] | None = None,
     ) -> CommandResult:
         """Collect a started process as `run_process` does (its pipes, the request's stdin,
-        deadline from `started`, cancel), ending its whole process group however it ends: what
-        @bwrap's warm sandboxes, started before their call, are collected with."""
+        deadline from `started`, cancel), ending its whole process group (or what `end` ends)
+        however it ends: what @bwrap's warm sandboxes, started before their call, are
+        collected with."""
+        ending = end or _kill_group
         try:
-            return self._collect(proc, request, started)
+            return self._collect(proc, request, started, ending)
         except BaseException:
-            _kill_group(proc.pid)
+            ending(proc.pid)
             with contextlib.suppress(BaseException):
                 proc.wait(timeout=1)
             raise
 
     def _collect(
-        self, proc: subprocess.Popen[bytes], request: CommandRequest, started: float
+        self,
+        proc: subprocess.Popen[bytes],
+        request: CommandRequest,
+        started: float,
+        ending: Callable[[int], None],
     ) -> CommandResult:
         out, err = CappedBuffer(request.max_output), CappedBuffer(request.max_output)
         listener = request.output
@@ -134,17 +146,17 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                 if exited_at is None and proc.poll() is not None:
                     # The command is done; anything left in its group is a stray background
                     # job that would otherwise keep the pipes open until the deadline.
-                    _kill_group(proc.pid)
+                    ending(proc.pid)
                     exited_at = now
                 if exited_at is not None and now - exited_at > _DRAIN_AFTER_EXIT:
                     break
                 if now >= deadline:
                     timed_out = True
-                    _kill_group(proc.pid)
+                    ending(proc.pid)
                     break
                 if cancel is not None and cancel.is_set():
                     cancelled = True
-                    _kill_group(proc.pid)
+                    ending(proc.pid)
                     break
                 wait = min(deadline - now, 0.05 if exited_at is None else _DRAIN_AFTER_EXIT)
                 for selkey, _ in sel.select(timeout=max(wait, 0.0)):
@@ -165,7 +177,7 @@ class ShellEnvironment(Environment[CommandRequest, CommandResult]):
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 timed_out = True
-        _kill_group(proc.pid)
+        ending(proc.pid)
         code = proc.wait()
         proc.stdout.close()
         proc.stderr.close()

@@ -2,9 +2,10 @@
 seccomp filter on top.
 
 A call builds its sandbox (`environments.bwrap.plan`), runs bubblewrap with @shell's process
-handling (timeout, cancel, Ctrl-C and the end of the call kill bubblewrap; bubblewrap's init is
-PID 1 of the sandbox, so the kernel then kills every process left in it, a double-forked daemon
-included), and reports the command's output and exit code. A sandbox that could not be built
+handling (timeout, cancel, Ctrl-C and the end of the call kill the sandbox's init, PID 1 of its
+namespaces, so the kernel kills every process left in it, a double-forked daemon included, and
+the call returns when they are gone: `environments.bwrap.ending`), and reports the command's
+output and exit code. A sandbox that could not be built
 (bubblewrap or the helper refused) fails the call with what they said; nothing ran.
 
 Read-only calls (`writable=False`: the whole file system read-only) run side by side. Writable
@@ -46,6 +47,7 @@ from typing import Final
 from codecoder.environments.base import CommandRequest, CommandResult, Environment, Snapshot
 from codecoder.environments.broker import BUNDLE_PATH, CredentialBroker, CredentialRoute
 from codecoder.environments.bwrap import remembered
+from codecoder.environments.bwrap.ending import end_sandbox
 from codecoder.environments.bwrap.environ import contained_environ
 from codecoder.environments.bwrap.helper import (
     CONFINE_FAILED,
@@ -373,7 +375,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             fds = [fd for fd in (ready_w, gitconfig, helper_fd, listen_fd) if fd is not None]
             # bubblewrap itself starts in the workspace; the command in its --chdir.
             outer = dataclasses.replace(request, cwd=self.workspace)
-            result = self._shell.run_process(argv, outer, env, pass_fds=fds)
+            result = self._shell.run_process(argv, outer, env, pass_fds=fds, end=end_sandbox)
             return result, _was_ready(ready_r)
 
     # -- warm sandboxes (environments.bwrap.warm) ---------------------------------------------
@@ -509,7 +511,7 @@ class BwrapEnvironment(Environment[CommandRequest, CommandResult]):
             elif listener is not None:
                 stack.callback(listener.close)
                 stack.enter_context(self.proxy().serving(listener, request.network))
-            return self._shell.collect(proc, request, started)
+            return self._shell.collect(proc, request, started, end_sandbox)
 
     def _unbuilt(self, result: CommandResult) -> Exception:
         # Whatever made it fail, that bubblewrap works here is no longer believed.

@@ -45,6 +45,7 @@ __all__ = [
 # could write.
 SYSTEM_DIRECTORIES: Final = "/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
 TRIAL_SECONDS: Final = 10.0
+TRIAL_ATTEMPTS: Final = 3
 _REMEMBERED: Final = "command-sandbox"
 # The kernel's switches for unprivileged user namespaces (Debian, upstream, Ubuntu's AppArmor).
 _USERNS_SWITCHES: Final = (
@@ -185,22 +186,7 @@ def probe(bwrap: str | None = None) -> CommandSandbox:
         version = None
     else:
         version = _version(found)
-        plan = _trial_plan()
-        with contextlib.ExitStack() as stack:
-            inside, fd = helper_command(Path(helper), stack)
-            failed = _trial(
-                [
-                    found,
-                    *NAMESPACE_OPTIONS,
-                    *plan.mounts(None),
-                    "--",
-                    inside,
-                    *plan.helper_options(None, None),
-                    "--",
-                    "/bin/true",
-                ],
-                pass_fds=(fd,),
-            )
+        failed = _bwrap_trial(found, helper)
         if failed is None:
             return CommandSandbox(
                 EnvironmentTag.BWRAP,
@@ -237,6 +223,36 @@ def probe(bwrap: str | None = None) -> CommandSandbox:
         version,
         abi,
     )
+
+
+def _bwrap_trial(bwrap: str, helper: str) -> str | None:
+    """None when a trial sandbox was built and ran `/bin/true`; else what went wrong the last of
+    `TRIAL_ATTEMPTS` times. Tried again, from a new plan, as every call's sandbox is: bubblewrap
+    fails now and then while the host's mounts change (containers/bubblewrap#650), a private
+    entry planned can vanish before bubblewrap binds over it, and a loaded machine can take
+    longer than `TRIAL_SECONDS`. One such moment must not make a whole process (an MCP server, a
+    decision server) fall back to @confined for its life."""
+    failed: str | None = None
+    for _ in range(TRIAL_ATTEMPTS):
+        plan = _trial_plan()
+        with contextlib.ExitStack() as stack:
+            inside, fd = helper_command(Path(helper), stack)
+            failed = _trial(
+                [
+                    bwrap,
+                    *NAMESPACE_OPTIONS,
+                    *plan.mounts(None),
+                    "--",
+                    inside,
+                    *plan.helper_options(None, None),
+                    "--",
+                    "/bin/true",
+                ],
+                pass_fds=(fd,),
+            )
+        if failed is None:
+            return None
+    return failed
 
 
 def _trial_plan() -> SandboxPlan:

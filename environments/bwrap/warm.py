@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import socket
 import struct
 import subprocess
@@ -47,6 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+from codecoder.environments.bwrap.ending import end_sandbox
 
 __all__ = ["REQUEST_LIMIT", "WarmKey", "WarmSandbox", "WarmSandboxes", "encode_request"]
 
@@ -189,7 +190,7 @@ class WarmSandbox:
 
     def discard(self) -> None:
         """Kill the sandbox's whole tree and release what the runtime holds of it."""
-        _kill_group(self.proc.pid)
+        end_sandbox(self.proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=2)
         self.channel.close()
@@ -313,11 +314,6 @@ class WarmSandboxes:
         """The sandboxes waiting now (tests look at them)."""
         with self._lock:
             return list(self._slots.values())
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _close(fd: int) -> None:

@@ -253,3 +253,26 @@ def test_confined_says_how_to_make_a_new_repository_when_it_quarantines_one(
     )
     assert "A new git repository (`git init`, `git clone`) cannot be made" in str(failed.value)
     assert not (project / "app" / ".git").exists()
+
+
+def test_one_failed_trial_does_not_make_a_process_fall_back(tmp_path: Path) -> None:
+    """bubblewrap failing once (the host's mounts changing under it, a planned private entry
+    gone) is tried again, as every call's sandbox is: the process stays in @bwrap."""
+    need_bwrap()
+    real = probe_module.bwrap_binary()
+    assert real is not None
+    failed_once = tmp_path / "failed-once"
+    flaky = tmp_path / "bwrap"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" != --version ] && [ ! -e {failed_once} ]; then\n'
+        f"  : > {failed_once}\n"
+        '  echo "bwrap: Can\'t remount readonly on /newroot/var/lib/x: No such file" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'exec {real} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    found = probe(bwrap=str(flaky))
+    assert failed_once.exists()
+    assert found.tag is EnvironmentTag.BWRAP, found.reason

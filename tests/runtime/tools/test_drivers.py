@@ -228,7 +228,7 @@ def test_a_reply_that_is_not_json_is_a_clear_error() -> None:
 
 def test_a_server_that_does_not_answer_in_time_is_a_timeout() -> None:
     def stall(request: Request) -> Reply:
-        time.sleep(1.0)
+        time.sleep(5.0)
         return completion("too late")
 
     started = time.monotonic()
@@ -237,7 +237,7 @@ def test_a_server_that_does_not_answer_in_time_is_a_timeout() -> None:
 
     assert type(error) is ExecutionTimeout
     assert str(error) == f"the model server at {where} did not answer within 0.2s"
-    assert elapsed < 0.9
+    assert elapsed < 3  # not the server's 5 s (a loaded machine gets room)
 
 
 def test_a_server_that_is_not_there_is_a_clear_error() -> None:
