@@ -213,7 +213,8 @@ class _Asked:
     started: float
     host: str = "?"
     port: int = 0
-    address: str | None = None
+    address: str | None = None  # the one connected to (until then, the first vetted)
+    addresses: tuple[str, ...] = ()  # every vetted address, in the resolver's order
     reason: str = ""
     tunnelled: bool = False
     counts: list[int] = field(default_factory=lambda: [0, 0])
@@ -560,16 +561,14 @@ class EgressProxy:
             asked.host, asked.port = await asyncio.wait_for(_read_connect(reader), HEAD_SECONDS)
             if gate is None:
                 raise _Refused(503, "no call of the sandbox is running")
-            asked.address, asked.reason = await self._loop.run_in_executor(
+            asked.addresses, asked.reason = await self._loop.run_in_executor(
                 self._deciders, self._decide, gate, asked.host, asked.port
             )
+            asked.address = asked.addresses[0]
             route = self._broker.route_for(asked.host, asked.port) if self._broker else None
             if route is not None:
                 return await self._brokered(reader, writer, gate, call, asked, route)
-            target = self._upstream or (asked.address, asked.port)
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(*target, limit=CHUNK), CONNECT_SECONDS
-            )
+            up_reader, up_writer = await self._connect(asked)
         except _Refused as refused:
             with contextlib.suppress(OSError, RuntimeError):
                 writer.write(_answer(refused.status, refused.reason))
@@ -597,6 +596,36 @@ class EgressProxy:
         finally:
             up_writer.transport.abort()
 
+    async def _connect(self, asked: _Asked) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the first of `asked`'s vetted addresses that answers, in the
+        resolver's order, as a client on the host would (an unreachable IPv6 address or a dead
+        CDN edge listed first must not fail the call), all within `CONNECT_SECONDS`; the
+        address reached is the one recorded. The last failure is raised when none answers."""
+        if self._upstream is not None:
+            targets: list[tuple[str, int]] = [self._upstream]
+        else:
+            targets = [(address, asked.port) for address in asked.addresses]
+        deadline = time.monotonic() + CONNECT_SECONDS
+        failure: BaseException = TimeoutError("no address to connect to")
+        for n, target in enumerate(targets):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # Each address left gets its share of the time left: one that never answers cannot
+            # take the others' turn.
+            share = left if n == len(targets) - 1 else max(left / (len(targets) - n), 1.0)
+            try:
+                connected = await asyncio.wait_for(
+                    asyncio.open_connection(*target, limit=CHUNK), min(share, left)
+                )
+            except (OSError, TimeoutError) as exc:
+                failure = exc
+                continue
+            if self._upstream is None:
+                asked.address = target[0]
+            return connected
+        raise failure
+
     async def _brokered(
         self,
         reader: asyncio.StreamReader,
@@ -621,8 +650,9 @@ class EgressProxy:
             )
         return asked.ended()
 
-    def _decide(self, gate: NetworkGate, host: str, port: int) -> tuple[str, str]:
-        """The address to connect to and what admitted it; `_Refused` saying why not.
+    def _decide(self, gate: NetworkGate, host: str, port: int) -> tuple[tuple[str, ...], str]:
+        """The addresses to connect to (each vetted) and what admitted them; `_Refused` saying
+        why not.
 
         A host the trusted allowlist names is resolved and checked first (nobody is asked about
         a connection that would be refused anyway); any other host is asked for before its name
@@ -641,16 +671,18 @@ class EgressProxy:
             allowed = ", ".join(_shown(h, p) for h, p in self.rules)
             raise _Refused(403, f"{host}:{port} is not in docker.network.allow ({allowed})")
         if rule is not None:
-            address = self._address(host, port, rule)
+            addresses = self._addresses(host, port, rule)
         why_not = gate.admit(host, port)
         if why_not is not None:
             raise _Refused(403, why_not)
         if rule is None:
-            return self._address(host, port, None), f"allowed as network:{host} (port {port})"
-        return address, f"allowed by docker.network.allow entry {_shown(*rule)}"
+            return self._addresses(host, port, None), f"allowed as network:{host} (port {port})"
+        return addresses, f"allowed by docker.network.allow entry {_shown(*rule)}"
 
-    def _address(self, host: str, port: int, rule: tuple[str, int | None] | None) -> str:
-        """The address `host` resolves to, once, if every address it has is public (or is the
+    def _addresses(
+        self, host: str, port: int, rule: tuple[str, int | None] | None
+    ) -> tuple[str, ...]:
+        """The addresses `host` resolves to, once, if every address it has is public (or is the
         very address the allowlist names); `_Refused` otherwise."""
         listed = rule[0] if rule is not None and _is_address(rule[0]) else None
         if _is_address(host):
@@ -670,7 +702,7 @@ class EgressProxy:
                     f"{host} resolves to {text}, {refusal}; such an address is reached only "
                     "when docker.network.allow names the address itself",
                 )
-        return addresses[0]
+        return tuple(addresses)
 
     def _rule_for(self, host: str, port: int) -> tuple[str, int | None] | None:
         return _rule_for(self.rules, host, port)

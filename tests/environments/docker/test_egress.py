@@ -230,6 +230,40 @@ def test_what_is_not_listed_or_resolves_to_a_local_address_is_refused(
     assert [(r.allowed, refusal in r.reason) for r in gate.records] == [(False, True)]
 
 
+def test_an_address_that_does_not_answer_gives_way_to_the_next(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's addresses are tried in the resolver's order, as a client on the host tries them
+    (an unreachable IPv6 address or a dead CDN edge listed first), each already vetted; the
+    one reached is the one recorded. Loopback addresses stand in for public ones here."""
+    from codecoder.environments import egress
+
+    monkeypatch.setattr(egress, "address_refusal", lambda address: None)
+    names = {
+        "registry.test": ["127.0.0.3", "127.0.0.1"],  # nothing listens on the first
+        "dead.test": ["127.0.0.3", "127.0.0.4"],
+    }
+    proxy = EgressProxy(
+        Egress((f"registry.test:{upstream.port}", f"dead.test:{upstream.port}")),
+        resolver=fake_resolver(names),
+    )
+    gate = Gate(admitted=["registry.test", "dead.test"])
+    try:
+        with proxy.call(gate):
+            head, body = tunnel(proxy.address, f"registry.test:{upstream.port}")
+            dead_head, dead_body = tunnel(proxy.address, f"dead.test:{upstream.port}")
+    finally:
+        proxy.close()
+
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert body == b"hello from 127.0.0.1\n"
+    assert dead_head.startswith(b"HTTP/1.1 502"), dead_head
+    assert f"cannot connect to dead.test:{upstream.port}" in dead_body.decode()
+    reached, refused = sorted(gate.records, key=lambda r: r.host != "registry.test")
+    assert (reached.allowed, reached.address) == (True, "127.0.0.1")
+    assert (refused.allowed, refused.address) == (False, None)
+
+
 def test_a_host_the_gate_refuses_is_not_reached(upstream: Upstream) -> None:
     proxy = EgressProxy(Egress((upstream.entry,)))
     gate = Gate(admitted=[])
