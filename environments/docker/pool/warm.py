@@ -43,6 +43,7 @@ import itertools
 import logging
 import os
 import queue
+import re
 import select
 import shutil
 import socket
@@ -57,8 +58,14 @@ from typing import Any, Final
 
 from codecoder.environments.docker.channel import Mode
 from codecoder.environments.docker.greeting import greet
-from codecoder.environments.docker.labels import LABEL_MODE, LABEL_PID, LABEL_POOL
+from codecoder.environments.docker.labels import (
+    LABEL_MODE,
+    LABEL_PID,
+    LABEL_POOL,
+    _process_start,
+)
 from codecoder.environments.docker.settings import MAX_POOL, WORKSPACE_MOUNT
+from codecoder.environments.egress import SOCKET_NAME
 from codecoder.environments.engineseam import Greeted, Sandbox, SandboxEngine, SandboxTemplate
 from codecoder.environments.placeholders import PLACEHOLDERS, Placeholders
 from codecoder.foundation.errors import ExecutionFailed, SandboxUnavailable
@@ -72,6 +79,7 @@ __all__ = [
     "REFILL_QUIET",
     "Ready",
     "WarmPool",
+    "sweep_egress",
 ]
 
 log = logging.getLogger(__name__)
@@ -86,6 +94,10 @@ REFILL_QUIET: Final = 0.3
 MAKERS: Final = 3
 # How far back claims count towards a template's demand.
 DEMAND_WINDOW: Final = 60.0
+# An egress directory whose maker is unknown (named before they carried it) and that holds no
+# socket anyone listens on is removed once it is this old.
+_UNOWNED_EGRESS_AGE: Final = 86400.0
+_EGRESS_NAME: Final = re.compile(r"egress-(\d+)\.(\d+)-")
 _FIRST_MAKE_SECONDS: Final = 1.0  # what making one is taken to cost until one was measured
 _BACKOFF_MAX: Final = 60.0
 _TICK: Final = 5.0
@@ -179,6 +191,7 @@ class WarmPool:
         self._identity_ok = identity_ok or sources_unchanged
         # Where each warm sandbox's egress directory is made (the server's: its state dir).
         self._egress_root = egress_root
+        self._egress_swept = False  # what a killed server left there, removed at the first use
         self._templates: dict[str, _Template] = {}
         self._claimed: dict[str, float] = {}
         # The egress directories of claimed sandboxes: their sessions remove them, and this
@@ -471,7 +484,13 @@ class WarmPool:
 
             root = self._egress_root = socket_directory() / "egress"
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="egress-", dir=root))
+        if not self._egress_swept:
+            self._egress_swept = True
+            sweep_egress(root)
+        # Named after this server (pid and start time), so that a later one can tell whether
+        # the server that made it still runs.
+        me = os.getpid()
+        return Path(tempfile.mkdtemp(prefix=f"egress-{me}.{_process_start(me) or 0}-", dir=root))
 
     def _greet(self, sandbox: Sandbox, template: SandboxTemplate, mode: Mode) -> Ready:
         def removed() -> None:
@@ -601,3 +620,58 @@ def sources_unchanged(template: SandboxTemplate) -> bool:
         if (info.st_dev, info.st_ino) != mount.identity:
             return False
     return True
+
+
+def sweep_egress(root: Path) -> list[Path]:
+    """Remove the egress directories in `root` that nothing uses any more; the removed ones.
+
+    A directory is in use while the pool server that made it runs (its pid and start time are
+    in the name: a warm sandbox's, not yet claimed, is empty) or while a session listens on the
+    proxy socket in it (a claimed sandbox's, whatever became of the server). A server killed
+    with warm sandboxes, or a session that died with its pool server, left the others behind.
+    One named before names carried their maker is removed when nobody listens in it and it is
+    a day old."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith("egress-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        maker = _EGRESS_NAME.match(entry.name)
+        if maker is not None:
+            pid, started = int(maker[1]), maker[2]
+            if _process_start(pid) == started:
+                continue
+        else:
+            try:
+                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age < _UNOWNED_EGRESS_AGE:
+                continue
+        if _listened_on(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _listened_on(directory: Path) -> bool:
+    """Whether a process accepts connections on the proxy socket in `directory` (reached through
+    a descriptor of the directory: a state directory's path may be too long for a socket's)."""
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            probe.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+            return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
