@@ -550,11 +550,3 @@ def _system_bundle() -> bytes:
         with contextlib.suppress(OSError):
             return read_regular_file(candidate)
     return b""
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

@@ -77,6 +77,7 @@ from codecoder.foundation.errors import ExecutionFailed
 from codecoder.foundation.hosts import (
     Resolver,
     address_refusal,
+    is_address,
     parse_host_entry,
     system_resolver,
 )
@@ -597,32 +598,23 @@ class EgressProxy:
             up_writer.transport.abort()
 
     async def _connect(self, asked: _Asked) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to the first of `asked`'s vetted addresses that answers, in the
-        resolver's order, as a client on the host would (an unreachable IPv6 address or a dead
-        CDN edge listed first must not fail the call), all within `CONNECT_SECONDS`; the
-        address reached is the one recorded. The last failure is raised when none answers."""
-        if self._upstream is not None:
-            targets: list[tuple[str, int]] = [self._upstream]
-        else:
-            targets = [(address, asked.port) for address in asked.addresses]
+        """The first of `asked`'s vetted addresses that answers, in the resolver's order (as a
+        client on the host goes past an unreachable IPv6 address or a dead CDN edge), each
+        given its share of what is left of `CONNECT_SECONDS`; the one reached is recorded."""
+        upstream = [self._upstream] if self._upstream is not None else []
+        targets = upstream or [(address, asked.port) for address in asked.addresses]
         deadline = time.monotonic() + CONNECT_SECONDS
-        failure: BaseException = TimeoutError("no address to connect to")
+        failure: BaseException = TimeoutError("no address answered")
         for n, target in enumerate(targets):
             left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            # Each address left gets its share of the time left: one that never answers cannot
-            # take the others' turn.
             share = left if n == len(targets) - 1 else max(left / (len(targets) - n), 1.0)
             try:
-                connected = await asyncio.wait_for(
-                    asyncio.open_connection(*target, limit=CHUNK), min(share, left)
-                )
+                opened = asyncio.open_connection(*target, limit=CHUNK)
+                connected = await asyncio.wait_for(opened, min(share, left))
             except (OSError, TimeoutError) as exc:
                 failure = exc
                 continue
-            if self._upstream is None:
-                asked.address = target[0]
+            asked.address = asked.address if upstream else target[0]
             return connected
         raise failure
 
@@ -684,8 +676,8 @@ class EgressProxy:
     ) -> tuple[str, ...]:
         """The addresses `host` resolves to, once, if every address it has is public (or is the
         very address the allowlist names); `_Refused` otherwise."""
-        listed = rule[0] if rule is not None and _is_address(rule[0]) else None
-        if _is_address(host):
+        listed = rule[0] if rule is not None and is_address(rule[0]) else None
+        if is_address(host):
             addresses = [host]
         else:
             try:
@@ -790,14 +782,6 @@ def _private_empty(directory: Path) -> Path:
             "this user; its egress proxy is not started there"
         )
     return directory
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _shown(host: str, port: int | None) -> str:

@@ -86,6 +86,15 @@ def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+def is_address(host: str) -> bool:
+    """Whether `host` is an IP address (of either family) rather than a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def system_resolver(host: str, port: int) -> list[str]:
     """The addresses the system resolver gives for `host`, in its order, without duplicates."""
     try:
