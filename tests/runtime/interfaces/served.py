@@ -81,6 +81,16 @@ class Machine:
         pids = self.server_pids()
         return pids[0] if pids else None
 
+    def serving(self, within: float = 120.0) -> int:
+        """The pid of a server that serves, started by `codecoder tools` as often as needed: on
+        a loaded machine a client waits `_READY_WAIT` for the server it started, then runs
+        in-process (as it should) while the server is still starting."""
+        deadline = time.monotonic() + within
+        while (pid := self.server_pid()) is None:
+            assert time.monotonic() < deadline, "no decision server started"
+            self.run("tools")
+        return pid
+
     def stop(self) -> None:
         for pid in self.server_pids():
             with contextlib.suppress(ProcessLookupError):
