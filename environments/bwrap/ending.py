@@ -66,9 +66,13 @@ def _child_pidfds(pid: int) -> list[int]:
 
 
 def _children(pid: int) -> list[int]:
+    task = Path(f"/proc/{pid}/task/{pid}")
     try:
-        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: every process's parent is read
+        listed = (task / "children").read_text()
+    except OSError:
+        if not task.is_dir():
+            return []  # reaped already (a call that ended by itself): nothing to look for
+        # A kernel without CONFIG_PROC_CHILDREN: every process's parent is read.
         return [p for p in _all_pids() if _parent(p) == pid]
     return [int(word) for word in listed.split()]
 
